@@ -1,0 +1,31 @@
+# ipfence — build, test, demo. `make test` is what CI runs (.ci/run).
+GO ?= go
+BIN := bin/ipfence
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+
+.PHONY: build deps test unit lint demo bench clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/ipfence
+
+# System packages (nftables, ipset, iptables, iproute2, iprange) and Go modules.
+deps:
+	./scripts/install-deps.sh
+	$(GO) mod download
+
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# Everything: lint, pure tests, kernel tests (in throw-away network namespaces; root).
+test: deps lint
+	$(GO) test -count=1 -timeout 14m ./...
+
+demo: deps build
+	./$(BIN) demo
+
+bench: deps build
+	./scripts/bench.sh
+
+clean:
+	rm -rf bin

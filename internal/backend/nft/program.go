@@ -1,0 +1,185 @@
+// Package nft turns a compiled plan into nftables objects and loads them.
+//
+// The Program type is a small, closed model of exactly the nftables objects
+// ipfence creates: one inet table, named verdict maps and sets keyed on
+// (masked) source addresses, a handful of chains, and rules of a few fixed
+// shapes. Two translators read it: Render writes the nft script (the text
+// contract of `ipfence compile`), and Apply loads it over netlink in one
+// transaction. A differential test checks that both produce the same
+// ruleset in the kernel.
+package nft
+
+import (
+	"net/netip"
+)
+
+// Family names the address family a set, map or rule is about.
+type Family uint8
+
+const (
+	// FamilyAny matches both families (used by rules that do not look at
+	// addresses).
+	FamilyAny Family = iota
+	// IPv4 is the ip family.
+	IPv4
+	// IPv6 is the ip6 family.
+	IPv6
+)
+
+// String returns "ipv4", "ipv6" or "any".
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "ipv4"
+	case IPv6:
+		return "ipv6"
+	}
+	return "any"
+}
+
+// VerdictKind is an nftables verdict.
+type VerdictKind uint8
+
+const (
+	// Continue means no verdict: the rule has no verdict statement.
+	Continue VerdictKind = iota
+	Accept
+	Drop
+	Return
+	Jump
+	Goto
+)
+
+// Verdict is a verdict with its target chain for Jump and Goto.
+type Verdict struct {
+	Kind  VerdictKind
+	Chain string // for Jump and Goto
+}
+
+// Program is everything ipfence puts in the kernel: one table.
+type Program struct {
+	// Table is the name of ipfence's inet table ("ipfence").
+	Table string
+	// Sets are created before the chains, in order.
+	Sets []*Set
+	// Chains are created in order; base chains (Hook != nil) are hooked
+	// in only when the whole transaction commits.
+	Chains []*Chain
+}
+
+// Set is a named set or verdict map keyed on addresses of one family.
+//
+// Keys are prefixes. In a plain set (Interval true) they are stored as
+// intervals. In a hash set or map (Interval false) every key is a prefix
+// of exactly KeyBits bits and is stored as its masked address (the rule
+// that looks it up masks the packet's address to KeyBits first).
+type Set struct {
+	Name     string
+	Family   Family // IPv4 or IPv6
+	Interval bool   // flags interval
+	// KeyBits is the prefix length of every key of a hash set or map
+	// (0 for interval sets).
+	KeyBits int
+	// IsMap makes this a verdict map (Elems[i].Verdict is the value).
+	IsMap bool
+	// Comment is stored as set userdata and shown by nft list.
+	Comment string
+	Elems   []Elem
+}
+
+// Elem is a set or map element.
+type Elem struct {
+	Key     netip.Prefix
+	Verdict Verdict // maps only
+}
+
+// Chain is a regular chain, or a base chain when Hook is set.
+type Chain struct {
+	Name  string
+	Hook  *Hook
+	Rules []Rule
+}
+
+// Hook makes a chain a base chain: type filter, hook prerouting at the
+// given priority, policy accept.
+type Hook struct {
+	// Priority: -300 is raw (before conntrack at -200).
+	Priority int32
+}
+
+// Proto is an L4 protocol a rule can match on.
+type Proto uint8
+
+const (
+	ProtoTCP Proto = 6
+	ProtoUDP Proto = 17
+)
+
+// String returns "tcp" or "udp".
+func (p Proto) String() string {
+	if p == ProtoUDP {
+		return "udp"
+	}
+	return "tcp"
+}
+
+// PortRange is an inclusive destination port range.
+type PortRange struct{ First, Last uint16 }
+
+// RejectKind selects the reject statement of a rule.
+type RejectKind uint8
+
+const (
+	// NoReject: the rule has no reject statement.
+	NoReject RejectKind = iota
+	// RejectTCPReset: "reject with tcp reset" (the rule also matches
+	// meta l4proto tcp).
+	RejectTCPReset
+	// RejectAdminProhibited: "reject with icmpx admin-prohibited".
+	RejectAdminProhibited
+)
+
+// Rule is one rule. Its statements are evaluated in the order of the
+// fields below; a zero field is absent. Only these shapes are produced:
+//
+//	iif "lo" accept                                     (Iif + Verdict)
+//	meta nfproto ipv4 meta l4proto tcp th dport {..} jump c   (Family, Proto, Ports, Verdict)
+//	meta l4proto ipv6-icmp icmpv6 type {nd-*} accept    (NDP + Verdict)
+//	ip saddr & 255.255.0.0 vmap @m                      (Lookup with Map)
+//	ip saddr @s drop                                    (Lookup with set + Verdict)
+//	counter drop / counter accept                       (Counter + Verdict)
+//	meta l4proto tcp counter reject with tcp reset      (Proto, Counter, Reject)
+//	counter reject with icmpx admin-prohibited          (Counter, Reject)
+type Rule struct {
+	// Iif matches the input interface by name ("lo").
+	Iif string
+	// Family matches meta nfproto when Lookup is nil (a Lookup implies
+	// its family).
+	Family Family
+	// Proto matches meta l4proto; with Ports, th dport in Ports.
+	Proto Proto
+	Ports []PortRange
+	// NDP matches ICMPv6 neighbour/router discovery messages.
+	NDP bool
+	// Lookup looks the masked source address up in a set or map.
+	Lookup *Lookup
+	// Counter adds an anonymous counter statement.
+	Counter bool
+	// Reject adds a reject statement (a terminal verdict of its own).
+	Reject RejectKind
+	// Verdict ends the rule (Continue: none). A rule whose Lookup is a
+	// map takes its verdict from the map and has no Verdict.
+	Verdict Verdict
+	// Comment is stored as rule userdata.
+	Comment string
+}
+
+// Lookup is "ip saddr & MASK @set" or "ip saddr & MASK vmap @map".
+type Lookup struct {
+	Family Family // IPv4 or IPv6
+	// MaskBits masks the source address before the lookup; 0 (or the
+	// full address length) means no mask.
+	MaskBits int
+	Set      string // name of a Set in the same Program
+	IsMap    bool   // vmap
+}
