@@ -1,0 +1,205 @@
+package nft
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// BaseChain is the name of ipfence's prerouting base chain.
+const BaseChain = "prerouting"
+
+// FromPlan lowers a plan into the nftables objects that implement it.
+//
+// The base chain accepts loopback and IPv6 neighbour discovery, then jumps,
+// per rule and family (and per protocol when the rule has ports), into the
+// rule's root chain. A tree layout becomes one verdict map per level and at
+// most two chains per level: one whose absent keys mean "in the set" and
+// one where they mean "not in the set". Map entries of a level are the
+// terminal verdict of uniform buckets or a goto into the next level's
+// chain with that bucket's default. The terminal verdict of a rule is a
+// goto into its hit chain, which counts and drops/rejects/accepts; "no
+// match" is a return to the base chain, which goes on with the next rule.
+func FromPlan(p *plan.Plan) *Program {
+	prog := &Program{Table: p.Table}
+	base := &Chain{Name: BaseChain, Hook: &Hook{Priority: p.Priority}}
+	base.Rules = append(base.Rules, Rule{Iif: "lo", Verdict: Verdict{Kind: Accept}, Comment: "loopback"})
+	ndp := false
+	for i, r := range p.Rules {
+		prefix := fmt.Sprintf("r%d_%s", i, sanitize(r.Name))
+		hit := prefix + "_hit"
+		used := false
+		for _, l := range []*plan.Layout{r.V4, r.V6} {
+			if l.Kind == plan.KindEmpty {
+				continue
+			}
+			fam := IPv4
+			name := prefix + "_v4"
+			if !l.Is4 {
+				fam, name = IPv6, prefix+"_v6"
+				if !ndp {
+					ndp = true
+					base.Rules = append(base.Rules, Rule{NDP: true, Verdict: Verdict{Kind: Accept}, Comment: "IPv6 neighbour discovery"})
+				}
+			}
+			used = true
+			lowerLayout(prog, l, fam, name, r.Action, hit)
+			for _, m := range portMatches(r.Ports) {
+				base.Rules = append(base.Rules, Rule{Family: fam, Proto: m.proto, Ports: m.ports,
+					Verdict: Verdict{Kind: Jump, Chain: name}, Comment: r.Name})
+			}
+		}
+		if used {
+			prog.Chains = append(prog.Chains, hitChain(hit, r.Action))
+		}
+	}
+	prog.Chains = append([]*Chain{base}, prog.Chains...)
+	return prog
+}
+
+type portMatch struct {
+	proto Proto
+	ports []PortRange
+}
+
+// portMatches groups a rule's ports by protocol; no ports means one match
+// of everything.
+func portMatches(ps []plan.Port) []portMatch {
+	if len(ps) == 0 {
+		return []portMatch{{}}
+	}
+	var tcp, udp []PortRange
+	for _, p := range ps {
+		pr := PortRange{p.First, p.Last}
+		if p.Proto == "udp" {
+			udp = append(udp, pr)
+		} else {
+			tcp = append(tcp, pr)
+		}
+	}
+	var out []portMatch
+	if tcp != nil {
+		out = append(out, portMatch{ProtoTCP, tcp})
+	}
+	if udp != nil {
+		out = append(out, portMatch{ProtoUDP, udp})
+	}
+	return out
+}
+
+func hitChain(name string, a plan.Action) *Chain {
+	c := &Chain{Name: name}
+	switch a {
+	case plan.Accept:
+		c.Rules = []Rule{{Counter: true, Verdict: Verdict{Kind: Accept}}}
+	case plan.Reject:
+		c.Rules = []Rule{
+			{Proto: ProtoTCP, Counter: true, Reject: RejectTCPReset},
+			{Counter: true, Reject: RejectAdminProhibited},
+		}
+	default:
+		c.Rules = []Rule{{Counter: true, Verdict: Verdict{Kind: Drop}}}
+	}
+	return c
+}
+
+// lowerLayout adds the chains and maps of one family of one rule. name is
+// the rule's root chain for the family.
+func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.Action, hit string) {
+	// Verdicts of the two sides: the hit chain or back to the base chain.
+	inV, outV := Verdict{Kind: Goto, Chain: hit}, Verdict{Kind: Return}
+	if a == plan.AllowOnly {
+		inV, outV = outV, inV
+	}
+	tail := func(in bool) []Rule { // what an absent key means, as rules
+		v := outV
+		if in {
+			v = inV
+		}
+		if v.Kind == Return {
+			return nil
+		}
+		return []Rule{{Verdict: v}}
+	}
+	switch l.Kind {
+	case plan.KindAll:
+		prog.Chains = append(prog.Chains, &Chain{Name: name, Rules: tail(true)})
+		return
+	case plan.KindPlain:
+		set := &Set{Name: name + "_set", Family: fam, Interval: true}
+		for _, p := range l.Plain {
+			set.Elems = append(set.Elems, Elem{Key: p})
+		}
+		prog.Sets = append(prog.Sets, set)
+		rules := []Rule{{Lookup: &Lookup{Family: fam, Set: set.Name}, Verdict: inV}}
+		rules = append(rules, tail(false)...)
+		prog.Chains = append(prog.Chains, &Chain{Name: name, Rules: rules})
+		return
+	}
+	// Tree: which default chains each level needs.
+	need := make([][2]bool, len(l.Levels)) // [level][in?]
+	need[0][boolIdx(l.RootIn)] = true
+	for j, lv := range l.Levels[:len(l.Levels)-1] {
+		for _, e := range lv.Entries {
+			switch e.Kind {
+			case plan.DescendIn:
+				need[j+1][1] = true
+			case plan.DescendOut:
+				need[j+1][0] = true
+			}
+		}
+	}
+	chainName := func(j int, in bool) string {
+		if j == 0 {
+			return name
+		}
+		return fmt.Sprintf("%s_l%d_%s", name, j, map[bool]string{true: "in", false: "out"}[in])
+	}
+	for j, lv := range l.Levels {
+		m := &Set{Name: fmt.Sprintf("%s_l%d", name, j), Family: fam, KeyBits: lv.Bits, IsMap: true,
+			Comment: fmt.Sprintf("level %d: /%d", j, lv.Bits)}
+		m.Elems = make([]Elem, len(lv.Entries))
+		for k, e := range lv.Entries {
+			var v Verdict
+			switch e.Kind {
+			case plan.In:
+				v = inV
+			case plan.Out:
+				v = outV
+			case plan.DescendIn:
+				v = Verdict{Kind: Goto, Chain: chainName(j+1, true)}
+			case plan.DescendOut:
+				v = Verdict{Kind: Goto, Chain: chainName(j+1, false)}
+			}
+			m.Elems[k] = Elem{Key: e.Key, Verdict: v}
+		}
+		prog.Sets = append(prog.Sets, m)
+		for _, in := range []bool{false, true} {
+			if !need[j][boolIdx(in)] {
+				continue
+			}
+			rules := []Rule{{Lookup: &Lookup{Family: fam, MaskBits: lv.Bits, Set: m.Name, IsMap: true}}}
+			rules = append(rules, tail(in)...)
+			prog.Chains = append(prog.Chains, &Chain{Name: chainName(j, in), Rules: rules})
+		}
+	}
+}
+
+func boolIdx(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]`)
+
+// sanitize makes a rule name usable inside nft object names.
+func sanitize(s string) string {
+	s = unsafeName.ReplaceAllString(s, "_")
+	if len(s) > 24 {
+		s = s[:24]
+	}
+	return s
+}

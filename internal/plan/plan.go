@@ -1,0 +1,347 @@
+// Package plan compiles resolved rules (prefix sets per rule) into a Plan:
+// per rule and address family, the layout the kernel will evaluate.
+//
+// Compile is pure and deterministic: no kernel, no files, no network. The
+// Plan is data; backends turn it into kernel objects, and Plan.Verdict is
+// the reference model every backend's verdicts are tested against.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"go4.org/netipx"
+)
+
+// Action is what a rule does with matching packets.
+type Action string
+
+const (
+	// Drop drops packets whose source is in the set.
+	Drop Action = "drop"
+	// Reject rejects them (TCP reset, ICMP admin-prohibited otherwise).
+	Reject Action = "reject"
+	// Accept accepts them: later rules are not evaluated.
+	Accept Action = "accept"
+	// AllowOnly drops packets whose source is NOT in the set.
+	AllowOnly Action = "allow-only"
+)
+
+// ParseAction validates an action name.
+func ParseAction(s string) (Action, error) {
+	switch a := Action(s); a {
+	case Drop, Reject, Accept, AllowOnly:
+		return a, nil
+	}
+	return "", fmt.Errorf("unknown action %q (use drop, reject, accept or allow-only)", s)
+}
+
+// blocks reports whether the action stops packets (and so must respect
+// protected prefixes).
+func (a Action) blocks() bool { return a != Accept }
+
+// Port is a destination port range of one protocol ("tcp/80-443").
+type Port struct {
+	Proto string `json:"proto"` // "tcp" or "udp"
+	First uint16 `json:"first"`
+	Last  uint16 `json:"last"`
+}
+
+func (p Port) String() string {
+	if p.First == p.Last {
+		return fmt.Sprintf("%s/%d", p.Proto, p.First)
+	}
+	return fmt.Sprintf("%s/%d-%d", p.Proto, p.First, p.Last)
+}
+
+// RuleInput is one rule with its set resolved from the sources.
+type RuleInput struct {
+	Name   string
+	Action Action
+	Ports  []Port
+	// IPv4 and IPv6 select the families the rule applies to.
+	IPv4, IPv6 bool
+	Set        *netipx.IPSet
+	// Where names the rule's place in the policy ("policy.yaml:12") for
+	// error messages.
+	Where string
+}
+
+// Input is everything Compile needs.
+type Input struct {
+	Table    string
+	Priority int32
+	// Protect lists prefixes that are never blocked.
+	Protect *netipx.IPSet
+	Rules   []RuleInput
+}
+
+// Builtin returns the prefixes that are protected in every plan: loopback,
+// link-local and the unspecified addresses (used as sources by DHCP and
+// IPv6 duplicate address detection). Blocking them breaks the host.
+func Builtin() *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for _, p := range []string{"0.0.0.0/32", "127.0.0.0/8", "169.254.0.0/16", "::/128", "::1/128", "fe80::/10"} {
+		b.AddPrefix(netip.MustParsePrefix(p))
+	}
+	s, _ := b.IPSet()
+	return s
+}
+
+// Plan is a compiled policy.
+type Plan struct {
+	Table    string   `json:"table"`
+	Priority int32    `json:"priority"`
+	Protect  []string `json:"protect"`
+	Rules    []*Rule  `json:"rules"`
+	Warnings []string `json:"warnings,omitempty"`
+
+	protect *netipx.IPSet
+}
+
+// Rule is one compiled rule.
+type Rule struct {
+	Name   string  `json:"name"`
+	Action Action  `json:"action"`
+	Ports  []Port  `json:"ports,omitempty"`
+	V4     *Layout `json:"ipv4"`
+	V6     *Layout `json:"ipv6"`
+
+	// Set is what the rule matches after protection (blocking rules:
+	// minus protected prefixes; allow-only: plus them).
+	Set *netipx.IPSet `json:"-"`
+}
+
+// ErrBlocksEverything is returned for a rule that would block a whole
+// address family.
+var ErrBlocksEverything = errors.New("rule would block every address of a family")
+
+// Compile builds the plan: protection applied, layouts chosen.
+func Compile(in *Input, opt Options) (*Plan, error) {
+	prot := Builtin()
+	if in.Protect != nil {
+		var b netipx.IPSetBuilder
+		b.AddSet(prot)
+		b.AddSet(in.Protect)
+		prot, _ = b.IPSet()
+	}
+	p := &Plan{Table: in.Table, Priority: in.Priority, protect: prot}
+	if p.Table == "" {
+		p.Table = "ipfence"
+	}
+	if p.Priority == 0 {
+		p.Priority = -300
+	}
+	for _, pr := range prot.Prefixes() {
+		p.Protect = append(p.Protect, pr.String())
+	}
+	seen := map[string]bool{}
+	for i := range in.Rules {
+		ri := &in.Rules[i]
+		if seen[ri.Name] {
+			return nil, fmt.Errorf("%s: rule %q: the name is used twice", ri.Where, ri.Name)
+		}
+		seen[ri.Name] = true
+		r, warn, err := compileRule(ri, prot, opt)
+		if err != nil {
+			return nil, err
+		}
+		p.Warnings = append(p.Warnings, warn...)
+		p.Rules = append(p.Rules, r)
+	}
+	return p, nil
+}
+
+func compileRule(ri *RuleInput, prot *netipx.IPSet, opt Options) (*Rule, []string, error) {
+	var warn []string
+	set := ri.Set
+	if set == nil {
+		set = &netipx.IPSet{}
+	}
+	// Keep only the families the rule applies to.
+	var b netipx.IPSetBuilder
+	b.AddSet(set)
+	if !ri.IPv4 {
+		b.RemovePrefix(fullPrefix(true))
+	}
+	if !ri.IPv6 {
+		b.RemovePrefix(fullPrefix(false))
+	}
+	set, _ = b.IPSet()
+
+	for _, is4 := range []bool{true, false} {
+		if (is4 && !ri.IPv4) || (!is4 && !ri.IPv6) {
+			continue
+		}
+		full := fullPrefix(is4)
+		if ri.Action == AllowOnly && !overlaps(set, full) {
+			return nil, nil, fmt.Errorf("%s: rule %q: %w: its set has no %s address, so allow-only would block all of %s; add %s data or limit the rule with `family: %s`",
+				ri.Where, ri.Name, ErrBlocksEverything, familyName(is4), full, familyName(is4), map[bool]string{true: "ipv6", false: "ipv4"}[is4])
+		}
+		if (ri.Action == Drop || ri.Action == Reject) && set.ContainsPrefix(full) {
+			return nil, nil, fmt.Errorf("%s: rule %q: %w: its set contains %s; remove that entry from the source", ri.Where, ri.Name, ErrBlocksEverything, full)
+		}
+	}
+
+	b = netipx.IPSetBuilder{}
+	b.AddSet(set)
+	switch ri.Action {
+	case Drop, Reject:
+		if inter := intersect(set, prot); len(inter) > 0 {
+			warn = append(warn, fmt.Sprintf("%s: rule %q: its set covers protected prefixes %s; they keep passing", ri.Where, ri.Name, summarize(inter)))
+		}
+		b.RemoveSet(prot)
+	case AllowOnly:
+		b.AddSet(prot)
+		// Protection applies only within the rule's families.
+		if !ri.IPv4 {
+			b.RemovePrefix(fullPrefix(true))
+		}
+		if !ri.IPv6 {
+			b.RemovePrefix(fullPrefix(false))
+		}
+	}
+	eff, err := b.IPSet()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+	}
+	r := &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff}
+	o := opt
+	o.PassIsIn = ri.Action == AllowOnly
+	if r.V4, err = Build(eff, true, o); err != nil {
+		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+	}
+	if r.V6, err = Build(eff, false, o); err != nil {
+		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+	}
+	// A family the rule does not apply to must not be evaluated at all
+	// (allow-only would otherwise block the whole family).
+	if !ri.IPv4 {
+		r.V4 = &Layout{Is4: true, Kind: KindEmpty}
+	}
+	if !ri.IPv6 {
+		r.V6 = &Layout{Kind: KindEmpty}
+	}
+	return r, warn, nil
+}
+
+func overlaps(s *netipx.IPSet, p netip.Prefix) bool { return s.OverlapsPrefix(p) }
+
+func intersect(a, b *netipx.IPSet) []netip.Prefix {
+	var x netipx.IPSetBuilder
+	x.AddSet(a)
+	x.Intersect(b)
+	s, _ := x.IPSet()
+	return s.Prefixes()
+}
+
+func summarize(ps []netip.Prefix) string {
+	var s []string
+	for i, p := range ps {
+		if i == 3 {
+			s = append(s, fmt.Sprintf("and %d more", len(ps)-3))
+			break
+		}
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// Packet is what the model needs to know of a packet.
+type Packet struct {
+	Src   netip.Addr
+	Proto string // "tcp", "udp" or "" (other)
+	DPort uint16
+}
+
+// Decision is the model's verdict for a packet.
+type Decision struct {
+	// Verdict is "accept" (also for packets no rule stops), "drop" or
+	// "reject".
+	Verdict string `json:"verdict"`
+	// Rule is the deciding rule, "" when none matched, "protect" for
+	// protected sources.
+	Rule string `json:"rule,omitempty"`
+	// InSet says whether the source is in the deciding rule's set.
+	InSet bool `json:"in_set"`
+}
+
+// Verdict evaluates the plan for a packet as the kernel should, from the
+// rules' sets (not their layouts): the reference model.
+func (p *Plan) Verdict(pkt Packet) Decision {
+	src := pkt.Src.Unmap()
+	for _, r := range p.Rules {
+		if !r.matchesPort(pkt) {
+			continue
+		}
+		l := r.V4
+		if !src.Is4() {
+			l = r.V6
+		}
+		if l.Kind == KindEmpty {
+			continue // Compile refuses allow-only rules with an empty family
+		}
+		in := r.Set.Contains(src)
+		switch r.Action {
+		case Drop, Reject:
+			if in {
+				return Decision{Verdict: string(r.Action), Rule: r.Name, InSet: true}
+			}
+		case Accept:
+			if in {
+				return Decision{Verdict: "accept", Rule: r.Name, InSet: true}
+			}
+		case AllowOnly:
+			if !in {
+				return Decision{Verdict: "drop", Rule: r.Name}
+			}
+		}
+	}
+	d := Decision{Verdict: "accept"}
+	if p.protect != nil && p.protect.Contains(src) {
+		d.Rule = "protect"
+	}
+	return d
+}
+
+func (r *Rule) matchesPort(pkt Packet) bool {
+	if len(r.Ports) == 0 {
+		return true
+	}
+	for _, pr := range r.Ports {
+		if pr.Proto == pkt.Proto && pkt.DPort >= pr.First && pkt.DPort <= pr.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// Protected reports whether addr is protected.
+func (p *Plan) Protected(addr netip.Addr) bool {
+	return p.protect != nil && p.protect.Contains(addr.Unmap())
+}
+
+// Blocked reports whether some rule could block addr (for some port): the
+// check against the host's own addresses.
+func (p *Plan) Blocked(addr netip.Addr) (rule string, blocked bool) {
+	addr = addr.Unmap()
+	for _, r := range p.Rules {
+		l := r.V4
+		if !addr.Is4() {
+			l = r.V6
+		}
+		if l.Kind == KindEmpty {
+			continue
+		}
+		in := r.Set.Contains(addr)
+		switch {
+		case r.Action == Accept && in && len(r.Ports) == 0:
+			return "", false
+		case (r.Action == Drop || r.Action == Reject) && in, r.Action == AllowOnly && !in:
+			return r.Name, true
+		}
+	}
+	return "", false
+}
