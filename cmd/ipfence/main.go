@@ -63,6 +63,11 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newAggregateCmd(g),
 		newGeoCmd(g),
+		newCompileCmd(g),
+		newApplyCmd(g),
+		newStatusCmd(g),
+		newFlushCmd(g),
+		newExplainCmd(g),
 	)
 	return root
 }

@@ -13,8 +13,8 @@ import (
 // level L_j only when its bucket at L_{j-1} is mixed, so the expected
 // lookups are the sum over levels of the traffic share in mixed buckets of
 // the level above. Traffic is uniform over addresses: "pass" over the
-// addresses the rule lets through, "random" over the family (IPv6: over
-// 2000::/3). The number of elements of level L under level Lp is, per
+// addresses the rule lets through (blended with uniform over its
+// prefixes), "random" over the family (IPv6: over 2000::/3). The number of elements of level L under level Lp is, per
 // mixed bucket at Lp, the uniform children of the minority side plus all
 // mixed children (defaults are chosen per bucket), computed exactly.
 type stats struct {
@@ -38,8 +38,9 @@ func newStats(pieces []piece, is4, passIsIn bool) *stats {
 	st.in = make([]bool, len(pieces))
 	st.cpl = make([]int, len(pieces))
 	passW := make([]float64, w+2)
+	passN := make([]float64, w+2)
 	randW := make([]float64, w+2)
-	var passTot, randTot float64
+	var passTot, passCnt, randTot float64
 	global := u128{hi: 0x2000 << 48}
 	for i, p := range pieces {
 		st.addr[i] = u128From(p.p.Addr())
@@ -54,6 +55,8 @@ func newStats(pieces []piece, is4, passIsIn bool) *stats {
 		if p.in == passIsIn {
 			passW[l] += size
 			passTot += size
+			passN[l]++
+			passCnt++
 		}
 		r := size
 		if !is4 { // share of 2000::/3
@@ -70,11 +73,16 @@ func newStats(pieces []piece, is4, passIsIn bool) *stats {
 	// reach[L] = share of traffic in pieces longer than L.
 	st.reachPass = make([]float64, w+1)
 	st.reachRand = make([]float64, w+1)
-	var accP, accR float64
+	// Pass traffic is half uniform over addresses, half uniform over the
+	// pass side's prefixes (each network equally busy, whatever its
+	// size): address weighting alone would let huge IPv6 prefixes hide
+	// the many small customer networks behind deep levels.
+	var accP, accN, accR float64
 	for l := w; l >= 0; l-- {
-		st.reachPass[l] = accP / max(passTot, 1)
+		st.reachPass[l] = 0.5*accP/max(passTot, 1) + 0.5*accN/max(passCnt, 1)
 		st.reachRand[l] = accR / max(randTot, 1)
 		accP += passW[l]
+		accN += passN[l]
 		accR += randW[l]
 	}
 	step := 1
@@ -146,7 +154,7 @@ func (st *stats) uniformEntries(lp int, next []int) []float64 {
 		open = true
 		for k, c := range next {
 			if l <= c {
-				n := math.Ldexp(1, c-l)
+				n := pow2[c-l]
 				if st.in[i] {
 					full[k] += n
 				} else {
@@ -189,9 +197,9 @@ func (st *stats) choose(maxEntries int) []int {
 			edge[a][b] = u[k] + mixed[nodes[b]]
 		}
 	}
-	// Price per element: a million elements cost as much as 1/8 lookup
+	// Price per element: a million elements cost as much as one lookup
 	// per packet; raised until the result fits.
-	for price := 1.0 / (8 << 20); price < 1; price *= 4 {
+	for price := 1.0 / (1 << 20); price < 1; price *= 4 {
 		best := make([]float64, len(nodes))
 		elems := make([]float64, len(nodes))
 		from := make([]int, len(nodes))
@@ -240,3 +248,11 @@ func (st *stats) cost(strides []int) CostEstimate {
 	}
 	return c
 }
+
+// pow2[k] is 2**k.
+var pow2 = func() (t [129]float64) {
+	for k := range t {
+		t[k] = math.Ldexp(1, k)
+	}
+	return t
+}()

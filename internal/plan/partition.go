@@ -24,19 +24,34 @@ func partition(s *netipx.IPSet, is4 bool) []piece {
 	b.RemoveSet(s)
 	comp, _ := b.IPSet() // only valid prefixes were added: no error possible
 
-	var out []piece
-	for _, p := range s.Prefixes() {
-		if p.Addr().Is4() == is4 {
-			out = append(out, piece{p, true})
+	// Both covers are sorted: merge them.
+	in, out := family(s.Prefixes(), is4), family(comp.Prefixes(), is4)
+	res := make([]piece, 0, len(in)+len(out))
+	for len(in) > 0 || len(out) > 0 {
+		if len(out) == 0 || (len(in) > 0 && in[0].Addr().Less(out[0].Addr())) {
+			res = append(res, piece{in[0], true})
+			in = in[1:]
+		} else {
+			res = append(res, piece{out[0], false})
+			out = out[1:]
 		}
 	}
-	for _, p := range comp.Prefixes() {
-		if p.Addr().Is4() == is4 {
-			out = append(out, piece{p, false})
+	return res
+}
+
+// family returns the prefixes of one family from a sorted list (IPv4
+// sorts first).
+func family(ps []netip.Prefix, is4 bool) []netip.Prefix {
+	i, _ := slices.BinarySearchFunc(ps, true, func(p netip.Prefix, _ bool) int {
+		if p.Addr().Is4() {
+			return -1
 		}
+		return 1
+	})
+	if is4 {
+		return ps[:i]
 	}
-	slices.SortFunc(out, func(a, b piece) int { return a.p.Addr().Compare(b.p.Addr()) })
-	return out
+	return ps[i:]
 }
 
 // fullPrefix is 0.0.0.0/0 or ::/0.

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/policy"
+	"github.com/ipfence/ipfence/internal/source"
+	"github.com/ipfence/ipfence/internal/state"
+)
+
+// policyFlags are the flags of every command that reads a policy.
+type policyFlags struct {
+	policy   string
+	stateDir string
+}
+
+func (f *policyFlags) register(c *cobra.Command) {
+	c.Flags().StringVarP(&f.policy, "policy", "p", "", "policy file (YAML); relative source paths resolve from its folder")
+	c.Flags().StringVar(&f.stateDir, "state", state.DefaultDir, "state folder: feed caches, last good loads, what was applied")
+	_ = c.MarkFlagRequired("policy")
+}
+
+// compiled is a policy taken from file to Program.
+type compiled struct {
+	res      *policy.Resolved
+	plan     *plan.Plan
+	prog     *nft.Program
+	loader   *source.Loader
+	duration time.Duration
+}
+
+// compile reads, resolves and compiles the policy; no kernel is touched.
+func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error) {
+	t0 := time.Now()
+	pol, err := policy.Load(f.policy)
+	if err != nil {
+		return nil, err
+	}
+	l := &source.Loader{StateDir: f.stateDir, Logger: g.logger}
+	res, err := pol.Resolve(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	p, err := plan.Compile(res.Input, plan.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range p.Warnings {
+		g.logger.Warn(w)
+	}
+	return &compiled{res: res, plan: p, prog: nft.FromPlan(p), loader: l, duration: time.Since(t0)}, nil
+}
+
+func newCompileCmd(g *globals) *cobra.Command {
+	var pf policyFlags
+	var out string
+	c := &cobra.Command{
+		Use:   "compile --policy FILE [-o FILE]",
+		Short: "Compile a policy into an nft script (no kernel is touched)",
+		Long: `Compile reads the policy and its sources, computes every rule's prefix set and
+layout, and prints the nft script that 'ipfence apply' would load (loadable with
+'nft -f'). With --json it prints the plan instead: per rule and family the
+layout chosen, its levels and element counts, and the cost model's estimate.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := pf.compile(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if out != "" {
+				f, err := os.Create(out)
+				if err != nil {
+					return fmt.Errorf("writing output: %w", err)
+				}
+				defer f.Close()
+				w = f
+			}
+			if g.json {
+				return writeJSON(w, planJSON(c))
+			}
+			_, err = io.WriteString(w, nft.Render(c.prog))
+			return err
+		},
+	}
+	pf.register(c)
+	c.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of stdout")
+	return c
+}
+
+// planSummary is the JSON form of a compiled plan.
+type planSummary struct {
+	*plan.Plan
+	Sources       map[string]sourceSummary `json:"sources"`
+	Sets          int                      `json:"nft_sets"`
+	Elements      int                      `json:"nft_elements"`
+	Chains        int                      `json:"nft_chains"`
+	CompileMillis int64                    `json:"compile_ms"`
+}
+
+type sourceSummary struct {
+	Format     string `json:"format"`
+	PrefixesV4 int    `json:"prefixes_ipv4"`
+	PrefixesV6 int    `json:"prefixes_ipv6"`
+	Stale      bool   `json:"stale,omitempty"`
+}
+
+func planJSON(c *compiled) planSummary {
+	s := planSummary{Plan: c.plan, Sources: map[string]sourceSummary{}, CompileMillis: c.duration.Milliseconds()}
+	for name, src := range c.res.Sources {
+		v4, v6 := src.Prefixes()
+		stale, _ := src.Stale()
+		s.Sources[name] = sourceSummary{Format: src.Format(), PrefixesV4: v4, PrefixesV6: v6, Stale: stale}
+	}
+	s.Sets, s.Elements, s.Chains = progCounts(c.prog)
+	return s
+}
+
+func progCounts(p *nft.Program) (sets, elems, chains int) {
+	for _, s := range p.Sets {
+		elems += len(s.Elems)
+	}
+	return len(p.Sets), elems, len(p.Chains)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newApplyCmd(g *globals) *cobra.Command {
+	var pf policyFlags
+	var netns string
+	var dry bool
+	c := &cobra.Command{
+		Use:   "apply --policy FILE [--netns NAME] [--dry-run]",
+		Short: "Compile a policy and load it in one atomic transaction",
+		Long: `Apply compiles the policy and replaces ipfence's own nftables table (inet
+ipfence) in one netlink transaction: either the whole new ruleset is in force or
+the old one stays. Nothing else of the host's ruleset is touched. Before loading
+it refuses rules that would block this host's own addresses. It prints what
+changed against the last apply.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := pf.compile(ctx, g)
+			if err != nil {
+				return err
+			}
+			if err := checkOwnAddresses(c.plan, netns); err != nil {
+				return err
+			}
+			st := state.Dir{Path: pf.stateDir}
+			prev, _ := st.LoadApplied(netns) // no previous apply: everything is new
+			cur := state.Summarize(c.plan)
+			diff := state.Compare(prev, cur)
+			rep := applyReport{NetNS: netns, DryRun: dry, Changes: diff, CompileMillis: c.duration.Milliseconds()}
+			rep.Sets, rep.Elements, rep.Chains = progCounts(c.prog)
+			if !dry {
+				r, err := nft.Apply(ctx, c.prog, nft.ApplyOptions{NetNS: netns})
+				if err != nil {
+					return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
+				}
+				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
+				for _, src := range c.res.Sources {
+					if err := c.loader.Commit(src); err != nil {
+						g.logger.Warn("recording last good source", "source", src.Name(), "err", err)
+					}
+				}
+				if err := st.SaveApplied(netns, cur); err != nil {
+					g.logger.Warn("recording what was applied", "err", err)
+				}
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			printApply(cmd.OutOrStdout(), c, rep)
+			return nil
+		},
+	}
+	pf.register(c)
+	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
+	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
+	return c
+}
+
+type applyReport struct {
+	NetNS         string         `json:"netns,omitempty"`
+	DryRun        bool           `json:"dry_run"`
+	Changes       []state.Change `json:"changes"`
+	Sets          int            `json:"nft_sets"`
+	Elements      int            `json:"nft_elements"`
+	Chains        int            `json:"nft_chains"`
+	CompileMillis int64          `json:"compile_ms"`
+	LoadMillis    int64          `json:"load_ms"`
+}
+
+func printApply(w io.Writer, c *compiled, rep applyReport) {
+	verb := "applied"
+	if rep.DryRun {
+		verb = "would apply (dry run)"
+	}
+	where := "the current network namespace"
+	if rep.NetNS != "" {
+		where = "network namespace " + rep.NetNS
+	}
+	fmt.Fprintf(w, "%s table inet %s in %s: %d rules, %d maps/sets, %d elements, %d chains (compile %d ms, load %d ms)\n",
+		verb, c.plan.Table, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
+	for _, r := range c.plan.Rules {
+		fmt.Fprintf(w, "  rule %-16s %-10s ipv4 %s; ipv6 %s\n", r.Name, r.Action, describeLayout(r.V4), describeLayout(r.V6))
+	}
+	if len(rep.Changes) == 0 {
+		fmt.Fprintln(w, "no change against the last apply")
+	}
+	for _, ch := range rep.Changes {
+		fmt.Fprintf(w, "  %s\n", ch)
+	}
+}
+
+func describeLayout(l *plan.Layout) string {
+	switch l.Kind {
+	case plan.KindTree:
+		return fmt.Sprintf("%d prefixes → maps %s (%d elements)", l.Prefixes, stridesString(l.Strides()), l.Entries())
+	case plan.KindPlain:
+		return fmt.Sprintf("%d prefixes → interval set", l.Prefixes)
+	}
+	return string(l.Kind)
+}
+
+func stridesString(s []int) string {
+	parts := make([]string, len(s))
+	for i, b := range s {
+		parts[i] = fmt.Sprintf("/%d", b)
+	}
+	return strings.Join(parts, ",")
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var netns, stateDir string
+	c := &cobra.Command{
+		Use:   "status [--netns NAME]",
+		Short: "Show ipfence's table in the kernel: rules, counters, what was applied",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ts, err := nft.Status(cmd.Context(), "ipfence", netns)
+			if err != nil {
+				return fmt.Errorf("reading status: %w", err)
+			}
+			applied, _ := state.Dir{Path: stateDir}.LoadApplied(netns)
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), struct {
+					Kernel  nft.TableStatus `json:"kernel"`
+					Applied *state.Applied  `json:"applied,omitempty"`
+				}{ts, applied})
+			}
+			printStatus(cmd.OutOrStdout(), ts, applied)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&netns, "netns", "", "network namespace (default: the current one)")
+	c.Flags().StringVar(&stateDir, "state", state.DefaultDir, "state folder")
+	return c
+}
+
+func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
+	if !ts.Exists {
+		fmt.Fprintln(w, "no ipfence table loaded")
+		return
+	}
+	fmt.Fprintf(w, "table inet %s loaded: %d chains, %d sets/maps\n", ts.Table, len(ts.Chains), len(ts.Sets))
+	if a != nil {
+		fmt.Fprintf(w, "applied %s from %d rules\n", a.Time.Format(time.RFC3339), len(a.Rules))
+		for _, r := range a.Rules {
+			fmt.Fprintf(w, "  rule %-16s %-10s %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action, r.PrefixesV4, r.PrefixesV6)
+		}
+	}
+	for _, c := range ts.Chains {
+		for _, r := range c.Rules {
+			if r.HasCounter {
+				fmt.Fprintf(w, "  chain %-24s %12d packets %14d bytes\n", c.Name, r.Packets, r.Bytes)
+			}
+		}
+	}
+}
+
+func newFlushCmd(g *globals) *cobra.Command {
+	var netns, stateDir string
+	c := &cobra.Command{
+		Use:   "flush [--netns NAME]",
+		Short: "Remove ipfence's table (and nothing else) in one transaction",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			existed, err := nft.Flush(cmd.Context(), "ipfence", netns)
+			if err != nil {
+				return fmt.Errorf("flushing: %w", err)
+			}
+			if err := (state.Dir{Path: stateDir}).ForgetApplied(netns); err != nil {
+				g.logger.Warn("forgetting what was applied", "err", err)
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed})
+			}
+			if existed {
+				fmt.Fprintln(cmd.OutOrStdout(), "removed table inet ipfence")
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), "no ipfence table was loaded")
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&netns, "netns", "", "network namespace (default: the current one)")
+	c.Flags().StringVar(&stateDir, "state", state.DefaultDir, "state folder")
+	return c
+}
+
+func newExplainCmd(g *globals) *cobra.Command {
+	var pf policyFlags
+	var port string
+	c := &cobra.Command{
+		Use:   "explain --policy FILE ADDR [--port tcp/22]",
+		Short: "Say which rule decides a source address, and from which source entry",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			addr, err := netip.ParseAddr(args[0])
+			if err != nil {
+				return usageError{fmt.Errorf("%q is not an IP address", args[0])}
+			}
+			pkt := plan.Packet{Src: addr.Unmap()}
+			if port != "" {
+				pt, err := policy.ParsePort(port)
+				if err != nil {
+					return usageError{err}
+				}
+				pkt.Proto, pkt.DPort = pt.Proto, pt.First
+			}
+			c, err := pf.compile(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			ex := explain(c, pkt)
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), ex)
+			}
+			printExplain(cmd.OutOrStdout(), ex)
+			return nil
+		},
+	}
+	pf.register(c)
+	c.Flags().StringVar(&port, "port", "", "destination, e.g. tcp/22 (rules with ports only apply to matching packets)")
+	return c
+}
+
+type explanation struct {
+	Addr      string        `json:"addr"`
+	Decision  plan.Decision `json:"decision"`
+	Protected bool          `json:"protected"`
+	Rules     []ruleExplain `json:"rules"`
+}
+
+type ruleExplain struct {
+	Name    string          `json:"name"`
+	Action  plan.Action     `json:"action"`
+	InSet   bool            `json:"in_set"`
+	Applies bool            `json:"applies"`
+	Origins []policy.Origin `json:"origins,omitempty"`
+}
+
+func explain(c *compiled, pkt plan.Packet) explanation {
+	ex := explanation{Addr: pkt.Src.String(), Decision: c.plan.Verdict(pkt), Protected: c.plan.Protected(pkt.Src)}
+	for _, r := range c.plan.Rules {
+		l := r.V4
+		if !pkt.Src.Is4() {
+			l = r.V6
+		}
+		re := ruleExplain{Name: r.Name, Action: r.Action, InSet: r.Set.Contains(pkt.Src), Applies: l.Kind != plan.KindEmpty}
+		re.Origins = c.res.Explain(r.Name, pkt.Src)
+		ex.Rules = append(ex.Rules, re)
+	}
+	return ex
+}
+
+func printExplain(w io.Writer, ex explanation) {
+	who := "no rule matches"
+	switch ex.Decision.Rule {
+	case "":
+	case "protect":
+		who = "protected"
+	default:
+		who = "rule " + ex.Decision.Rule
+	}
+	fmt.Fprintf(w, "%s: %s (%s)\n", ex.Addr, ex.Decision.Verdict, who)
+	if ex.Protected {
+		fmt.Fprintln(w, "  the address is protected: no rule blocks it")
+	}
+	for _, r := range ex.Rules {
+		in := "not in set"
+		if r.InSet {
+			in = "in set"
+		}
+		if !r.Applies {
+			in += ", rule does not apply to this family"
+		}
+		fmt.Fprintf(w, "  rule %s (%s): %s\n", r.Name, r.Action, in)
+		for _, o := range r.Origins {
+			cc := ""
+			if o.Country != "" {
+				cc = " " + o.Country
+			}
+			fmt.Fprintf(w, "    from %s: %s%s (%s)\n", o.Source, o.Range, cc, o.Where)
+		}
+	}
+}

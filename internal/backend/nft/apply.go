@@ -1,0 +1,252 @@
+package nft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ApplyOptions tell Apply where to load a Program.
+type ApplyOptions struct {
+	// NetNS is the network namespace to load into: "" for the current
+	// one, a name as `ip netns add` creates (opened at /run/netns/NAME),
+	// or an absolute path to a namespace file such as /proc/PID/ns/net.
+	NetNS string
+}
+
+// ApplyResult says what Apply loaded and how long it took.
+type ApplyResult struct {
+	Table string
+	// Sets counts named sets and maps; Elements their elements as the
+	// Program has them (prefixes, not the interval endpoints sent).
+	Sets     int
+	Elements int
+	Chains   int
+	Rules    int
+	// GenID is the ruleset generation the transaction was checked against.
+	GenID uint32
+	// Build is the time to open the namespace, resolve interfaces, read
+	// the generation and encode the batch; Flush the time to send it and
+	// have the kernel commit it.
+	Build time.Duration
+	Flush time.Duration
+}
+
+// ConcurrentChangeError is returned by Apply when the nftables ruleset of
+// the namespace changed between reading its generation and committing the
+// batch: the kernel refused the whole transaction and nothing changed.
+// Applying again (the Program is still valid) is the usual remedy.
+type ConcurrentChangeError struct {
+	Table string
+	// GenID is the generation Apply read before building its batch; Now
+	// the generation it found after the kernel refused the batch (0 if
+	// it could not be read).
+	GenID, Now uint32
+}
+
+func (e *ConcurrentChangeError) Error() string {
+	return fmt.Sprintf("loading table %s: the nftables ruleset changed while the batch was built (generation %d, now %d); nothing was loaded, apply again",
+		e.Table, e.GenID, e.Now)
+}
+
+// testHookBeforeFlush, when set by a test, runs after the batch is built
+// and before it is sent.
+var testHookBeforeFlush func()
+
+// Apply replaces the inet table p.Table in the target namespace with p, in
+// one netlink transaction checked against the ruleset generation: the
+// table is added (if absent), deleted and created again with its chains,
+// sets, elements and rules, and base chains are hooked in only when the
+// transaction commits. If the kernel rejects any part nothing changes and
+// the error says which message failed; if another process changed the
+// ruleset meanwhile, the error is a *ConcurrentChangeError. An invalid
+// Program fails Validate (ErrInvalidProgram) before the kernel is asked.
+//
+// ctx is checked before each step; a flush in progress is not interrupted
+// (the kernel commits or rejects it as a whole either way).
+func Apply(ctx context.Context, p *Program, opts ApplyOptions) (ApplyResult, error) {
+	if err := p.Validate(); err != nil {
+		return ApplyResult{Table: p.Table}, err
+	}
+	return apply(ctx, p, opts)
+}
+
+// apply is Apply without Validate, so that tests can hand the kernel a
+// batch it must reject.
+func apply(ctx context.Context, p *Program, opts ApplyOptions) (ApplyResult, error) {
+	res := ApplyResult{Table: p.Table}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	c, closeConn, nsfd, err := dial(opts.NetNS)
+	if err != nil {
+		return res, fmt.Errorf("loading table %s: %w", p.Table, err)
+	}
+	defer closeConn()
+
+	idx, err := ifindexes(iifNames(p), nsfd, opts.NetNS)
+	if err != nil {
+		return res, fmt.Errorf("loading table %s: %w", p.Table, err)
+	}
+	gen, err := c.GetGen()
+	if err != nil {
+		return res, fmt.Errorf("loading table %s: reading ruleset generation: %w", p.Table, err)
+	}
+	res.GenID = gen.ID
+	b := &batch{c: c, ifindex: idx, res: &res}
+	if err := b.queue(p); err != nil {
+		return res, fmt.Errorf("loading table %s: %w", p.Table, err)
+	}
+	res.Build = time.Since(start)
+
+	if testHookBeforeFlush != nil {
+		testHookBeforeFlush()
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	start = time.Now()
+	err = c.FlushWithGenID(gen.ID)
+	res.Flush = time.Since(start)
+	switch {
+	case errors.Is(err, unix.ERESTART):
+		ce := &ConcurrentChangeError{Table: p.Table, GenID: gen.ID}
+		if now, err := c.GetGen(); err == nil {
+			ce.Now = now.ID
+		}
+		return res, ce
+	case err != nil:
+		return res, fmt.Errorf("loading table %s: kernel rejected the transaction, nothing was changed: %w", p.Table, err)
+	}
+	return res, nil
+}
+
+// Flush deletes the inet table named table from the target namespace (see
+// ApplyOptions.NetNS) in one transaction, leaving every other table alone.
+// existed reports whether there was a table to delete; a missing table is
+// not an error.
+func Flush(ctx context.Context, table, netns string) (existed bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	c, closeConn, _, err := dial(netns)
+	if err != nil {
+		return false, fmt.Errorf("deleting table %s: %w", table, err)
+	}
+	defer closeConn()
+	c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: table})
+	switch err := c.Flush(); {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("deleting table %s: %w", table, err)
+	}
+	return true, nil
+}
+
+// nsPath returns the file of a network namespace given as in
+// ApplyOptions.NetNS, or "" for the current namespace.
+func nsPath(netns string) string {
+	switch {
+	case netns == "":
+		return ""
+	case strings.ContainsRune(netns, '/'):
+		return netns
+	}
+	return filepath.Join("/run/netns", netns)
+}
+
+// dial opens a lasting nftables connection in the namespace netns. The
+// returned fd (-1 for the current namespace) stays valid until closeConn.
+func dial(netns string) (c *nftables.Conn, closeConn func(), nsfd int, err error) {
+	nsfd = -1
+	opts := []nftables.ConnOption{nftables.AsLasting()}
+	if path := nsPath(netns); path != "" {
+		nsfd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, -1, fmt.Errorf("opening network namespace %s: %w", path, err)
+		}
+		opts = append(opts, nftables.WithNetNSFd(nsfd))
+	}
+	c, err = nftables.New(opts...)
+	if err != nil {
+		if nsfd >= 0 {
+			unix.Close(nsfd)
+		}
+		return nil, nil, -1, fmt.Errorf("connecting to nftables: %w", err)
+	}
+	return c, func() {
+		_ = c.CloseLasting()
+		if nsfd >= 0 {
+			unix.Close(nsfd)
+		}
+	}, nsfd, nil
+}
+
+func iifNames(p *Program) []string {
+	var names []string
+	for _, c := range p.Chains {
+		for _, r := range c.Rules {
+			if r.Iif != "" && !slices.Contains(names, r.Iif) {
+				names = append(names, r.Iif)
+			}
+		}
+	}
+	return names
+}
+
+// ifindexes resolves interface names to indexes in the namespace nsfd
+// (-1: current) with RTM_GETLINK, as nft resolves `iif "lo"` where it runs.
+func ifindexes(names []string, nsfd int, netns string) (map[string]uint32, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	cfg := &netlink.Config{}
+	if nsfd >= 0 {
+		cfg.NetNS = nsfd
+	}
+	c, err := netlink.Dial(unix.NETLINK_ROUTE, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("resolving interfaces: %w", err)
+	}
+	defer c.Close()
+	idx := make(map[string]uint32, len(names))
+	for _, name := range names {
+		attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+			{Type: unix.IFLA_IFNAME, Data: append([]byte(name), 0)},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("resolving interface %q: %w", name, err)
+		}
+		msgs, err := c.Execute(netlink.Message{
+			Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request},
+			Data:   append(make([]byte, unix.SizeofIfInfomsg), attrs...),
+		})
+		if errors.Is(err, unix.ENODEV) {
+			where := "the current network namespace"
+			if netns != "" {
+				where = "network namespace " + netns
+			}
+			return nil, fmt.Errorf("interface %q (iif) does not exist in %s", name, where)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resolving interface %q: %w", name, err)
+		}
+		if len(msgs) == 0 || len(msgs[0].Data) < unix.SizeofIfInfomsg {
+			return nil, fmt.Errorf("resolving interface %q: short RTM_NEWLINK reply", name)
+		}
+		// struct ifinfomsg: family, pad, type (u16), index (s32), ...
+		idx[name] = binary.NativeEndian.Uint32(msgs[0].Data[4:8])
+	}
+	return idx, nil
+}

@@ -1,0 +1,322 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+)
+
+// batch queues a Program on an nftables.Conn as the messages `nft -f` of
+// Render's script sends, in the same order: table (add, delete, add),
+// every chain, every named set with its elements, then the rules, each
+// rule preceded by the anonymous sets it uses. Chains come before sets so
+// that map elements can jump to them.
+type batch struct {
+	c       *nftables.Conn
+	table   *nftables.Table
+	sets    map[string]*nftables.Set
+	ifindex map[string]uint32 // iif names resolved in the target namespace
+	res     *ApplyResult
+}
+
+func (b *batch) queue(p *Program) error {
+	b.table = &nftables.Table{Family: nftables.TableFamilyINet, Name: p.Table}
+	b.c.AddTable(b.table)
+	b.c.DelTable(b.table)
+	b.c.AddTable(b.table)
+
+	chains := make(map[string]*nftables.Chain, len(p.Chains))
+	for _, ch := range p.Chains {
+		nc := &nftables.Chain{Name: ch.Name, Table: b.table}
+		if ch.Hook != nil {
+			nc.Type = nftables.ChainTypeFilter
+			nc.Hooknum = nftables.ChainHookPrerouting
+			nc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(ch.Hook.Priority))
+			policy := nftables.ChainPolicyAccept
+			nc.Policy = &policy
+		}
+		chains[ch.Name] = b.c.AddChain(nc)
+	}
+	b.res.Chains = len(p.Chains)
+
+	b.sets = make(map[string]*nftables.Set, len(p.Sets))
+	for _, s := range p.Sets {
+		ns, elems, err := setMessage(b.table, s)
+		if err != nil {
+			return err
+		}
+		if err := b.c.AddSet(ns, elems); err != nil {
+			return fmt.Errorf("encoding set %s: %w", s.Name, err)
+		}
+		b.sets[s.Name] = ns
+		b.res.Sets++
+		b.res.Elements += len(s.Elems)
+	}
+
+	for _, ch := range p.Chains {
+		for i := range ch.Rules {
+			exprs, err := b.ruleExprs(&ch.Rules[i])
+			if err != nil {
+				return fmt.Errorf("encoding chain %s rule %d: %w", ch.Name, i, err)
+			}
+			r := &nftables.Rule{Table: b.table, Chain: chains[ch.Name], Exprs: exprs}
+			if c := ch.Rules[i].Comment; c != "" {
+				r.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
+			}
+			b.c.AddRule(r)
+			b.res.Rules++
+		}
+	}
+	return nil
+}
+
+// setMessage returns the named set and elements for s, with the flags,
+// size and key byte order nft uses.
+func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement, error) {
+	ns := &nftables.Set{
+		Table:        t,
+		Name:         s.Name,
+		Interval:     s.Interval,
+		IsMap:        s.IsMap,
+		KeyType:      nftables.TypeIPAddr,
+		KeyByteOrder: binaryutil.BigEndian,
+		Comment:      s.Comment,
+	}
+	if s.Family == IPv6 {
+		ns.KeyType = nftables.TypeIP6Addr
+	}
+	if s.IsMap {
+		ns.DataType = nftables.TypeVerdict
+	}
+	if s.Interval {
+		rs, err := intervalRanges(s.Elems)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
+		}
+		return ns, addrIntervalElems(rs), nil
+	}
+	ns.Size = hashSize(s)
+	elems := make([]nftables.SetElement, len(s.Elems))
+	for i, e := range s.Elems {
+		elems[i].Key = e.Key.Masked().Addr().AsSlice()
+		if s.IsMap {
+			elems[i].VerdictData = verdictExpr(e.Verdict)
+		}
+	}
+	return ns, elems, nil
+}
+
+// addrIntervalElems encodes sorted, disjoint address ranges the way nft
+// does for an interval set: an interval-end element at the zero address
+// when the first range does not start there, then for every range its
+// start and an interval-end element at last+1; a range that runs to the
+// last address has no end element and its start is flagged open.
+func addrIntervalElems(rs []addrRange) []nftables.SetElement {
+	elems := make([]nftables.SetElement, 0, 2*len(rs)+1)
+	if len(rs) > 0 && !rs[0].first.IsUnspecified() {
+		elems = append(elems, nftables.SetElement{
+			Key:         make([]byte, rs[0].first.BitLen()/8),
+			IntervalEnd: true,
+		})
+	}
+	for _, r := range rs {
+		end := r.last.Next()
+		elems = append(elems, nftables.SetElement{Key: r.first.AsSlice(), IntervalOpen: !end.IsValid()})
+		if end.IsValid() {
+			elems = append(elems, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return elems
+}
+
+// portIntervalElems is addrIntervalElems for canonical port ranges.
+func portIntervalElems(rs []PortRange) []nftables.SetElement {
+	elems := make([]nftables.SetElement, 0, 2*len(rs)+1)
+	if rs[0].First != 0 {
+		elems = append(elems, nftables.SetElement{Key: be16(0), IntervalEnd: true})
+	}
+	for _, r := range rs {
+		open := r.Last == 0xffff
+		elems = append(elems, nftables.SetElement{Key: be16(r.First), IntervalOpen: open})
+		if !open {
+			elems = append(elems, nftables.SetElement{Key: be16(r.Last + 1), IntervalEnd: true})
+		}
+	}
+	return elems
+}
+
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
+
+func verdictExpr(v Verdict) *expr.Verdict {
+	e := &expr.Verdict{Chain: v.Chain}
+	switch v.Kind {
+	case Accept:
+		e.Kind = expr.VerdictAccept
+	case Drop:
+		e.Kind = expr.VerdictDrop
+	case Return:
+		e.Kind = expr.VerdictReturn
+	case Jump:
+		e.Kind = expr.VerdictJump
+	case Goto:
+		e.Kind = expr.VerdictGoto
+	default:
+		e.Kind = expr.VerdictContinue
+	}
+	return e
+}
+
+func nfproto(f Family) []expr.Any {
+	p := byte(unix.NFPROTO_IPV4)
+	if f == IPv6 {
+		p = unix.NFPROTO_IPV6
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+// anonSet queues a constant anonymous set (as nft does for "{ ... }" in a
+// rule) and returns the lookup expression that uses it.
+func (b *batch) anonSet(key nftables.SetDatatype, interval bool, elems []nftables.SetElement) (expr.Any, error) {
+	s := &nftables.Set{
+		Table:     b.table,
+		Anonymous: true,
+		Constant:  true,
+		Interval:  interval,
+		AutoMerge: interval,
+		KeyType:   key,
+	}
+	if interval && len(elems) > 0 && elems[len(elems)-1].IntervalOpen {
+		// nft declares the size of an anonymous interval set before it
+		// drops the end element of a range that runs to the last value,
+		// so the size is one more than the elements sent. AddSet writes
+		// the element count for a constant set; a second NFTA_SET_DESC
+		// with Size follows it, and the kernel keeps the last one.
+		s.Size = uint32(len(elems) + 1)
+	}
+	if err := b.c.AddSet(s, elems); err != nil {
+		return nil, fmt.Errorf("encoding anonymous set: %w", err)
+	}
+	return &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}, nil
+}
+
+// ruleExprs translates one rule into the expressions nft generates for
+// appendRule's text, statement by statement.
+func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
+	var es []expr.Any
+	if r.Iif != "" {
+		idx, ok := b.ifindex[r.Iif]
+		if !ok {
+			return nil, fmt.Errorf("interface %q not resolved", r.Iif)
+		}
+		es = append(es,
+			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(idx)})
+	}
+	if r.Lookup == nil && r.Family != FamilyAny {
+		es = append(es, nfproto(r.Family)...)
+	}
+	if r.Proto != 0 {
+		es = append(es, l4proto(byte(r.Proto))...)
+		if len(r.Ports) > 0 {
+			es = append(es, &expr.Payload{
+				DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2,
+			})
+			rs := canonicalPorts(r.Ports)
+			switch {
+			case len(rs) == 1 && rs[0].First == rs[0].Last:
+				es = append(es, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(rs[0].First)})
+			case len(rs) == 1:
+				es = append(es,
+					&expr.Cmp{Op: expr.CmpOpGte, Register: 1, Data: be16(rs[0].First)},
+					&expr.Cmp{Op: expr.CmpOpLte, Register: 1, Data: be16(rs[0].Last)})
+			default:
+				interval := false
+				for _, pr := range rs {
+					interval = interval || pr.First != pr.Last
+				}
+				var elems []nftables.SetElement
+				if interval {
+					elems = portIntervalElems(rs)
+				} else {
+					for _, pr := range rs {
+						elems = append(elems, nftables.SetElement{Key: be16(pr.First)})
+					}
+				}
+				lookup, err := b.anonSet(nftables.TypeInetService, interval, elems)
+				if err != nil {
+					return nil, err
+				}
+				es = append(es, lookup)
+			}
+		}
+	}
+	if r.NDP {
+		es = append(es, l4proto(unix.IPPROTO_ICMPV6)...)
+		es = append(es, &expr.Payload{
+			DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1,
+		})
+		elems := make([]nftables.SetElement, len(ndpTypes))
+		for i, t := range ndpTypes {
+			elems[i].Key = []byte{t.typ}
+		}
+		lookup, err := b.anonSet(nftables.TypeICMP6Type, false, elems)
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, lookup)
+	}
+	if l := r.Lookup; l != nil {
+		s, ok := b.sets[l.Set]
+		if !ok {
+			// Validate rejects this; the kernel would too. Reference the
+			// name anyway so that a test can check the kernel's answer.
+			s = &nftables.Set{Name: l.Set}
+		}
+		es = append(es, nfproto(l.Family)...)
+		offset, size := uint32(12), uint32(4) // ip saddr
+		if l.Family == IPv6 {
+			offset, size = 8, 16 // ip6 saddr
+		}
+		es = append(es, &expr.Payload{
+			DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size,
+		})
+		if m, ok := lookupMask(l); ok {
+			es = append(es, &expr.Bitwise{
+				SourceRegister: 1, DestRegister: 1, Len: size,
+				Mask: m.AsSlice(), Xor: make([]byte, size),
+			})
+		}
+		es = append(es, &expr.Lookup{
+			SourceRegister: 1, SetName: s.Name, SetID: s.ID,
+			IsDestRegSet: l.IsMap, DestRegister: 0,
+		})
+	}
+	if r.Counter {
+		es = append(es, &expr.Counter{})
+	}
+	switch r.Reject {
+	case RejectTCPReset:
+		es = append(es, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
+	case RejectAdminProhibited:
+		es = append(es, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED})
+	}
+	if r.Verdict.Kind != Continue {
+		es = append(es, verdictExpr(r.Verdict))
+	}
+	return es, nil
+}

@@ -1,0 +1,280 @@
+package nft
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// minHashSize is the smallest "size" a hash set or map is declared with.
+// A declared size makes the kernel choose a fixed-size hash (nft_hash, or
+// nft_hash_fast for 4-byte keys) instead of the resizable rhash; the size
+// is also the most elements the set can hold.
+const minHashSize = 16
+
+// hashSize is the "size" of a hash set or map: its element count, at least
+// minHashSize. Render and Apply both use it.
+func hashSize(s *Set) uint32 {
+	return uint32(max(len(s.Elems), minHashSize))
+}
+
+// ndpTypes are the ICMPv6 types of neighbour and router discovery that an
+// NDP rule accepts, in the order nft lists them.
+var ndpTypes = []struct {
+	name string
+	typ  byte
+}{
+	{"nd-router-solicit", 133},
+	{"nd-router-advert", 134},
+	{"nd-neighbor-solicit", 135},
+	{"nd-neighbor-advert", 136},
+	{"nd-redirect", 137},
+}
+
+// Render returns the nft script that loads p: `nft -f` of it replaces
+// ipfence's table in one transaction, exactly as Apply does (a test loads
+// both ways and compares). The script starts with "table inet NAME {}" and
+// "delete table inet NAME", so it loads whether or not the table exists.
+//
+// Output is deterministic: objects and elements come in Program order, one
+// element per line. Render does not validate p; an invalid Program (see
+// Validate) renders a script that nft rejects or that differs from what
+// Apply loads.
+func Render(p *Program) string {
+	var b strings.Builder
+	n := 256
+	for _, s := range p.Sets {
+		n += 128 + len(s.Elems)*24
+	}
+	for _, c := range p.Chains {
+		n += 64 + len(c.Rules)*96
+	}
+	b.Grow(n)
+
+	t := p.Table
+	b.WriteString("table inet " + t + " {}\n")
+	b.WriteString("delete table inet " + t + "\n")
+	b.WriteString("table inet " + t + " {\n")
+	first := true
+	sep := func() {
+		if !first {
+			b.WriteByte('\n')
+		}
+		first = false
+	}
+	for _, s := range p.Sets {
+		sep()
+		renderSet(&b, s)
+	}
+	for _, c := range p.Chains {
+		sep()
+		renderChain(&b, c)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func keyType(f Family) string {
+	if f == IPv6 {
+		return "ipv6_addr"
+	}
+	return "ipv4_addr"
+}
+
+func renderSet(b *strings.Builder, s *Set) {
+	if s.IsMap {
+		b.WriteString("\tmap " + s.Name + " {\n")
+		b.WriteString("\t\ttype " + keyType(s.Family) + " : verdict\n")
+	} else {
+		b.WriteString("\tset " + s.Name + " {\n")
+		b.WriteString("\t\ttype " + keyType(s.Family) + "\n")
+	}
+	if s.Interval {
+		b.WriteString("\t\tflags interval\n")
+	} else {
+		b.WriteString("\t\tsize " + strconv.FormatUint(uint64(hashSize(s)), 10) + "\n")
+	}
+	if s.Comment != "" {
+		b.WriteString("\t\tcomment \"" + s.Comment + "\"\n")
+	}
+	if len(s.Elems) > 0 {
+		b.WriteString("\t\telements = {\n")
+		var buf []byte
+		for i, e := range s.Elems {
+			buf = append(buf[:0], "\t\t\t"...)
+			k := e.Key.Masked()
+			if s.Interval && k.Bits() != k.Addr().BitLen() {
+				buf = k.AppendTo(buf)
+			} else {
+				buf = k.Addr().AppendTo(buf)
+			}
+			if s.IsMap {
+				buf = append(buf, " : "...)
+				buf = appendVerdict(buf, e.Verdict)
+			}
+			if i < len(s.Elems)-1 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, '\n')
+			b.Write(buf)
+		}
+		b.WriteString("\t\t}\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+func renderChain(b *strings.Builder, c *Chain) {
+	b.WriteString("\tchain " + c.Name + " {\n")
+	if c.Hook != nil {
+		b.WriteString("\t\ttype filter hook prerouting priority " +
+			strconv.FormatInt(int64(c.Hook.Priority), 10) + "; policy accept;\n")
+	}
+	var buf []byte
+	for i := range c.Rules {
+		buf = append(buf[:0], "\t\t"...)
+		buf = appendRule(buf, &c.Rules[i])
+		buf = append(buf, '\n')
+		b.Write(buf)
+	}
+	b.WriteString("\t}\n")
+}
+
+func verdictWord(k VerdictKind) string {
+	switch k {
+	case Accept:
+		return "accept"
+	case Drop:
+		return "drop"
+	case Return:
+		return "return"
+	case Jump:
+		return "jump"
+	case Goto:
+		return "goto"
+	}
+	return "continue"
+}
+
+func appendVerdict(buf []byte, v Verdict) []byte {
+	buf = append(buf, verdictWord(v.Kind)...)
+	if v.Kind == Jump || v.Kind == Goto {
+		buf = append(buf, ' ')
+		buf = append(buf, v.Chain...)
+	}
+	return buf
+}
+
+// appendRule writes a rule's statements in the order of Rule's fields;
+// netlink.go emits the same expressions in the same order.
+func appendRule(buf []byte, r *Rule) []byte {
+	start := len(buf)
+	word := func(s string) {
+		if len(buf) > start {
+			buf = append(buf, ' ')
+		}
+		buf = append(buf, s...)
+	}
+	if r.Iif != "" {
+		word(`iif "` + r.Iif + `"`)
+	}
+	if r.Lookup == nil && r.Family != FamilyAny {
+		word("meta nfproto " + r.Family.String())
+	}
+	if r.Proto != 0 {
+		word("meta l4proto " + r.Proto.String())
+		if len(r.Ports) > 0 {
+			word("th dport " + portsText(canonicalPorts(r.Ports)))
+		}
+	}
+	if r.NDP {
+		names := make([]string, len(ndpTypes))
+		for i, t := range ndpTypes {
+			names[i] = t.name
+		}
+		word("meta l4proto ipv6-icmp icmpv6 type { " + strings.Join(names, ", ") + " }")
+	}
+	if l := r.Lookup; l != nil {
+		if l.Family == IPv6 {
+			word("ip6 saddr")
+		} else {
+			word("ip saddr")
+		}
+		if m, ok := lookupMask(l); ok {
+			word("& " + m.String())
+		}
+		if l.IsMap {
+			word("vmap @" + l.Set)
+		} else {
+			word("@" + l.Set)
+		}
+	}
+	if r.Counter {
+		word("counter")
+	}
+	switch r.Reject {
+	case RejectTCPReset:
+		word("reject with tcp reset")
+	case RejectAdminProhibited:
+		word("reject with icmpx admin-prohibited")
+	}
+	if r.Verdict.Kind != Continue {
+		word(string(appendVerdict(nil, r.Verdict)))
+	}
+	if r.Comment != "" {
+		word(`comment "` + r.Comment + `"`)
+	}
+	return buf
+}
+
+// lookupMask returns the netmask a lookup applies to the source address,
+// and false when it applies none (MaskBits 0 or the full length).
+func lookupMask(l *Lookup) (netip.Addr, bool) {
+	bits := familyBits(l.Family)
+	if l.MaskBits == 0 || l.MaskBits >= bits {
+		return netip.Addr{}, false
+	}
+	m := make([]byte, bits/8)
+	for i := range l.MaskBits {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(m)
+	return a, true
+}
+
+// canonicalPorts sorts port ranges and merges those that overlap or touch,
+// so that nft (which would merge them in an anonymous interval set) and
+// Apply see the same elements.
+func canonicalPorts(in []PortRange) []PortRange {
+	rs := slices.Clone(in)
+	slices.SortFunc(rs, func(a, b PortRange) int { return int(a.First) - int(b.First) })
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && uint32(r.First) <= uint32(out[n-1].Last)+1 {
+			out[n-1].Last = max(out[n-1].Last, r.Last)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// portsText renders canonical port ranges: a single port or range bare
+// (nft turns it into comparisons), several in an anonymous set.
+func portsText(rs []PortRange) string {
+	one := func(r PortRange) string {
+		s := strconv.Itoa(int(r.First))
+		if r.Last != r.First {
+			s += "-" + strconv.Itoa(int(r.Last))
+		}
+		return s
+	}
+	if len(rs) == 1 {
+		return one(rs[0])
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = one(r)
+	}
+	return "{ " + strings.Join(parts, ", ") + " }"
+}

@@ -1,0 +1,380 @@
+// Package netns runs code and commands inside named network namespaces and
+// builds the two-namespace test lab ("fw" and "gen" joined by a veth pair)
+// that every kernel test, the demo and the benchmarks use.
+//
+// Named namespaces live where iproute2 keeps them, /run/netns/NAME, so
+// `ip netns exec NAME ...` and an `--netns NAME` flag can target them. This
+// package never changes the namespace the process was started in: all
+// configuration happens on OS threads switched into a lab namespace, and a
+// thread whose namespace cannot be restored is never reused.
+//
+// Every namespace this package creates has the prefix "ipf-"; Sweep removes
+// such namespaces left behind by crashed runs (no live process holds them).
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// RunDir is where named network namespaces are bind-mounted, as by iproute2.
+const RunDir = "/run/netns"
+
+// Prefix starts the name of every namespace this package creates.
+const Prefix = "ipf-"
+
+// ErrNotFound is wrapped by errors for a namespace name with no mounted
+// namespace under RunDir.
+var ErrNotFound = errors.New("network namespace not found")
+
+// ErrExist is wrapped by errors for a namespace name that is already taken.
+var ErrExist = errors.New("network namespace already exists")
+
+// nsfsMagic is NSFS_MAGIC, the file system type of a namespace file.
+const nsfsMagic = 0x6e736673
+
+// Path returns the file under RunDir for namespace name.
+func Path(name string) string { return filepath.Join(RunDir, name) }
+
+// checkName rejects names that are not a single path element.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
+		return fmt.Errorf("invalid network namespace name %q", name)
+	}
+	return nil
+}
+
+// Open returns the namespace file of the named network namespace, for
+// setns(2) or nftables.WithNetNSFd(int(f.Fd())). The caller closes it; the
+// namespace stays alive at least as long as the file is open.
+//
+// It fails with an error wrapping ErrNotFound when /run/netns/NAME does not
+// exist or is not a mounted namespace.
+func Open(name string) (*os.File, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(Path(name), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: network namespace %s not found; list them with `ip netns list`", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace %s: %w", name, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening network namespace %s: %w", name, err)
+	}
+	if st.Type != nsfsMagic {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is not a mounted network namespace (stale file?); list them with `ip netns list`", ErrNotFound, Path(name))
+	}
+	return f, nil
+}
+
+// Do runs fn on a locked OS thread switched into the named network
+// namespace and returns fn's error. Sockets and netlink handles fn creates
+// belong to that namespace and stay usable from any goroutine afterwards;
+// goroutines fn starts do NOT run in the namespace.
+//
+// fn runs on a goroutine of its own: a panic in fn is re-raised in the
+// caller, but fn must not call runtime.Goexit (t.FailNow, t.Fatal): that is
+// reported as an error. If the thread cannot be switched back to its
+// original namespace, the error says so and the thread is left locked, so
+// the runtime terminates it instead of reusing it.
+func Do(name string, fn func() error) error {
+	f, err := Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := doFile(f, fn); err != nil {
+		return fmt.Errorf("in network namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// doFile is Do for an open namespace file.
+func doFile(f *os.File, fn func() error) error {
+	fd := int(f.Fd())
+	err := onThread(func() error {
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("entering network namespace: %w", err)
+		}
+		return nil
+	}, fn)
+	runtime.KeepAlive(f)
+	return err
+}
+
+// onThread runs enter and then fn on a fresh goroutine locked to its OS
+// thread, then switches the thread back to its original network namespace.
+// enter must leave the thread's namespace unchanged when it fails.
+func onThread(enter, fn func() error) error {
+	type result struct {
+		err      error
+		panicked bool
+		value    any
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var res result
+		finished := false
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("opening current network namespace: %w", err)}
+			return
+		}
+		defer unix.Close(orig)
+		if err := enter(); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		// Runs on return, panic and runtime.Goexit alike.
+		defer func() {
+			if !finished && !res.panicked {
+				res.err = errors.New("function called runtime.Goexit (t.Fatal?) inside a network namespace")
+			}
+			if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+				// Leave the thread locked: when this goroutine exits the
+				// runtime terminates the thread instead of reusing it.
+				res.err = errors.Join(res.err, fmt.Errorf("restoring original network namespace (thread discarded): %w", err))
+			} else {
+				runtime.UnlockOSThread()
+			}
+			ch <- res
+		}()
+		defer func() {
+			if p := recover(); p != nil {
+				res.panicked, res.value = true, p
+			}
+		}()
+		res.err = fn()
+		finished = true
+	}()
+	res := <-ch
+	if res.panicked {
+		panic(res.value)
+	}
+	return res.err
+}
+
+// Exec runs argv inside the named namespace with `ip netns exec` and returns
+// its combined output. A non-zero exit is an error that includes the output.
+func Exec(name string, argv ...string) ([]byte, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if len(argv) == 0 {
+		return nil, errors.New("exec in network namespace: no command")
+	}
+	args := append([]string{"netns", "exec", name}, argv...)
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("running %q in network namespace %s: %w: %s", strings.Join(argv, " "), name, err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
+
+// ensureRunDir creates RunDir and makes it a shared mount point, as
+// `ip netns add` does, so namespace mounts propagate to other mount
+// namespaces (those of `ip netns exec`).
+func ensureRunDir() error {
+	if err := os.MkdirAll(RunDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", RunDir, err)
+	}
+	bound := false
+	for {
+		err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		if err != unix.EINVAL || bound {
+			return fmt.Errorf("making %s a shared mount: %w", RunDir, err)
+		}
+		if err := unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s on itself: %w", RunDir, err)
+		}
+		bound = true
+	}
+}
+
+// create makes a new named network namespace and returns its file. It fails
+// with an error wrapping ErrExist when the name is taken.
+func create(name string) (*os.File, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := ensureRunDir(); err != nil {
+		return nil, err
+	}
+	p := Path(name)
+	mark, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%w: %s (stale from a crashed run? remove it with `ip netns del %s`)", ErrExist, name, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", p, err)
+	}
+	mark.Close()
+	var f *os.File
+	err = onThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unsharing network namespace: %w", err)
+		}
+		return nil
+	}, func() error {
+		// Open the namespace before leaving it, so that a Sweep in
+		// another process never sees it unused.
+		var err error
+		if f, err = os.Open("/proc/thread-self/ns/net"); err != nil {
+			return err
+		}
+		if err := unix.Mount("/proc/thread-self/ns/net", p, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting namespace on %s: %w", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		remove(name)
+		return nil, fmt.Errorf("creating network namespace %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// remove unmounts and deletes a named namespace; the kernel frees it once
+// no process or open file refers to it. A missing name is not an error.
+func remove(name string) error {
+	p := Path(name)
+	err := unix.Unmount(p, unix.MNT_DETACH)
+	if err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		return fmt.Errorf("unmounting %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", p, err)
+	}
+	return nil
+}
+
+// Sweep removes lab namespaces (ipf-NAME-fw, ipf-NAME-gen under RunDir)
+// that no live process uses (no task in it, no open file for it): the
+// leftovers of a crashed or timed-out run. Namespaces of live labs, in this
+// or another process, are kept because their Lab holds them open. Other
+// namespaces, even with the "ipf-" prefix, are left alone. It returns the
+// names it removed.
+func Sweep() ([]string, error) {
+	entries, err := os.ReadDir(RunDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sweeping stale namespaces: %w", err)
+	}
+	var cands []string
+	for _, e := range entries {
+		if isLabNS(e.Name()) {
+			cands = append(cands, e.Name())
+		}
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	used := usedNetNS()
+	var removed []string
+	var errs []error
+	for _, name := range cands {
+		var st unix.Stat_t
+		if err := unix.Stat(Path(name), &st); err == nil {
+			var sfs unix.Statfs_t
+			if err := unix.Statfs(Path(name), &sfs); err != nil {
+				continue
+			}
+			if sfs.Type == nsfsMagic && used[st.Ino] {
+				continue
+			}
+			// A plain file is a mount point being set up by create, or the
+			// remains of a crash; only the latter is old.
+			if sfs.Type != nsfsMagic && time.Since(time.Unix(st.Mtim.Unix())) < time.Minute {
+				continue
+			}
+		}
+		if err := remove(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, name)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return removed, fmt.Errorf("sweeping stale namespaces: %w", err)
+	}
+	return removed, nil
+}
+
+// isLabNS reports whether name is that of a lab namespace, ipf-NAME-fw or
+// ipf-NAME-gen. Other "ipf-" namespaces (made with `ip netns add` by other
+// tools) are never swept: nothing tells whether they are still in use.
+func isLabNS(name string) bool {
+	rest, ok := strings.CutPrefix(name, Prefix)
+	if !ok {
+		return false
+	}
+	lab, ok := strings.CutSuffix(rest, "-fw")
+	if !ok {
+		lab, ok = strings.CutSuffix(rest, "-gen")
+	}
+	return ok && checkLabName(lab) == nil
+}
+
+// usedNetNS returns the inode numbers of the network namespaces that some
+// live task is in or has an open file for.
+func usedNetNS() map[uint64]bool {
+	used := map[uint64]bool{}
+	add := func(link string) {
+		target, err := os.Readlink(link)
+		if err != nil {
+			return
+		}
+		var ino uint64
+		if _, err := fmt.Sscanf(target, "net:[%d]", &ino); err == nil {
+			used[ino] = true
+			return
+		}
+		// A namespace file opened through its bind mount reads as that
+		// path; stat what the link refers to.
+		if strings.HasPrefix(target, RunDir+"/") || strings.HasPrefix(target, "/var"+RunDir+"/") {
+			var st unix.Stat_t
+			var sfs unix.Statfs_t
+			if unix.Stat(link, &st) == nil && unix.Statfs(link, &sfs) == nil && sfs.Type == nsfsMagic {
+				used[st.Ino] = true
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, proc := range procs {
+		tasks, _ := filepath.Glob(proc + "/task/[0-9]*")
+		for _, task := range tasks {
+			add(task + "/ns/net")
+		}
+		fds, _ := os.ReadDir(proc + "/fd")
+		for _, fd := range fds {
+			add(proc + "/fd/" + fd.Name())
+		}
+	}
+	return used
+}

@@ -1,0 +1,285 @@
+package netns_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+)
+
+// selfNetNS is the namespace of the test's current thread, as "net:[ino]".
+func selfNetNS(t *testing.T) string {
+	t.Helper()
+	s, err := os.Readlink("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCheckLabName(t *testing.T) {
+	for _, name := range []string{"", "a/b", "a b", strings.Repeat("x", 41), "ü"} {
+		if _, err := netns.NewLab(name); err == nil {
+			t.Errorf("NewLab(%q) succeeded, want error", name)
+		}
+	}
+}
+
+func TestOpenNotFound(t *testing.T) {
+	_, err := netns.Open("ipf-does-not-exist-42")
+	if !errors.Is(err, netns.ErrNotFound) {
+		t.Fatalf("Open of a missing namespace: got %v, want ErrNotFound", err)
+	}
+	if !strings.Contains(err.Error(), "ip netns list") {
+		t.Errorf("error %q does not say how to list namespaces", err)
+	}
+	if err := netns.Do("ipf-does-not-exist-42", func() error { return nil }); !errors.Is(err, netns.ErrNotFound) {
+		t.Errorf("Do in a missing namespace: got %v, want ErrNotFound", err)
+	}
+}
+
+func TestLabUpAndDown(t *testing.T) {
+	before := selfNetNS(t)
+	lab := netnstest.New(t)
+	for _, ns := range []string{lab.FW, lab.Gen} {
+		if _, err := os.Stat(netns.Path(ns)); err != nil {
+			t.Errorf("namespace file: %v", err)
+		}
+		f, err := netns.Open(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	out, err := nsExec(lab.FW, "ip", "-br", "addr", "show", "dev", lab.FWIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"198.18.0.1/24", "2001:2::1/64", "UP"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fw %s: %q lacks %q", lab.FWIf, out, want)
+		}
+	}
+	if len(lab.FWMAC) != 6 || len(lab.GenMAC) != 6 || lab.FWIndex == 0 || lab.GenIndex == 0 {
+		t.Errorf("lab link attributes not filled in: %+v", lab)
+	}
+	// The MAC and index seen inside fw match what the lab reports.
+	err = lab.DoFW(func() error {
+		ifi, err := net.InterfaceByName(lab.FWIf)
+		if err != nil {
+			return err
+		}
+		if ifi.Index != lab.FWIndex || ifi.HardwareAddr.String() != lab.FWMAC.String() {
+			return fmt.Errorf("interface %v, lab says index %d mac %s", ifi, lab.FWIndex, lab.FWMAC)
+		}
+		for k, want := range map[string]string{
+			"ipv4/conf/all/rp_filter":               "0",
+			"ipv4/conf/" + lab.FWIf + "/rp_filter":  "0",
+			"ipv4/ip_forward":                       "0",
+			"ipv6/conf/all/forwarding":              "0",
+			"ipv6/conf/" + lab.FWIf + "/accept_dad": "0",
+		} {
+			b, err := os.ReadFile("/proc/sys/net/" + k)
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(string(b)); got != want {
+				return fmt.Errorf("sysctl %s = %s, want %s", k, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Traffic flows both ways over v4 and v6 at once (no DAD wait).
+	for _, dst := range []netip.Addr{lab.FWAddr4.Addr(), lab.FWAddr6.Addr()} {
+		if err := udpRoundTrip(lab, dst); err != nil {
+			t.Errorf("udp to %s: %v", dst, err)
+		}
+	}
+	if after := selfNetNS(t); after != before {
+		t.Fatalf("test thread namespace changed: %s -> %s", before, after)
+	}
+	if err := lab.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := lab.DoFW(func() error { return nil }); !errors.Is(err, netns.ErrClosed) {
+		t.Errorf("DoFW after Close: %v, want ErrClosed", err)
+	}
+	for _, ns := range []string{lab.FW, lab.Gen} {
+		if _, err := os.Stat(netns.Path(ns)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("namespace %s still there after Close: %v", ns, err)
+		}
+	}
+	if list := ipNetnsList(t); slices.Contains(list, lab.FW) || slices.Contains(list, lab.Gen) {
+		t.Errorf("ip netns list still shows the lab: %v", list)
+	}
+}
+
+// udpRoundTrip sends a datagram from gen to fw and an answer back.
+func udpRoundTrip(lab *netns.Lab, dst netip.Addr) error {
+	var srv *net.UDPConn
+	err := lab.DoFW(func() error {
+		var err error
+		srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 0)))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	var cli *net.UDPConn
+	err = lab.DoGen(func() error {
+		var err error
+		cli, err = net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	srv.SetDeadline(deadline)
+	cli.SetDeadline(deadline)
+	if _, err := cli.Write([]byte("ping")); err != nil {
+		return err
+	}
+	buf := make([]byte, 16)
+	n, from, err := srv.ReadFromUDPAddrPort(buf)
+	if err != nil || string(buf[:n]) != "ping" {
+		return fmt.Errorf("fw reading: %q, %v", buf[:n], err)
+	}
+	if _, err := srv.WriteToUDPAddrPort([]byte("pong"), from); err != nil {
+		return err
+	}
+	n, err = cli.Read(buf)
+	if err != nil || string(buf[:n]) != "pong" {
+		return fmt.Errorf("gen reading: %q, %v", buf[:n], err)
+	}
+	return nil
+}
+
+func TestDoRestoresAndPropagates(t *testing.T) {
+	lab := netnstest.New(t)
+	before := selfNetNS(t)
+	var inside string
+	err := netns.Do(lab.Gen, func() error {
+		var err error
+		inside, err = os.Readlink("/proc/thread-self/ns/net")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inside == before {
+		t.Fatalf("Do did not switch namespace (%s)", inside)
+	}
+	sentinel := errors.New("sentinel")
+	if err := netns.Do(lab.Gen, func() error { return sentinel }); !errors.Is(err, sentinel) {
+		t.Errorf("Do lost fn's error: %v", err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want boom", p)
+			}
+		}()
+		lab.DoFW(func() error { panic("boom") })
+	}()
+	if err := lab.DoFW(func() error { runtime.Goexit(); return nil }); err == nil {
+		t.Error("Do of a function calling Goexit returned nil")
+	}
+	// Many Do calls; none may leak a switched thread into the pool.
+	for range 50 {
+		lab.DoGen(func() error { return nil })
+		if got := selfNetNS(t); got != before {
+			t.Fatalf("thread left in %s", got)
+		}
+	}
+	out, err := netns.Exec(lab.Gen, "ip", "-o", "link", "show", lab.GenIf)
+	if err != nil || !strings.Contains(string(out), lab.GenIf) {
+		t.Errorf("Exec: %q, %v", out, err)
+	}
+	if _, err := netns.Exec(lab.Gen, "false"); err == nil {
+		t.Error("Exec of false succeeded")
+	}
+}
+
+func TestNewLabNameTaken(t *testing.T) {
+	lab := netnstest.New(t)
+	_, err := netns.NewLab(lab.Name)
+	if !errors.Is(err, netns.ErrExist) {
+		t.Fatalf("second NewLab(%q): %v, want ErrExist", lab.Name, err)
+	}
+	// The failed attempt must not have removed the first lab's namespaces.
+	if err := udpRoundTrip(lab, lab.FWAddr4.Addr()); err != nil {
+		t.Fatalf("first lab broken by second NewLab: %v", err)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	live := netnstest.New(t)
+	// A lab whose owner vanished: closing its files without removing the
+	// mounts is what a crash leaves behind.
+	name := fmt.Sprintf("sweep%d", os.Getpid())
+	stale, err := netns.NewLab(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stale.Close() })
+	netns.ForgetForTest(stale)
+	removed, err := netns.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	if want := []string{stale.FW, stale.Gen}; !slices.Equal(removed, want) {
+		t.Errorf("Sweep removed %v, want %v", removed, want)
+	}
+	list := ipNetnsList(t)
+	if !slices.Contains(list, live.FW) || !slices.Contains(list, live.Gen) {
+		t.Errorf("Sweep removed the live lab: %v", list)
+	}
+	if slices.Contains(list, stale.FW) {
+		t.Errorf("stale lab still listed: %v", list)
+	}
+}
+
+func ipNetnsList(t *testing.T) []string {
+	t.Helper()
+	out, err := execHost("ip", "netns", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+func nsExec(ns string, argv ...string) (string, error) {
+	out, err := netns.Exec(ns, argv...)
+	return string(out), err
+}
+
+func execHost(argv ...string) (string, error) {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	return string(out), err
+}

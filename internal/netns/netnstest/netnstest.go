@@ -1,0 +1,100 @@
+// Package netnstest gives kernel tests a fresh netns.Lab that is removed
+// when the test ends.
+//
+// New skips the test when not running as root, unless the environment has
+// CI=true, where it fails instead: CI runs as root, so a skip there would
+// hide the kernel tests. The first New in a test binary sweeps namespaces
+// left by crashed runs. Labs are removed by t.Cleanup (which also runs when
+// the test panics) and, because `go test -timeout` kills the binary without
+// running cleanups, also by a watchdog shortly before the test deadline.
+package netnstest
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
+)
+
+// deadlineMargin is how long before the test binary's deadline the
+// watchdog removes all labs still open.
+const deadlineMargin = 3 * time.Second
+
+var (
+	sweepOnce sync.Once
+	seq       atomic.Uint64
+
+	mu       sync.Mutex
+	open     = map[*netns.Lab]bool{}
+	watchdog *time.Timer
+)
+
+// New returns a new lab named after the process and a counter, so test
+// binaries running in parallel do not collide, and registers its removal
+// with t.Cleanup. It skips t when not root (fails it when CI=true), and
+// fails t when the lab cannot be created.
+func New(t testing.TB) *netns.Lab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kernel test needs root (CI=true: not skipping)")
+		}
+		t.Skip("kernel test needs root; skipping")
+	}
+	sweepOnce.Do(func() {
+		if removed, err := netns.Sweep(); err != nil {
+			t.Logf("sweeping stale namespaces: %v", err)
+		} else if len(removed) > 0 {
+			t.Logf("swept stale namespaces %v", removed)
+		}
+	})
+	name := fmt.Sprintf("t%d-%d", os.Getpid(), seq.Add(1))
+	lab, err := netns.NewLab(name)
+	if err != nil {
+		t.Fatalf("creating lab: %v", err)
+	}
+	track(t, lab)
+	t.Cleanup(func() {
+		untrack(lab)
+		if err := lab.Close(); err != nil {
+			t.Errorf("removing lab: %v", err)
+		}
+	})
+	return lab
+}
+
+func track(t testing.TB, lab *netns.Lab) {
+	mu.Lock()
+	defer mu.Unlock()
+	open[lab] = true
+	if watchdog != nil {
+		return
+	}
+	type deadliner interface{ Deadline() (time.Time, bool) }
+	d, ok := t.(deadliner)
+	if !ok {
+		return
+	}
+	deadline, ok := d.Deadline()
+	if !ok {
+		return
+	}
+	watchdog = time.AfterFunc(time.Until(deadline)-deadlineMargin, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for lab := range open {
+			fmt.Fprintf(os.Stderr, "netnstest: test deadline near, removing lab %s\n", lab.Name)
+			lab.Close()
+		}
+	})
+}
+
+func untrack(lab *netns.Lab) {
+	mu.Lock()
+	defer mu.Unlock()
+	delete(open, lab)
+}

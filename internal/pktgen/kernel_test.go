@@ -1,0 +1,321 @@
+package pktgen
+
+// Kernel tests: each builds its own lab (netnstest.New skips them when not
+// root, fails them under CI=true).
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+)
+
+// loadRuleset loads nft text into lab's fw namespace with `nft -f`.
+func loadRuleset(t testing.TB, lab *netns.Lab, text string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ruleset.nft")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netns.Exec(lab.FW, "nft", "-f", p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flushRuleset(t testing.TB, lab *netns.Lab) {
+	t.Helper()
+	if _, err := netns.Exec(lab.FW, "nft", "flush", "ruleset"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckNoFirewall(t *testing.T) {
+	lab := netnstest.New(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	const n = 25000 // per family: 50k in all
+	srcs := append(RandomV4(r, n), RandomV6(r, n)...)
+	r.Shuffle(len(srcs), func(i, j int) { srcs[i], srcs[j] = srcs[j], srcs[i] })
+	start := time.Now()
+	passed, err := Check(lab, srcs, 7000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checked %d sources in %v", len(srcs), time.Since(start))
+	for i, ok := range passed {
+		if !ok {
+			t.Errorf("packet from %s did not arrive with no firewall", srcs[i])
+		}
+	}
+	// Repeated sources each get a packet; a second run on the same port
+	// works (the first released it).
+	again := []netip.Addr{srcs[0], srcs[0], srcs[1]}
+	if passed, err := Check(lab, again, 7000); err != nil || !slices.Equal(passed, []bool{true, true, true}) {
+		t.Errorf("Check of repeated sources: %v, %v", passed, err)
+	}
+}
+
+func TestCheckRuleset(t *testing.T) {
+	lab := netnstest.New(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	blocked := set(t, "1.0.0.0/8", "2001:db8::/32")
+	srcs := append(RandomV4(r, 5000), RandomV6(r, 5000)...)
+	srcs = append(srcs, RandomFromSet(r, blocked, 2000)...)
+	srcs = append(srcs, Boundaries(blocked)...)
+	// Off-path sources: loopback, own addresses, link-local.
+	for _, s := range []string{"127.0.0.1", "198.18.0.1", "198.18.0.2", "::", "fe80::1", "2001:2::2"} {
+		srcs = append(srcs, netip.MustParseAddr(s))
+	}
+	want := make([]bool, len(srcs))
+	nblocked := 0
+	for i, a := range srcs {
+		want[i] = !blocked.Contains(a)
+		if !want[i] {
+			nblocked++
+		}
+	}
+
+	// Baseline: with no firewall everything arrives, so below every
+	// missing packet is the firewall's doing.
+	passed, err := Check(lab, srcs, 7001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.Index(passed, false); i >= 0 {
+		t.Fatalf("no firewall: packet from %s lost", srcs[i])
+	}
+
+	loadRuleset(t, lab, `table inet t {
+	chain p {
+		type filter hook prerouting priority -300;
+		ip saddr 1.0.0.0/8 drop
+		ip6 saddr 2001:db8::/32 drop
+	}
+}
+`)
+	passed, err = Check(lab, srcs, 7001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range srcs {
+		if passed[i] != want[i] {
+			bad++
+			if bad <= 10 {
+				t.Errorf("source %s: passed=%v, want %v", srcs[i], passed[i], want[i])
+			}
+		}
+	}
+	t.Logf("%d sources, %d blocked by the ruleset, %d wrong", len(srcs), nblocked, bad)
+
+	// A rejecting firewall sends ICMP/RST back; Check ignores them.
+	flushRuleset(t, lab)
+	loadRuleset(t, lab, `table inet t {
+	chain i {
+		type filter hook input priority 0;
+		ip saddr 1.0.0.0/8 reject with icmp admin-prohibited
+		ip6 saddr 2001:db8::/32 reject with icmpv6 admin-prohibited
+	}
+}
+`)
+	passed, err = Check(lab, srcs, 7001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(passed, want) {
+		t.Error("rejecting ruleset: verdicts differ from the model")
+	}
+}
+
+// TestUntestable checks the untestable list against the kernel: with no
+// firewall every Testable source must arrive, and the untestable ones that
+// arrive may only be in 0.0.0.0/8, which is left out for older kernels.
+func TestUntestable(t *testing.T) {
+	lab := netnstest.New(t)
+	var srcs []netip.Addr
+	for _, s := range []string{
+		"0.0.0.0", "0.1.2.3", "0.255.255.255", "1.0.0.0", "10.0.0.1", "127.0.0.1", "127.255.255.255",
+		"169.254.1.1", "198.18.0.0", "198.18.0.1", "198.18.0.2", "198.18.0.77", "198.18.0.255",
+		"223.255.255.255", "224.0.0.0", "224.0.0.1", "239.255.255.255", "240.0.0.0",
+		"255.255.255.254", "255.255.255.255",
+		"::", "::1", "::2", "::1.2.3.4", "64:ff9b::102:304", "100::1", "fe80::1", "fc00::1",
+		"fec0::1", "ff02::1", "ff0e::1", "2001:2::1", "2001:2::77", "2001:db8::1", "3fff::1",
+		"4000::1", "feff::1", "ffff:ffff::1",
+	} {
+		srcs = append(srcs, netip.MustParseAddr(s))
+	}
+	passed, err := checkSources(lab, srcs, 7002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero8 := netip.MustParsePrefix("0.0.0.0/8")
+	for i, a := range srcs {
+		switch {
+		case Testable(a) && !passed[i]:
+			t.Errorf("%s is Testable but did not arrive with no firewall", a)
+		case !Testable(a) && passed[i] && !zero8.Contains(a):
+			t.Errorf("%s is not Testable but arrived", a)
+		}
+	}
+	_, err = Check(lab, []netip.Addr{netip.MustParseAddr("1.1.1.1"), netip.MustParseAddr("224.0.0.5")}, 7002)
+	if !errors.Is(err, ErrUntestable) {
+		t.Errorf("Check of a multicast source: %v, want ErrUntestable", err)
+	}
+}
+
+// TestTCPSYNKernel has fw's kernel verify AppendTCPSYN's checksums: a SYN to
+// a closed port is answered with a reset only if its checksum is right.
+func TestTCPSYNKernel(t *testing.T) {
+	lab := netnstest.New(t)
+	tx, err := NewSender(lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	var frames [][]byte
+	for _, p := range [][2]netip.Addr{
+		{lab.GenAddr4.Addr(), lab.FWAddr4.Addr()},
+		{lab.GenAddr6.Addr(), lab.FWAddr6.Addr()},
+	} {
+		h := Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, Src: p[0], Dst: p[1], SrcPort: 33333, DstPort: 9}
+		f, err := AppendTCPSYN(nil, &h, 1, 12345)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	tcp := func() map[string]uint64 {
+		out, err := netns.Exec(lab.FW, "cat", "/proc/net/snmp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snmpSection(out, "Tcp:")
+	}
+	before := tcp()
+	tx.Load(frames)
+	if _, err := tx.Send(len(frames)); err != nil {
+		t.Fatal(err)
+	}
+	var after map[string]uint64
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if after = tcp(); after["OutRsts"]-before["OutRsts"] >= 2 {
+			break
+		}
+	}
+	if d := after["InCsumErrors"] - before["InCsumErrors"]; d != 0 {
+		t.Errorf("fw counted %d TCP checksum errors", d)
+	}
+	if after["OutRsts"]-before["OutRsts"] != 2 {
+		o, _ := netns.Exec(lab.FW, "sh", "-c", "nstat -az | grep -v ' 0 '; ip -s link; ip addr")
+		t.Logf("%s", o)
+		o, _ = netns.Exec(lab.Gen, "sh", "-c", "ip -s link; ip addr")
+		t.Logf("%s", o)
+	}
+	if d := after["OutRsts"] - before["OutRsts"]; d != 2 {
+		t.Errorf("fw sent %d resets for 2 SYNs to a closed port, want 2", d)
+	}
+}
+
+func TestSenderNoAllocs(t *testing.T) {
+	lab := netnstest.New(t)
+	tx, err := NewSender(lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	h := Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, Src: netip.MustParseAddr("1.2.3.4"), Dst: lab.Sink4, DstPort: 9}
+	f, err := AppendUDP(nil, &h, 0, make([]byte, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Load([][]byte{f, f, f})
+	if a := testing.AllocsPerRun(20, func() {
+		if _, err := tx.Send(1000); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Errorf("Send allocates %v times per call", a)
+	}
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	sort.Float64s(xs)
+	return xs[len(xs)/2]
+}
+
+// TestMeasure checks that Measure counts every packet and gives plausible
+// numbers, and shows how to measure a ruleset's cost: interleaved rounds,
+// medians. It asserts no speed (speed targets live in benchmarks).
+func TestMeasure(t *testing.T) {
+	lab := netnstest.New(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	srcs := append(RandomV4(r, 4096), RandomV6(r, 4096)...)
+	const n, rounds = 100000, 5
+	oneRule := `table inet t {
+	chain p {
+		type filter hook prerouting priority -300;
+		ip saddr 1.0.0.0/8 drop
+		ip6 saddr 2001:db8::/32 drop
+	}
+}
+`
+	if _, err := Measure(lab, srcs, n/10); err != nil { // warm-up
+		t.Fatal(err)
+	}
+	var without, with []float64
+	for range rounds {
+		for _, rules := range []bool{false, true} {
+			if rules {
+				loadRuleset(t, lab, oneRule)
+			}
+			res, err := Measure(lab, srcs, n)
+			if rules {
+				flushRuleset(t, lab)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Packets != n || res.Received < n || res.NsPerPacket <= 0 || res.NsPerPacket > 1e6 {
+				t.Fatalf("implausible result %+v", res)
+			}
+			if rules {
+				with = append(with, res.NsPerPacket)
+			} else {
+				without = append(without, res.NsPerPacket)
+			}
+		}
+	}
+	t.Logf("ns/packet, median of %d rounds of %d packets: no ruleset %.0f, 1-rule ruleset %.0f, overhead %.0f",
+		rounds, n, median(without), median(with), median(with)-median(without))
+	if _, err := Measure(lab, nil, 1); err == nil {
+		t.Error("Measure with no sources succeeded")
+	}
+}
+
+// BenchmarkMeasure reports fw's per-packet cost with no ruleset.
+func BenchmarkMeasure(b *testing.B) {
+	lab := netnstest.New(b)
+	r := rand.New(rand.NewPCG(1, 2))
+	srcs := append(RandomV4(r, 1024), RandomV6(r, 1024)...)
+	b.ReportAllocs()
+	var total time.Duration
+	for b.Loop() {
+		res, err := Measure(lab, srcs, 100000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += res.Elapsed
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*100000), "ns/pkt")
+}
+
+var _ = fmt.Sprint

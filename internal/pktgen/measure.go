@@ -1,0 +1,150 @@
+package pktgen
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
+	"golang.org/x/sys/unix"
+)
+
+// MeasureDstPort is the UDP destination port of Measure's packets.
+const MeasureDstPort = 9
+
+// Result is what Measure saw.
+type Result struct {
+	Packets     int           // packets sent
+	Received    uint64        // packets fw's veth received meanwhile (≥ Packets; the excess is background traffic such as IPv6 MLD)
+	Elapsed     time.Duration // wall time of the send loop
+	NsPerPacket float64       // Elapsed / Packets in nanoseconds
+	CPU         int           // the CPU the sending thread was pinned to
+}
+
+// Measure sends n UDP packets as fast as it can, cycling through srcs, to
+// lab.Sink4 or lab.Sink6 (by source family): addresses on fw's subnets that
+// are not local, so in fw every packet passes prerouting and is then
+// dropped by routing (forwarding is off), a cheap constant cost. A veth
+// delivers in the sender's context (softirq on the sending CPU), so the
+// wall time of the send loop includes fw's receive path up to that drop,
+// hooks and firewall included. The sending thread is pinned to one CPU.
+//
+// How to read it: the cost of a ruleset is NsPerPacket with the ruleset
+// loaded minus NsPerPacket without it. Measure both in interleaved rounds
+// (without, with, without, with, ...; at least 5 each, n ≥ 100k), discard
+// the first round, and compare medians: one round is noisy and drifts with
+// CPU frequency and what else the machine runs.
+//
+// Measure fails, wrapping ErrLost, if fw's veth did not count all n packets
+// or dropped any. Sources need not be Testable.
+func Measure(lab *netns.Lab, srcs []netip.Addr, n int) (Result, error) {
+	if n <= 0 || len(srcs) == 0 {
+		return Result{}, errors.New("measuring: need n > 0 and at least one source")
+	}
+	frames := make([][]byte, min(len(srcs), n))
+	buf := make([]byte, 0, len(frames)*FrameLen(netip.IPv6Unspecified(), UDPLen, checkPayload))
+	h := Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, SrcPort: CheckSrcPort, DstPort: MeasureDstPort}
+	var payload [checkPayload]byte
+	binary.BigEndian.PutUint32(payload[0:], checkMagic)
+	for i := range frames {
+		a := srcs[i].Unmap()
+		h.Src, h.Dst = a, lab.Sink6
+		if a.Is4() {
+			h.Dst = lab.Sink4
+		}
+		binary.BigEndian.PutUint32(payload[8:], uint32(i))
+		start := len(buf)
+		var err error
+		if buf, err = AppendUDP(buf, &h, uint16(i), payload[:]); err != nil {
+			return Result{}, fmt.Errorf("measuring with source %s: %w", a, err)
+		}
+		frames[i] = buf[start:len(buf):len(buf)]
+	}
+	stats, err := openStats(lab)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stats.close()
+	tx, err := NewSender(lab)
+	if err != nil {
+		return Result{}, err
+	}
+	defer tx.Close()
+	tx.Load(frames)
+
+	before, err := stats.read()
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Packets: n}
+	err = pinned(func(cpu int) error {
+		res.CPU = cpu
+		start := time.Now()
+		_, err := tx.Send(n)
+		res.Elapsed = time.Since(start)
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("measuring: %w", err)
+	}
+	res.NsPerPacket = float64(res.Elapsed.Nanoseconds()) / float64(n)
+
+	// Delivery is synchronous unless softirq work was deferred to
+	// ksoftirqd; allow it a moment.
+	deadline := time.Now().Add(stallTimeout)
+	var after counters
+	for {
+		if after, err = stats.read(); err != nil {
+			return res, err
+		}
+		res.Received = after.rxPackets - before.rxPackets
+		if res.Received >= uint64(n) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d := after.rxDropped - before.rxDropped; d > 0 || res.Received < uint64(n) {
+		return res, fmt.Errorf("measuring: %w: fw's veth received %d of %d packets, dropped %d", ErrLost, res.Received, n, d)
+	}
+	return res, nil
+}
+
+// pinned runs fn on a fresh goroutine locked to its OS thread and pinned
+// to the highest-numbered CPU the process may use. If the thread's affinity
+// cannot be restored, the thread stays locked and dies with the goroutine.
+func pinned(fn func(cpu int) error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		var orig unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &orig); err != nil {
+			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("reading CPU affinity: %w", err)
+			return
+		}
+		cpu := -1
+		for i := range len(orig) * 64 {
+			if orig.IsSet(i) {
+				cpu = i
+			}
+		}
+		var one unix.CPUSet
+		one.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			runtime.UnlockOSThread()
+			ch <- fmt.Errorf("pinning to CPU %d: %w", cpu, err)
+			return
+		}
+		err := fn(cpu)
+		if rerr := unix.SchedSetaffinity(0, &orig); rerr != nil {
+			ch <- errors.Join(err, fmt.Errorf("restoring CPU affinity (thread discarded): %w", rerr))
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- err
+	}()
+	return <-ch
+}

@@ -1,0 +1,505 @@
+// Package policy reads ipfence policy files (YAML) and resolves them into
+// the input of plan.Compile.
+//
+// Load validates everything it can without reading sources: unknown
+// fields, actions, ports, families, references to undefined sources and
+// duplicate names are reported as *Error with file and line. Resolve then
+// loads the sources (through a source.Loader, which applies the feed
+// sanity gates) and computes each rule's prefix set.
+package policy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
+	"github.com/ipfence/ipfence/internal/source"
+)
+
+// Error is a problem at a place in a policy file.
+type Error struct {
+	File string
+	Line int // 0 when unknown
+	Msg  string
+	Err  error // the underlying error, if any
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Policy is a parsed, validated policy file.
+type Policy struct {
+	File     string
+	Table    string
+	Priority int32
+	Sources  []*SourceDef
+	Protect  []ProtectEntry
+	Rules    []*RuleDef
+}
+
+// SourceDef is a source as defined in the policy.
+type SourceDef struct {
+	Spec source.Spec
+	Line int
+}
+
+// ProtectEntry is one protected address, prefix or range.
+type ProtectEntry struct {
+	Range netipx.IPRange
+	Line  int
+}
+
+// RuleDef is a rule as written in the policy.
+type RuleDef struct {
+	Name      string
+	Action    plan.Action
+	Sources   []string
+	Countries []string
+	Invert    bool
+	Prefixes  []netipx.IPRange
+	Ports     []plan.Port
+	IPv4      bool
+	IPv6      bool
+	Line      int
+}
+
+// Where is "file:line" of the rule.
+func (r *RuleDef) where(file string) string { return fmt.Sprintf("%s:%d", file, r.Line) }
+
+type doc struct {
+	Table    string               `yaml:"table"`
+	Priority *int32               `yaml:"priority"`
+	Sources  map[string]sourceDoc `yaml:"sources"`
+	Protect  []string             `yaml:"protect"`
+	Rules    []ruleDoc            `yaml:"rules"`
+}
+
+type sourceDoc struct {
+	Format    string   `yaml:"format"`
+	Paths     []string `yaml:"paths"`
+	Path      string   `yaml:"path"`
+	URL       string   `yaml:"url"`
+	URLs      []string `yaml:"urls"`
+	MaxShrink *float64 `yaml:"max_shrink"`
+}
+
+type ruleDoc struct {
+	Name   string   `yaml:"name"`
+	Action string   `yaml:"action"`
+	Match  matchDoc `yaml:"match"`
+	Ports  []string `yaml:"ports"`
+	Family string   `yaml:"family"`
+}
+
+type matchDoc struct {
+	Source    string   `yaml:"source"`
+	Sources   []string `yaml:"sources"`
+	Countries []string `yaml:"countries"`
+	Invert    bool     `yaml:"invert"`
+	Prefixes  []string `yaml:"prefixes"`
+}
+
+// Load reads and validates the policy file at path.
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policy: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse validates a policy; file names it in errors and anchors relative
+// source paths (they resolve from the policy file's folder).
+func Parse(data []byte, file string) (*Policy, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var d doc
+	if err := dec.Decode(&d); err != nil {
+		return nil, yamlError(file, err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(file, err)
+	}
+	lines := nodeLines(&root)
+	p := &Policy{File: file, Table: d.Table}
+	if p.Table == "" {
+		p.Table = "ipfence"
+	} else if !validName(p.Table) {
+		return nil, &Error{File: file, Line: lines.key("table"), Msg: fmt.Sprintf("table name %q: use letters, digits, _ and - only", p.Table)}
+	}
+	p.Priority = -300
+	if d.Priority != nil {
+		p.Priority = *d.Priority
+	}
+	dir := filepath.Dir(file)
+	names := make([]string, 0, len(d.Sources))
+	for n := range d.Sources {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		sd := d.Sources[n]
+		line := lines.sources[n]
+		spec := source.Spec{Name: n, Format: sd.Format, URLs: sd.URLs}
+		if sd.URL != "" {
+			spec.URLs = append([]string{sd.URL}, spec.URLs...)
+		}
+		paths := sd.Paths
+		if sd.Path != "" {
+			paths = append([]string{sd.Path}, paths...)
+		}
+		for _, pth := range paths {
+			if !strings.HasPrefix(pth, "builtin:") && !filepath.IsAbs(pth) {
+				pth = filepath.Join(dir, pth)
+			}
+			spec.Paths = append(spec.Paths, pth)
+		}
+		if sd.MaxShrink != nil {
+			spec.MaxShrink = *sd.MaxShrink
+			if spec.MaxShrink == 0 {
+				spec.MaxShrink = -1 // an explicit 0 turns the gate off
+			}
+		}
+		switch spec.Format {
+		case source.FormatList, source.FormatCountryCSV, source.FormatRIRDelegated:
+		case "":
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has no format (use list, country-csv or rir-delegated)", n)}
+		default:
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: unknown format %q (use list, country-csv or rir-delegated)", n, spec.Format)}
+		}
+		if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has neither paths nor url", n)}
+		}
+		p.Sources = append(p.Sources, &SourceDef{Spec: spec, Line: line})
+	}
+	for i, s := range d.Protect {
+		r, ok, err := prefix.ParseLine(s)
+		if err != nil || !ok {
+			return nil, &Error{File: file, Line: lines.protect[i], Msg: fmt.Sprintf("protect entry %q is not an IP address, prefix or range", s), Err: err}
+		}
+		p.Protect = append(p.Protect, ProtectEntry{Range: r, Line: lines.protect[i]})
+	}
+	if len(d.Rules) == 0 {
+		return nil, &Error{File: file, Msg: "the policy has no rules"}
+	}
+	seen := map[string]int{}
+	for i, rd := range d.Rules {
+		r, err := p.rule(rd, lines.rules[i], seen)
+		if err != nil {
+			return nil, err
+		}
+		p.Rules = append(p.Rules, r)
+	}
+	return p, nil
+}
+
+func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, error) {
+	bad := func(format string, args ...any) error {
+		return &Error{File: p.File, Line: line, Msg: fmt.Sprintf(format, args...)}
+	}
+	if rd.Name == "" {
+		return nil, bad("rule has no name")
+	}
+	if !validName(rd.Name) {
+		return nil, bad("rule name %q: use letters, digits, _ and - only", rd.Name)
+	}
+	if l, dup := seen[rd.Name]; dup {
+		return nil, bad("rule %q is defined twice (also at line %d)", rd.Name, l)
+	}
+	seen[rd.Name] = line
+	act, err := plan.ParseAction(rd.Action)
+	if err != nil {
+		return nil, bad("rule %q: %v", rd.Name, err)
+	}
+	r := &RuleDef{Name: rd.Name, Action: act, Line: line, Countries: rd.Match.Countries, Invert: rd.Match.Invert}
+	r.Sources = rd.Match.Sources
+	if rd.Match.Source != "" {
+		r.Sources = append([]string{rd.Match.Source}, r.Sources...)
+	}
+	for _, s := range r.Sources {
+		if p.source(s) == nil {
+			return nil, bad("rule %q: unknown source %q (defined: %s)", rd.Name, s, strings.Join(p.sourceNames(), ", "))
+		}
+	}
+	for _, s := range rd.Match.Prefixes {
+		rg, ok, err := prefix.ParseLine(s)
+		if err != nil || !ok {
+			return nil, bad("rule %q: match prefix %q is not an IP address, prefix or range", rd.Name, s)
+		}
+		r.Prefixes = append(r.Prefixes, rg)
+	}
+	if len(r.Sources) == 0 && len(r.Prefixes) == 0 {
+		return nil, bad("rule %q matches nothing: give match.source, match.sources or match.prefixes", rd.Name)
+	}
+	if (len(r.Countries) > 0 || r.Invert) && len(r.Sources) == 0 {
+		return nil, bad("rule %q: countries/invert need a country source in match.source", rd.Name)
+	}
+	for _, ps := range rd.Ports {
+		pt, err := ParsePort(ps)
+		if err != nil {
+			return nil, bad("rule %q: %v", rd.Name, err)
+		}
+		r.Ports = append(r.Ports, pt)
+	}
+	switch rd.Family {
+	case "", "both", "any":
+		r.IPv4, r.IPv6 = true, true
+	case "ipv4", "ip":
+		r.IPv4 = true
+	case "ipv6", "ip6":
+		r.IPv6 = true
+	default:
+		return nil, bad("rule %q: family %q (use ipv4, ipv6 or both)", rd.Name, rd.Family)
+	}
+	return r, nil
+}
+
+// ParsePort parses "tcp/22", "udp/53" or "tcp/80-443".
+func ParsePort(s string) (plan.Port, error) {
+	proto, rng, ok := strings.Cut(s, "/")
+	if !ok || (proto != "tcp" && proto != "udp") {
+		return plan.Port{}, fmt.Errorf("port %q: write tcp/PORT, udp/PORT or tcp/FIRST-LAST", s)
+	}
+	first, last, isRange := strings.Cut(rng, "-")
+	if !isRange {
+		last = first
+	}
+	f, err1 := strconv.ParseUint(first, 10, 16)
+	l, err2 := strconv.ParseUint(last, 10, 16)
+	if err1 != nil || err2 != nil || f == 0 || f > l {
+		return plan.Port{}, fmt.Errorf("port %q: ports are 1-65535 and ranges go up", s)
+	}
+	return plan.Port{Proto: proto, First: uint16(f), Last: uint16(l)}, nil
+}
+
+func (p *Policy) source(name string) *SourceDef {
+	for _, s := range p.Sources {
+		if s.Spec.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func (p *Policy) sourceNames() []string {
+	var n []string
+	for _, s := range p.Sources {
+		n = append(n, s.Spec.Name)
+	}
+	if len(n) == 0 {
+		return []string{"none"}
+	}
+	return n
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// yamlError turns a YAML decoding error into an *Error; yaml reports
+// "line N: ..." which becomes the position.
+func yamlError(file string, err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	msg = strings.TrimSpace(msg)
+	var line int
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ":"); ok {
+			if v, e := strconv.Atoi(n); e == nil {
+				line, msg = v, strings.TrimSpace(tail)
+			}
+		}
+	}
+	if i := strings.Index(msg, "\n"); i >= 0 {
+		msg = msg[:i] + " (and more)"
+	}
+	return &Error{File: file, Line: line, Msg: msg + "; see the policy format in README.md", Err: err}
+}
+
+// lineIndex holds the lines of the policy's parts.
+type lineIndex struct {
+	keys    map[string]int
+	sources map[string]int
+	protect []int
+	rules   []int
+}
+
+func (l lineIndex) key(k string) int { return l.keys[k] }
+
+func nodeLines(root *yaml.Node) lineIndex {
+	li := lineIndex{keys: map[string]int{}, sources: map[string]int{}}
+	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+		return li
+	}
+	m := root.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		li.keys[k.Value] = k.Line
+		switch k.Value {
+		case "sources":
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				li.sources[v.Content[j].Value] = v.Content[j].Line
+			}
+		case "protect":
+			for _, c := range v.Content {
+				li.protect = append(li.protect, c.Line)
+			}
+		case "rules":
+			for _, c := range v.Content {
+				li.rules = append(li.rules, c.Line)
+			}
+		}
+	}
+	return li
+}
+
+// Resolved is a policy with its sources loaded.
+type Resolved struct {
+	Policy  *Policy
+	Sources map[string]*source.Source
+	Input   *plan.Input
+}
+
+// Resolve loads every source the rules use and computes the rules' sets.
+// Nothing is written: the caller commits the sources (Loader.Commit) once
+// the kernel accepted the result.
+func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, error) {
+	res := &Resolved{Policy: p, Sources: map[string]*source.Source{}}
+	for _, sd := range p.Sources {
+		used := false
+		for _, r := range p.Rules {
+			used = used || slices.Contains(r.Sources, sd.Spec.Name)
+		}
+		if !used {
+			continue
+		}
+		src, err := l.Load(ctx, sd.Spec)
+		if err != nil {
+			return nil, &Error{File: p.File, Line: sd.Line, Msg: fmt.Sprintf("loading source %s: %v", sd.Spec.Name, err), Err: err}
+		}
+		res.Sources[sd.Spec.Name] = src
+	}
+	in := &plan.Input{Table: p.Table, Priority: p.Priority}
+	var pb prefix.Builder
+	for _, e := range p.Protect {
+		pb.AddRange(e.Range)
+	}
+	prot, err := pb.Build()
+	if err != nil {
+		return nil, &Error{File: p.File, Msg: "protect: " + err.Error(), Err: err}
+	}
+	in.Protect = prot
+	for _, r := range p.Rules {
+		set, err := res.ruleSet(r)
+		if err != nil {
+			return nil, &Error{File: p.File, Line: r.Line, Msg: fmt.Sprintf("rule %q: %v", r.Name, err), Err: err}
+		}
+		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Ports: r.Ports,
+			IPv4: r.IPv4, IPv6: r.IPv6, Set: set, Where: r.where(p.File)})
+	}
+	res.Input = in
+	return res, nil
+}
+
+// ErrNotCountry is returned for countries on a list source.
+var ErrNotCountry = errors.New("source has no country data")
+
+func (res *Resolved) ruleSet(r *RuleDef) (*netipx.IPSet, error) {
+	var b prefix.Builder
+	for _, name := range r.Sources {
+		src := res.Sources[name]
+		if len(r.Countries) > 0 || r.Invert {
+			if !src.IsCountry() {
+				return nil, fmt.Errorf("source %s: %w (countries need format country-csv or rir-delegated)", name, ErrNotCountry)
+			}
+			s, err := src.Countries(r.Countries, r.Invert)
+			if err != nil {
+				return nil, err
+			}
+			b.AddSet(s)
+			continue
+		}
+		b.AddSet(src.Set())
+	}
+	for _, rg := range r.Prefixes {
+		b.AddRange(rg)
+	}
+	return b.Build()
+}
+
+// Origin is where an address of a rule's set comes from.
+type Origin struct {
+	Source  string `json:"source"`
+	Range   string `json:"range"`
+	Where   string `json:"where"`
+	Country string `json:"country,omitempty"`
+}
+
+// Explain lists, for rule r, the source entries that contain addr and
+// that the rule selects.
+func (res *Resolved) Explain(ruleName string, addr netip.Addr) []Origin {
+	var out []Origin
+	for _, r := range res.Policy.Rules {
+		if r.Name != ruleName {
+			continue
+		}
+		for _, name := range r.Sources {
+			src := res.Sources[name]
+			for _, m := range src.Explain(addr) {
+				if m.Country != "" && (len(r.Countries) > 0 || r.Invert) && slices.Contains(upper(r.Countries), m.Country) == r.Invert {
+					continue
+				}
+				out = append(out, Origin{Source: name, Range: rangeString(m.Range), Where: m.Origin, Country: m.Country})
+			}
+		}
+		for _, rg := range r.Prefixes {
+			if rg.Contains(addr) {
+				out = append(out, Origin{Source: "match.prefixes", Range: rangeString(rg), Where: r.where(res.Policy.File)})
+			}
+		}
+	}
+	return out
+}
+
+func upper(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.ToUpper(s)
+	}
+	return out
+}
+
+func rangeString(r netipx.IPRange) string {
+	if p, ok := r.Prefix(); ok {
+		return p.String()
+	}
+	return r.String()
+}

@@ -1,0 +1,172 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/source"
+)
+
+const good = `
+sources:
+  geo:   {format: country-csv, paths: ["builtin:country-ipv4.csv.gz", "builtin:country-ipv6.csv.gz"]}
+  feeds: {format: list, paths: [feed.txt]}
+protect: [203.0.113.7, 2001:db8::/32]
+rules:
+  - {name: feeds,  action: drop, match: {source: feeds}}
+  - {name: europe, action: allow-only, match: {source: geo, countries: [IT, DE]},
+     ports: [tcp/22, tcp/80-443]}
+`
+
+func TestParseGood(t *testing.T) {
+	p, err := Parse([]byte(good), "testdata/p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Rules) != 2 || p.Rules[1].Action != plan.AllowOnly || len(p.Rules[1].Ports) != 2 {
+		t.Fatalf("rules: %+v", p.Rules)
+	}
+	if got := p.Rules[1].Ports[1]; got != (plan.Port{Proto: "tcp", First: 80, Last: 443}) {
+		t.Errorf("port: %+v", got)
+	}
+	if p.Rules[1].Line != 8 {
+		t.Errorf("line of rule europe: %d, want 8", p.Rules[1].Line)
+	}
+	if got := p.source("feeds").Spec.Paths[0]; got != filepath.Join("testdata", "feed.txt") {
+		t.Errorf("relative path resolved to %q", got)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		line       int
+		want       string
+	}{
+		{"unknown field", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, colour: red}\n", 2, "colour"},
+		{"unknown action", "rules:\n  - {name: a, action: block, match: {prefixes: [1.2.3.4]}}\n", 2, `unknown action "block"`},
+		{"unknown source", "sources:\n  x: {format: list, paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: y}}\n", 4, `unknown source "y"`},
+		{"bad port", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, ports: [tcp/0]}\n", 2, "port"},
+		{"bad family", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, family: ipx}\n", 2, "family"},
+		{"duplicate", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n  - {name: a, action: drop, match: {prefixes: [1.2.3.5]}}\n", 3, "defined twice"},
+		{"bad protect", "protect: [1.2.3.4, nope]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `"nope"`},
+		{"no format", "sources:\n  x: {paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "no format"},
+		{"no rules", "sources: {}\n", 0, "no rules"},
+		{"bad yaml", "rules: [\n", 1, "did not find"},
+		{"empty match", "rules:\n  - {name: a, action: drop}\n", 2, "matches nothing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "p.yaml")
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *policy.Error", err)
+			}
+			if pe.Line != tc.line || !strings.Contains(err.Error(), tc.want) || pe.File != "p.yaml" {
+				t.Errorf("error %q (line %d), want line %d containing %q", err, pe.Line, tc.line, tc.want)
+			}
+		})
+	}
+}
+
+func resolve(t *testing.T, yaml string) (*Resolved, error) {
+	t.Helper()
+	dir := t.TempDir()
+	feed, _ := os.ReadFile("testdata/feed.txt")
+	os.WriteFile(filepath.Join(dir, "feed.txt"), feed, 0o644)
+	path := filepath.Join(dir, "p.yaml")
+	os.WriteFile(path, []byte(yaml), 0o644)
+	p, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return p.Resolve(context.Background(), &source.Loader{StateDir: filepath.Join(dir, "state")})
+}
+
+func TestResolveAndCompile(t *testing.T) {
+	res, err := resolve(t, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Compile(res.Input, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src, proto string
+		port       uint16
+		verdict    string
+		rule       string
+	}{
+		{"192.0.2.9", "udp", 53, "drop", "feeds"},
+		{"2001:db8:1::5", "tcp", 22, "accept", "protect"}, // feed entry inside protected 2001:db8::/32
+		{"203.0.113.7", "tcp", 22, "accept", "protect"},
+		{"8.8.8.8", "tcp", 22, "drop", "europe"},   // US, port 22 is filtered
+		{"8.8.8.8", "tcp", 8080, "accept", ""},     // port not filtered
+		{"151.1.1.1", "tcp", 443, "accept", ""},    // Italy
+	} {
+		d := p.Verdict(plan.Packet{Src: netip.MustParseAddr(tc.src), Proto: tc.proto, DPort: tc.port})
+		if d.Verdict != tc.verdict || d.Rule != tc.rule {
+			t.Errorf("%s %s/%d: %+v, want %s by %q", tc.src, tc.proto, tc.port, d, tc.verdict, tc.rule)
+		}
+	}
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "2001:db8:1::/48") {
+		t.Errorf("warnings: %q, want one about the protected feed entry", p.Warnings)
+	}
+	ex := res.Explain("europe", netip.MustParseAddr("151.1.1.1"))
+	if len(ex) == 0 || ex[0].Country != "IT" {
+		t.Errorf("explain: %+v", ex)
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		is         error
+		want       string
+	}{
+		{"unknown country", "sources:\n  geo: {format: country-csv, paths: [\"builtin:country-ipv4.csv.gz\"]}\nrules:\n  - {name: a, action: allow-only, family: ipv4, match: {source: geo, countries: [QQ]}}\n", nil, "QQ"},
+		{"missing file", "sources:\n  f: {format: list, paths: [nope.txt]}\nrules:\n  - {name: a, action: drop, match: {source: f}}\n", nil, "nope.txt"},
+		{"countries on a list", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: a, action: drop, match: {source: f, countries: [IT]}}\n", ErrNotCountry, "country"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := resolve(t, tc.yaml)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Line == 0 {
+				t.Errorf("error %v has no policy line", err)
+			}
+		})
+	}
+}
+
+func TestCompileRefusesBlockingEverything(t *testing.T) {
+	for _, y := range []string{
+		"rules:\n  - {name: a, action: drop, match: {prefixes: [0.0.0.0/0]}}\n",
+		"rules:\n  - {name: a, action: drop, match: {prefixes: [\"::/0\"]}}\n",
+		"rules:\n  - {name: a, action: allow-only, match: {prefixes: [1.0.0.0/8]}}\n", // no IPv6 at all
+	} {
+		res, err := resolve(t, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plan.Compile(res.Input, plan.Options{}); !errors.Is(err, plan.ErrBlocksEverything) {
+			t.Errorf("%q: error %v, want ErrBlocksEverything", y, err)
+		}
+	}
+	// Limiting the allow-only rule to IPv4 is fine.
+	res, err := resolve(t, "rules:\n  - {name: a, action: allow-only, family: ipv4, match: {prefixes: [1.0.0.0/8]}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.Compile(res.Input, plan.Options{}); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,188 @@
+package prefix
+
+import (
+	"bufio"
+	"io"
+	"math/big"
+	"net/netip"
+	"strconv"
+
+	"go4.org/netipx"
+)
+
+// WriteCIDRs writes the minimal exact CIDR cover of s, one prefix per
+// line, IPv4 before IPv6, each family in address order: "192.0.2.0/24",
+// "192.0.2.7/32" (always with the length), "2001:db8::/32" (RFC 5952
+// text). For IPv4 this is the output of FireHOL's
+// `iprange --print-suffix-ips /32`. A nil s writes nothing. It returns the
+// first error writing w.
+func WriteCIDRs(w io.Writer, s *netipx.IPSet) error {
+	return write(w, s, appendCIDRs, false)
+}
+
+// WriteRanges writes the maximal ranges of s, one per line, IPv4 before
+// IPv6, in address order, as "first-last", or just the address for a
+// range of one address. A nil s writes nothing. It returns the first
+// error writing w.
+func WriteRanges(w io.Writer, s *netipx.IPSet) error {
+	return write(w, s, appendRange, false)
+}
+
+// WriteJSON writes s as one line of JSON,
+// {"ipv4":["192.0.2.0/24",...],"ipv6":[...]}, the entries written as by
+// WriteCIDRs, or as by WriteRanges when ranges is true. Both arrays are
+// always present. It returns the first error writing w.
+func WriteJSON(w io.Writer, s *netipx.IPSet, ranges bool) error {
+	f := appendCIDRs
+	if ranges {
+		f = appendRange
+	}
+	return write(w, s, f, true)
+}
+
+// write writes the ranges of s, each formatted by f: one item a line, or
+// as JSON.
+func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, before, after string) []byte, json bool) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	before, after := "", "\n"
+	if json {
+		before, after = `,"`, `"`
+		bw.WriteString(`{"ipv4":[`)
+	}
+	first, v6 := true, false // first: no item yet in this JSON array
+	var b []byte
+	for _, r := range ranges(s) {
+		if json && !v6 && r.From().Is6() {
+			first, v6 = true, true
+			bw.WriteString(`],"ipv6":[`)
+		}
+		b = f(b[:0], r, before, after)
+		out := b
+		if json && first {
+			out, first = b[1:], false // no comma before the first item
+		}
+		bw.Write(out)
+	}
+	if json {
+		if !v6 {
+			bw.WriteString(`],"ipv6":[`)
+		}
+		bw.WriteString("]}\n")
+	}
+	return bw.Flush()
+}
+
+// appendCIDRs appends each prefix of the minimal cover of r, between before
+// and after.
+func appendCIDRs(b []byte, r netipx.IPRange, before, after string) []byte {
+	is4, width := r.From().Is4(), 128
+	if is4 {
+		width = 32
+	}
+	forEachCIDR(fromAddr(r.From()), fromAddr(r.To()), width, func(a u128, bits int) {
+		b = append(b, before...)
+		b = appendAddr(b, a, is4)
+		b = append(b, '/')
+		b = strconv.AppendUint(b, uint64(bits), 10)
+		b = append(b, after...)
+	})
+	return b
+}
+
+// appendRange appends "first-last", or the one address, between before and
+// after.
+func appendRange(b []byte, r netipx.IPRange, before, after string) []byte {
+	b = append(b, before...)
+	b = r.From().AppendTo(b)
+	if r.From() != r.To() {
+		b = append(b, '-')
+		b = r.To().AppendTo(b)
+	}
+	return append(b, after...)
+}
+
+// appendAddr appends the text of a (an IPv4 address when is4).
+func appendAddr(b []byte, a u128, is4 bool) []byte {
+	if !is4 {
+		return addr6(a).AppendTo(b)
+	}
+	v := uint32(a.lo)
+	b = strconv.AppendUint(b, uint64(v>>24), 10)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(v>>16&0xff), 10)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(v>>8&0xff), 10)
+	b = append(b, '.')
+	return strconv.AppendUint(b, uint64(v&0xff), 10)
+}
+
+// Count returns the number of IPv4 and IPv6 prefixes in the minimal CIDR
+// cover of s (what WriteCIDRs writes). A nil s counts as empty.
+func Count(s *netipx.IPSet) (v4, v6 int) {
+	for _, r := range ranges(s) {
+		if r.From().Is4() {
+			v4 += countCIDRs(fromAddr(r.From()), fromAddr(r.To()), 32)
+		} else {
+			v6 += countCIDRs(fromAddr(r.From()), fromAddr(r.To()), 128)
+		}
+	}
+	return v4, v6
+}
+
+// NumAddrs returns the number of IPv4 and IPv6 addresses in s (up to 2^32
+// and 2^128). A nil s counts as empty.
+func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
+	v6 = new(big.Int)
+	var n, one big.Int
+	one.SetUint64(1)
+	for _, r := range ranges(s) {
+		lo, hi := fromAddr(r.From()), fromAddr(r.To())
+		if r.From().Is4() {
+			v4 += hi.lo - lo.lo + 1
+			continue
+		}
+		d := hi.sub(lo)
+		n.SetUint64(d.hi)
+		n.Lsh(&n, 64)
+		n.Or(&n, new(big.Int).SetUint64(d.lo))
+		v6.Add(v6, &n)
+		v6.Add(v6, &one)
+	}
+	return v4, v6
+}
+
+// Complement returns the addresses not in s within the families asked for:
+// 0.0.0.0/0 if v4, ::/0 if v6. Addresses of s in a family not asked for
+// are ignored, so the result holds nothing of that family. A nil s counts
+// as empty.
+func Complement(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
+	s4, s6 := spansOf(s)
+	var c4, c6 []span
+	if v4 {
+		c4 = complement(s4, max4)
+	}
+	if v6 {
+		c6 = complement(s6, max6)
+	}
+	return setOf(c4, c6)
+}
+
+// Prefixes returns the minimal CIDR cover of s, IPv4 then IPv6, each in
+// address order; s.Prefixes() gives the same, more slowly.
+func Prefixes(s *netipx.IPSet) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range ranges(s) {
+		is4, width := r.From().Is4(), 128
+		if is4 {
+			width = 32
+		}
+		forEachCIDR(fromAddr(r.From()), fromAddr(r.To()), width, func(a u128, bits int) {
+			if is4 {
+				out = append(out, netip.PrefixFrom(addr4(a), bits))
+			} else {
+				out = append(out, netip.PrefixFrom(addr6(a), bits))
+			}
+		})
+	}
+	return out
+}

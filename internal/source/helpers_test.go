@@ -1,0 +1,80 @@
+package source
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// fromBytes reads files (named f0, f1, ...) of a format into a Source
+// the way Loader.load does, without a Loader.
+func fromBytes(format string, files ...[]byte) (*Source, error) {
+	src := &Source{name: "test", format: format}
+	var p4 []chunks[k4]
+	var p6 []chunks[k6]
+	for i, b := range files {
+		name := fmt.Sprintf("f%d", i)
+		src.files = append(src.files, name)
+		p, err := readPart(bytes.NewReader(b), format, name, uint16(i))
+		if err != nil {
+			return nil, err
+		}
+		p4, p6 = append(p4, p.v4), append(p6, p.v6)
+	}
+	src.finish(p4, p6)
+	return src, nil
+}
+
+// rows lists every row of src in file order, as "ORIGIN FIRST-LAST CC".
+func rows(src *Source) []string {
+	type row struct {
+		file, line uint32
+		s          string
+	}
+	var rs []row
+	for _, e := range src.v4.e {
+		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)
+		rs = append(rs, row{uint32(e.file), e.line, strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)})
+	}
+	for _, e := range src.v6.e {
+		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)
+		rs = append(rs, row{uint32(e.file), e.line, strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)})
+	}
+	slices.SortFunc(rs, func(a, b row) int {
+		if a.file != b.file {
+			return int(a.file) - int(b.file)
+		}
+		return int(a.line) - int(b.line)
+	})
+	out := []string{}
+	for _, r := range rs {
+		out = append(out, r.s)
+	}
+	return out
+}
+
+func gzipped(b []byte) []byte {
+	var buf bytes.Buffer
+	z := gzip.NewWriter(&buf)
+	z.Write(b)
+	z.Close()
+	return buf.Bytes()
+}
+
+// writeFile writes content to name in dir and returns the path.
+func writeFile(t testing.TB, dir, name string, content []byte) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

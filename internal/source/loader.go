@@ -1,0 +1,268 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipfence/ipfence/data/geo"
+	"github.com/ipfence/ipfence/internal/prefix"
+)
+
+// Loader reads sources. The zero value reads files and the embedded data,
+// keeps no state (no shrink gate) and cannot read URLs. A Loader is safe
+// for concurrent use by loads of different sources.
+type Loader struct {
+	// StateDir holds the shrink gate's record of each source's last good
+	// load (sources/NAME.json) and the download cache (cache/NAME/). ""
+	// means no state: no shrink gate, and URLs cannot be used.
+	StateDir string
+	// Client downloads URLs; nil means one with sensible timeouts.
+	Client *http.Client
+	// Logger gets a warning whenever a cached copy stands in for a
+	// download; nil discards.
+	Logger *slog.Logger
+}
+
+// maxFiles is how many paths and URLs a source can have: rows keep the
+// index of their file in 16 bits.
+const maxFiles = 1<<16 - 1
+
+// SpecError reports a Spec that cannot be loaded as written.
+type SpecError struct {
+	Source  string // Spec.Name
+	Problem string
+}
+
+func (e *SpecError) Error() string { return fmt.Sprintf("source %q: %s", e.Source, e.Problem) }
+
+// Load reads every path and URL of spec into a Source.
+//
+// It fails with a *SpecError for a malformed spec; with an error naming
+// the file and line for bad input (wrapping a *ParseError or
+// *prefix.ParseError) or naming the file that cannot be opened; with a
+// *DownloadError for a URL that cannot be downloaded and has no cached
+// copy; and with a *ShrinkError when the prefix count fell by more than
+// spec.MaxShrink against the last Commit. A URL whose download fails or
+// does not parse is read from its cached copy instead, and so is every URL
+// when the fresh load trips the shrink gate but the copies committed last
+// do not: Load then succeeds with a stale Source (see Source.Stale) and
+// logs a warning. All errors but *ShrinkError start with "source NAME: ".
+func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
+	start := time.Now()
+	if err := l.check(spec); err != nil {
+		return nil, err
+	}
+	src, err := l.load(ctx, spec, false)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", spec.Name, err)
+	}
+	if err := l.gate(ctx, spec, &src); err != nil {
+		return nil, err
+	}
+	for _, e := range src.stale {
+		l.logger().Warn("source is stale: using cached copies", "source", spec.Name, "reason", e)
+	}
+	l.logger().Debug("source loaded", "source", spec.Name, "format", spec.Format,
+		"rows_v4", len(src.v4.e), "rows_v6", len(src.v6.e), "prefixes_v4", src.n4, "prefixes_v6", src.n6,
+		"elapsed", time.Since(start))
+	return src, nil
+}
+
+func (l *Loader) logger() *slog.Logger {
+	if l.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l.Logger
+}
+
+// check validates spec.
+func (l *Loader) check(spec Spec) error {
+	bad := func(format string, args ...any) error {
+		return &SpecError{Source: spec.Name, Problem: fmt.Sprintf(format, args...)}
+	}
+	if !validName(spec.Name) {
+		return bad("a source name is 1 to 100 letters, digits, '.', '_' and '-', not starting with '.'")
+	}
+	switch spec.Format {
+	case FormatList, FormatCountryCSV, FormatRIRDelegated:
+	default:
+		return bad("unknown format %q: use %s, %s or %s", spec.Format, FormatList, FormatCountryCSV, FormatRIRDelegated)
+	}
+	if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
+		return bad("no paths and no URLs: nothing to read")
+	}
+	if n := len(spec.Paths) + len(spec.URLs); n > maxFiles {
+		return bad("%d paths and URLs, more than the %d a source can have: split it", n, maxFiles)
+	}
+	for _, p := range spec.Paths {
+		if b, ok := strings.CutPrefix(p, BuiltinPrefix); ok {
+			if b != geo.IPv4 && b != geo.IPv6 {
+				return bad("unknown embedded file %q: use %s%s or %s%s", p, BuiltinPrefix, geo.IPv4, BuiltinPrefix, geo.IPv6)
+			}
+			if spec.Format != FormatCountryCSV {
+				return bad("embedded file %s has format %s, not %s", p, FormatCountryCSV, spec.Format)
+			}
+		}
+	}
+	for _, u := range spec.URLs {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return bad("%q is not an http or https URL", u)
+		}
+	}
+	if len(spec.URLs) > 0 && l.StateDir == "" {
+		return bad("URLs need a state directory to cache their downloads in")
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 100 || s[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// load reads spec's files and URLs, in parallel; with committed, every URL
+// is read from the copy last committed (or, lacking one, the latest cached
+// copy) without going to the network.
+func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, error) {
+	src := &Source{name: spec.Name, format: spec.Format}
+	n := len(spec.Paths) + len(spec.URLs)
+	results := make([]inputResult, n)
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := range n {
+		file := uint16(i) // check keeps n <= maxFiles
+		if i < len(spec.Paths) {
+			p := spec.Paths[i]
+			name := p
+			if b, ok := strings.CutPrefix(p, BuiltinPrefix); ok {
+				name = b
+			}
+			src.files = append(src.files, name)
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if err := ctx.Err(); err != nil {
+					results[i].err = err
+					return
+				}
+				results[i].part, results[i].err = readPath(p, spec.Format, name, file)
+			})
+			continue
+		}
+		u := spec.URLs[i-len(spec.Paths)]
+		src.files = append(src.files, u)
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := ctx.Err(); err != nil {
+				results[i].err = err
+				return
+			}
+			results[i] = l.readURL(ctx, spec, u, file, committed)
+		})
+	}
+	wg.Wait()
+
+	var p4 []chunks[k4]
+	var p6 []chunks[k6]
+	for _, r := range results {
+		if r.err != nil {
+			return nil, r.err // the first in the order of the spec
+		}
+		p4, p6 = append(p4, r.part.v4), append(p6, r.part.v6)
+		if r.stale != nil {
+			src.stale = append(src.stale, r.stale)
+		}
+		if r.cached != nil {
+			src.cached = append(src.cached, *r.cached)
+		}
+	}
+	src.finish(p4, p6)
+	return src, nil
+}
+
+// inputResult is what reading one path or URL gave.
+type inputResult struct {
+	part   *part
+	cached *cachedCopy // the cached download read, for a URL
+	stale  error       // why a URL was read from its cache
+	err    error
+}
+
+// readPath reads a file or an embedded file.
+func readPath(path, format, name string, file uint16) (*part, error) {
+	var f fs.File
+	var err error
+	if b, ok := strings.CutPrefix(path, BuiltinPrefix); ok {
+		f, err = geo.FS().Open(b)
+	} else {
+		f, err = os.Open(path)
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	return readPart(f, format, name, file)
+}
+
+// readFile reads a local file (a cached download), its rows shown as
+// coming from name, and returns the SHA-256 of its bytes.
+func readFile(path, format, name string, file uint16) (*part, [32]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, [32]byte{}, err
+	}
+	defer f.Close()
+	h := newHashReader(f)
+	p, err := readPart(h, format, name, file)
+	if err != nil {
+		return nil, [32]byte{}, err
+	}
+	if _, err := io.Copy(io.Discard, h); err != nil {
+		return nil, [32]byte{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return p, h.sum(), nil
+}
+
+// finish joins the parts into sorted tables and builds the set of
+// everything.
+func (s *Source) finish(p4 []chunks[k4], p6 []chunks[k6]) {
+	s.v4.join(p4)
+	s.v6.join(p6)
+	for _, e := range s.v4.e {
+		if e.cc < numCodes {
+			s.present[e.cc] = true
+		}
+	}
+	for _, e := range s.v6.e {
+		if e.cc < numCodes {
+			s.present[e.cc] = true
+		}
+	}
+	s.set = s.build(nil)
+	s.n4, s.n6 = prefix.Count(s.set)
+}

@@ -1,0 +1,354 @@
+package source
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/ipfence/ipfence/internal/prefix"
+	"go4.org/netipx"
+)
+
+// ParseError reports a row of a country-csv or rir-delegated file that
+// cannot be read. (Rows of list files give a *prefix.ParseError.)
+type ParseError struct {
+	File string // as shown in Match.Origin
+	Line int    // 1-based
+	Text string // the row, trimmed, at most maxErrText bytes
+	Err  error  // why; an *UnknownCountryError for a bad country code
+	Want string // what a row of the format looks like
+}
+
+const maxErrText = 200
+
+// Error returns `FILE:LINE: cannot parse "TEXT": REASON (expected WANT)`,
+// or `FILE:LINE: unknown country code ...` for a bad country code.
+func (e *ParseError) Error() string {
+	var uc *UnknownCountryError
+	if errors.As(e.Err, &uc) {
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s:%d: cannot parse %q: %v (expected %s)", e.File, e.Line, e.Text, e.Err, e.Want)
+}
+
+// Unwrap returns e.Err.
+func (e *ParseError) Unwrap() error { return e.Err }
+
+const (
+	wantCSV = `"first,last,CC" or "cidr,CC"`
+	wantRIR = `"registry|cc|type|start|value|date|status"`
+)
+
+// maxLine bounds the length of a line of a country or RIR file.
+const maxLine = 64 << 10
+
+// gunzip returns r decompressed if it starts with the gzip magic bytes,
+// r itself otherwise.
+func gunzip(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, err := br.Peek(2)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if !bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		return br, nil
+	}
+	z, err := gzip.NewReader(br)
+	if err != nil {
+		return nil, fmt.Errorf("reading gzip header: %w", err)
+	}
+	return z, nil
+}
+
+// part holds the rows of one input file in file order, in chunks of
+// fixed size so that reading never copies them; Source.finish joins the
+// parts into sorted tables.
+type part struct {
+	v4 chunks[k4]
+	v6 chunks[k6]
+}
+
+const chunkLen = 4096
+
+// chunks is a list of rows in chunks of chunkLen.
+type chunks[K key[K]] [][]entry[K]
+
+func (c *chunks[K]) add(lo, hi K, cc, file uint16, line int) {
+	n := len(*c)
+	if n == 0 || len((*c)[n-1]) == chunkLen {
+		*c = append(*c, make([]entry[K], 0, chunkLen))
+		n++
+	}
+	(*c)[n-1] = append((*c)[n-1], entry[K]{lo: lo, hi: hi, cc: cc, file: file, line: uint32(line)})
+}
+
+func (c chunks[K]) len() int {
+	if len(c) == 0 {
+		return 0
+	}
+	return (len(c)-1)*chunkLen + len(c[len(c)-1])
+}
+
+// add appends one valid range.
+func (p *part) add(lo, hi netip.Addr, cc, file uint16, line int) {
+	if lo.Is4() {
+		p.v4.add(k4From(lo), k4From(hi), cc, file, line)
+	} else {
+		p.v6.add(k6From(lo), k6From(hi), cc, file, line)
+	}
+}
+
+// readPart reads one file (gzip or not) of the given format, its rows
+// shown as coming from name, file index file.
+func readPart(r io.Reader, format, name string, file uint16) (*part, error) {
+	r, err := gunzip(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	p := new(part)
+	if format == FormatList {
+		// Errors name the file already: a *prefix.ParseError, or a read
+		// error wrapped as "reading NAME: ...".
+		err := prefix.Read(r, name, func(rng netipx.IPRange, line int) {
+			p.add(rng.From(), rng.To(), noCountry, file, line)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	parse, want := parseCSVRow, wantCSV
+	if format == FormatRIRDelegated {
+		parse, want = parseRIRRow, wantRIR
+	}
+	// Scan chunks of whole lines and convert each chunk to a string once:
+	// a string per row would be half a million allocations for the
+	// embedded data.
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 256<<10), maxLine)
+	sc.Split(scanLines)
+	line := 0
+	for sc.Scan() {
+		chunk := string(sc.Bytes())
+		for more := true; more; {
+			var row string
+			row, chunk, more = strings.Cut(chunk, "\n")
+			line++
+			if line == 1 {
+				row = strings.TrimPrefix(row, "\uFEFF")
+			}
+			row = strings.TrimSpace(row)
+			if row == "" || row[0] == '#' {
+				continue
+			}
+			lo, hi, cc, ok, err := parse(row)
+			if err != nil {
+				if len(row) > maxErrText {
+					row = row[:maxErrText]
+				}
+				return nil, &ParseError{File: name, Line: line, Text: row, Err: err, Want: want}
+			}
+			if ok {
+				p.add(lo, hi, cc, file, line)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, &ParseError{File: name, Line: line + 1, Text: "…", Err: fmt.Errorf("line longer than %d bytes", maxLine), Want: want}
+		}
+		return nil, fmt.Errorf("reading %s after line %d: %w", name, line, err)
+	}
+	return p, nil
+}
+
+// scanLines is a bufio.SplitFunc that returns as many whole lines as the
+// buffer holds, without the last '\n'.
+func scanLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}
+
+// parseCSVRow parses a non-blank, non-comment row of a country CSV file:
+// "first,last,CC" or "cidr,CC" (or anything else a list line may hold,
+// then a comma and the code). A trailing # comment is allowed.
+func parseCSVRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) {
+	if i := strings.IndexByte(row, '#'); i >= 0 {
+		row = row[:i]
+	}
+	var f [4]string
+	n := 0
+	for n < len(f) {
+		var field string
+		var more bool
+		field, row, more = strings.Cut(row, ",")
+		f[n] = strings.TrimSpace(field)
+		n++
+		if !more {
+			break
+		}
+	}
+	switch n {
+	case 3:
+		if lo, err = parseAddr("first address", f[0]); err != nil {
+			return
+		}
+		if hi, err = parseAddr("last address", f[1]); err != nil {
+			return
+		}
+		if lo.Is4() != hi.Is4() {
+			err = errors.New("the range mixes IPv4 and IPv6")
+			return
+		}
+		if hi.Less(lo) {
+			err = fmt.Errorf("the range ends (%v) before it starts (%v)", hi, lo)
+			return
+		}
+	case 2:
+		r, nonEmpty, perr := prefix.ParseLine(f[0])
+		if perr != nil {
+			var pe *prefix.ParseError
+			if errors.As(perr, &pe) {
+				perr = pe.Err // the row is quoted already
+			}
+			err = perr
+			return
+		}
+		if !nonEmpty {
+			err = errors.New("no address before the comma")
+			return
+		}
+		lo, hi = r.From(), r.To()
+	default:
+		err = fmt.Errorf("%d comma-separated fields", n)
+		if n == len(f) {
+			err = errors.New("more than 3 comma-separated fields")
+		}
+		return
+	}
+	cc, err = dataCode(f[n-1])
+	return lo, hi, cc, err == nil, err
+}
+
+// parseAddr parses one address of a row, without a zone.
+func parseAddr(what, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s %q is not an IP address", what, s)
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%s %q has an IPv6 zone, which a source cannot use", what, s)
+	}
+	return a, nil
+}
+
+// dataCode checks a country code of a data row: two letters, either case.
+func dataCode(s string) (uint16, error) {
+	i, ok := codeIndex(s)
+	if !ok {
+		return 0, &UnknownCountryError{Code: s, Malformed: true}
+	}
+	return i, nil
+}
+
+// parseRIRRow parses a non-blank, non-comment row of an RIR
+// delegated-stats file. The version line, summary lines (cc "*"), asn rows
+// and rows neither allocated nor assigned give ok == false.
+//
+//	2|ripencc|1700000000|...                         version
+//	ripencc|*|ipv4|*|80000|summary                   summary
+//	ripencc|IT|ipv4|2.32.0.0|1048576|20100715|allocated
+//	ripencc|IT|ipv6|2001:760::|32|19990826|allocated|...
+func parseRIRRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) {
+	var f [7]string
+	n := 0
+	for n < len(f) {
+		var field string
+		var more bool
+		field, row, more = strings.Cut(row, "|")
+		f[n] = strings.TrimSpace(field)
+		n++
+		if !more {
+			break
+		}
+	}
+	if isVersion(f[0]) || n >= 2 && f[1] == "*" {
+		return // version or summary line
+	}
+	if n < 7 {
+		err = fmt.Errorf("%d '|'-separated fields, need at least 7", n)
+		return
+	}
+	typ, status := strings.ToLower(f[2]), strings.ToLower(f[6])
+	switch typ {
+	case "asn":
+		return
+	case "ipv4", "ipv6":
+	default:
+		err = fmt.Errorf("type %q is not asn, ipv4 or ipv6", f[2])
+		return
+	}
+	switch status {
+	case "allocated", "assigned":
+	case "available", "reserved":
+		return
+	default:
+		err = fmt.Errorf("status %q is not allocated, assigned, available or reserved", f[6])
+		return
+	}
+	if lo, err = parseAddr("start address", f[3]); err != nil {
+		return
+	}
+	if lo.Is4() != (typ == "ipv4") {
+		err = fmt.Errorf("start address %s is not an %s address", lo, typ)
+		return
+	}
+	if typ == "ipv4" {
+		count, perr := strconv.ParseUint(f[4], 10, 64)
+		last, inRange := k4From(lo).add(count - 1)
+		if perr != nil || count == 0 || !inRange {
+			err = fmt.Errorf("ipv4 value %q is not an address count from 1 to the end of the address space", f[4])
+			return
+		}
+		hi = last.addr()
+	} else {
+		bits, perr := strconv.ParseUint(f[4], 10, 8)
+		if perr != nil || bits > 128 {
+			err = fmt.Errorf("ipv6 value %q is not a prefix length from 0 to 128", f[4])
+			return
+		}
+		p := netip.PrefixFrom(lo, int(bits))
+		if p.Masked().Addr() != lo {
+			err = fmt.Errorf("start address %s is not the first address of a /%d", lo, bits)
+			return
+		}
+		hi = netipx.RangeOfPrefix(p).To()
+	}
+	cc, err = dataCode(f[1])
+	return lo, hi, cc, err == nil, err
+}
+
+// isVersion reports whether s is the first field of a version line: a
+// number such as "2" or "2.3".
+func isVersion(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && s[i] != '.' {
+			return false
+		}
+	}
+	return true
+}

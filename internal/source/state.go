@@ -1,0 +1,226 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// ShrinkError reports a load refused by the shrink gate: the source's
+// prefix count fell by more than Spec.MaxShrink against the last Commit.
+type ShrinkError struct {
+	Source    string
+	From, To  int     // prefixes (both families) of the last good load and of this one
+	MaxShrink float64 // the share allowed
+}
+
+func (e *ShrinkError) Error() string {
+	return fmt.Sprintf("source %s shrank from %s to %s prefixes (%d%%), more than the allowed %s%%; "+
+		"the last good copy stays in force; raise max_shrink or check the feed",
+		e.Source, thousands(e.From), thousands(e.To),
+		int(math.Round(float64(e.To-e.From)/float64(e.From)*100)),
+		strconv.FormatFloat(e.MaxShrink*100, 'f', -1, 64))
+}
+
+// thousands formats n with commas: 41205 → "41,205".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// goodState is StateDir/sources/NAME.json: the last good load of a source.
+type goodState struct {
+	Name       string    `json:"name"`
+	Format     string    `json:"format"`
+	PrefixesV4 int       `json:"prefixes_v4"`
+	PrefixesV6 int       `json:"prefixes_v6"`
+	Committed  time.Time `json:"committed"`
+}
+
+func (l *Loader) statePath(name string) string {
+	return filepath.Join(l.StateDir, "sources", name+".json")
+}
+
+// lastGood returns the state of the last Commit of source name, nil if
+// there is none.
+func (l *Loader) lastGood(name string) (*goodState, error) {
+	path := l.statePath(name)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("source %s: reading its last good state: %w", name, err)
+	}
+	var st goodState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("source %s: reading its last good state: %s is corrupt (%v); delete it to accept the next load whatever its size", name, path, err)
+	}
+	return &st, nil
+}
+
+// gate applies the shrink gate to *src. When the fresh load shrank too
+// much and it has URLs, it tries their committed copies instead, replacing
+// *src with that stale load if it passes.
+func (l *Loader) gate(ctx context.Context, spec Spec, src **Source) error {
+	max := spec.MaxShrink
+	if max == 0 {
+		max = DefaultMaxShrink
+	}
+	if l.StateDir == "" || max < 0 {
+		return nil
+	}
+	last, err := l.lastGood(spec.Name)
+	if err != nil || last == nil {
+		return err
+	}
+	from := last.PrefixesV4 + last.PrefixesV6
+	shrank := func(s *Source) bool {
+		to := s.n4 + s.n6
+		return from > 0 && float64(from-to)/float64(from) > max
+	}
+	if !shrank(*src) {
+		return nil
+	}
+	serr := &ShrinkError{Source: spec.Name, From: from, To: (*src).n4 + (*src).n6, MaxShrink: max}
+	if len(spec.URLs) == 0 {
+		return serr
+	}
+	old, err := l.load(ctx, spec, true)
+	if err != nil || shrank(old) {
+		return serr
+	}
+	old.stale = append(old.stale, serr)
+	*src = old
+	return nil
+}
+
+// Commit records src as the last good load of its source: its prefix
+// counts, against which the next load's shrink is measured, and for each
+// URL the cached copy it was read from (KEY.good), which a load refused by
+// the shrink gate falls back on. Apply calls it once the kernel has
+// accepted src. With no StateDir it does nothing.
+//
+// It fails if the state cannot be written, or if a cached copy src was
+// read from has changed since (load again, then commit).
+func (l *Loader) Commit(src *Source) error {
+	if l.StateDir == "" {
+		return nil
+	}
+	for _, c := range src.cached {
+		if filepath.Ext(c.path) == ".good" {
+			continue
+		}
+		good := c.path[:len(c.path)-len(filepath.Ext(c.path))] + ".good"
+		if err := copyVerified(c.path, good, c.digest); err != nil {
+			return fmt.Errorf("committing source %s: keeping the download of %s: %w", src.name, c.url, err)
+		}
+	}
+	st := goodState{Name: src.name, Format: src.format, PrefixesV4: src.n4, PrefixesV6: src.n6, Committed: time.Now().UTC()}
+	path := l.statePath(src.name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("committing source %s: %w", src.name, err)
+	}
+	if err := writeJSON(path, st); err != nil {
+		return fmt.Errorf("committing source %s: %w", src.name, err)
+	}
+	return nil
+}
+
+// copyVerified atomically copies src to dst if src's SHA-256 is digest.
+func copyVerified(src, dst string, digest [32]byte) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	tmp, err := writeTemp(filepath.Dir(dst), func(w io.Writer) error {
+		_, err := io.Copy(io.MultiWriter(w, h), f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if [32]byte(h.Sum(nil)) != digest {
+		os.Remove(tmp)
+		return fmt.Errorf("%s %w; load the source again, then commit", src, errChanged)
+	}
+	return commitFile(tmp, dst)
+}
+
+// writeJSON atomically replaces path with v as indented JSON.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := writeTemp(filepath.Dir(path), func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return commitFile(tmp, path)
+}
+
+// writeTemp writes a new temporary file in dir with fill, syncs it to
+// disk and returns its path. On error nothing is left behind.
+func writeTemp(dir string, fill func(io.Writer) error) (string, error) {
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	err = fill(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// commitFile renames the synced temporary file tmp to path and syncs the
+// directory, so that path is either the old or the new file, even after a
+// crash.
+func commitFile(tmp, path string) error {
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,148 @@
+package source
+
+import (
+	"cmp"
+	"encoding/binary"
+	"net/netip"
+	"slices"
+
+	"go4.org/netipx"
+)
+
+// The entries of a source are kept per address family in compact form: an
+// IPv4 entry takes 16 bytes, an IPv6 entry 40 (a netipx.IPRange alone takes
+// 48), and no set is built per row. Sets are built on demand by merging the
+// entries, which are kept sorted by first address.
+
+// key is the integer form of one family's addresses.
+type key[K any] interface {
+	comparable
+	compare(K) int
+	// next returns the following address; false when k is the last one.
+	next() (K, bool)
+	addr() netip.Addr
+}
+
+// k4 is an IPv4 address as an integer.
+type k4 uint32
+
+func k4From(a netip.Addr) k4 { b := a.As4(); return k4(binary.BigEndian.Uint32(b[:])) }
+
+func (k k4) compare(o k4) int { return cmp.Compare(k, o) }
+func (k k4) next() (k4, bool) { return k + 1, k != ^k4(0) }
+
+func (k k4) addr() netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(k >> 24), byte(k >> 16), byte(k >> 8), byte(k)})
+}
+
+// add returns k+n; false when that is past the last address.
+func (k k4) add(n uint64) (k4, bool) {
+	s := uint64(k) + n
+	return k4(s), n <= uint64(^uint32(0)) && s <= uint64(^uint32(0))
+}
+
+// k6 is an IPv6 address as a 128-bit integer.
+type k6 struct{ hi, lo uint64 }
+
+func (k k6) compare(o k6) int {
+	if c := cmp.Compare(k.hi, o.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.lo, o.lo)
+}
+
+func (k k6) next() (k6, bool) {
+	if k.lo != ^uint64(0) {
+		return k6{k.hi, k.lo + 1}, true
+	}
+	return k6{k.hi + 1, 0}, k.hi != ^uint64(0)
+}
+
+func (k k6) addr() netip.Addr {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], k.hi)
+	binary.BigEndian.PutUint64(b[8:], k.lo)
+	return netip.AddrFrom16(b)
+}
+
+func k6From(a netip.Addr) k6 {
+	b := a.As16()
+	return k6{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// entry is one row of a source: an inclusive range, its country (or
+// noCountry) and where it was read.
+type entry[K key[K]] struct {
+	lo, hi K
+	cc     uint16
+	file   uint16 // index into Source.files
+	line   uint32
+}
+
+// table holds one family's entries.
+type table[K key[K]] struct {
+	e []entry[K]
+}
+
+// join sets the table to the rows of all parts, sorted by first, then
+// last address. (Explain restores the file order from (file, line).)
+func (t *table[K]) join(parts []chunks[K]) {
+	n := 0
+	for _, p := range parts {
+		n += p.len()
+	}
+	t.e = make([]entry[K], 0, n)
+	for _, p := range parts {
+		for _, c := range p {
+			t.e = append(t.e, c...)
+		}
+	}
+	slices.SortFunc(t.e, func(a, b entry[K]) int {
+		if c := a.lo.compare(b.lo); c != 0 {
+			return c
+		}
+		return a.hi.compare(b.hi)
+	})
+}
+
+// addTo adds to b the union of the entries whose country is selected by
+// sel (nil: all entries), merged into as few ranges as possible first so
+// that b has little left to do.
+func (t *table[K]) addTo(b *netipx.IPSetBuilder, sel *[numCodes]bool) {
+	var lo, hi K
+	open := false
+	for i := range t.e {
+		e := &t.e[i]
+		if sel != nil && (e.cc >= numCodes || !sel[e.cc]) {
+			continue
+		}
+		if open {
+			if n, ok := hi.next(); !ok || e.lo.compare(n) <= 0 {
+				// Overlapping or adjacent (or hi is the last address).
+				if e.hi.compare(hi) > 0 {
+					hi = e.hi
+				}
+				continue
+			}
+			b.AddRange(netipx.IPRangeFrom(lo.addr(), hi.addr()))
+		}
+		lo, hi, open = e.lo, e.hi, true
+	}
+	if open {
+		b.AddRange(netipx.IPRangeFrom(lo.addr(), hi.addr()))
+	}
+}
+
+// containing appends to out the entries that contain k, in sorted order.
+func (t *table[K]) containing(k K, out []entry[K]) []entry[K] {
+	for i := range t.e {
+		e := &t.e[i]
+		if e.lo.compare(k) > 0 {
+			break // sorted by lo: no later entry starts at or before k
+		}
+		if e.hi.compare(k) >= 0 {
+			out = append(out, *e)
+		}
+	}
+	return out
+}

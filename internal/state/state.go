@@ -1,0 +1,218 @@
+// Package state keeps what ipfence applied, so that the next apply can say
+// what changed without reading big sets back from the kernel (listing
+// 400k elements takes tens of seconds).
+//
+// Files are written atomically (temporary file, fsync, rename). A missing
+// or unreadable file means "nothing known": callers treat everything as
+// new.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// DefaultDir is where ipfence keeps state unless told otherwise.
+const DefaultDir = "/var/lib/ipfence"
+
+// Dir is a state folder.
+type Dir struct{ Path string }
+
+// Applied is what was loaded into one namespace.
+type Applied struct {
+	Time  time.Time     `json:"time"`
+	Table string        `json:"table"`
+	Rules []RuleApplied `json:"rules"`
+}
+
+// RuleApplied is one rule as loaded: its effective prefixes.
+type RuleApplied struct {
+	Name       string      `json:"name"`
+	Action     plan.Action `json:"action"`
+	Ports      []plan.Port `json:"ports,omitempty"`
+	PrefixesV4 int         `json:"prefixes_ipv4"`
+	PrefixesV6 int         `json:"prefixes_ipv6"`
+	Prefixes   []string    `json:"prefixes"`
+}
+
+// Summarize records a plan's rules.
+func Summarize(p *plan.Plan) *Applied {
+	a := &Applied{Time: time.Now().UTC(), Table: p.Table}
+	for _, r := range p.Rules {
+		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
+		if r.V4.Kind == plan.KindEmpty {
+			ra.PrefixesV4 = 0
+		}
+		if r.V6.Kind == plan.KindEmpty {
+			ra.PrefixesV6 = 0
+		}
+		for _, pr := range r.Set.Prefixes() {
+			ra.Prefixes = append(ra.Prefixes, pr.String())
+		}
+		a.Rules = append(a.Rules, ra)
+	}
+	return a
+}
+
+// Change is one difference between two applies.
+type Change struct {
+	Rule    string `json:"rule"`
+	Kind    string `json:"kind"` // "added", "removed", "changed"
+	Added   int    `json:"prefixes_added"`
+	Removed int    `json:"prefixes_removed"`
+	Note    string `json:"note,omitempty"`
+}
+
+func (c Change) String() string {
+	switch c.Kind {
+	case "added":
+		return fmt.Sprintf("rule %s: new (%d prefixes)", c.Rule, c.Added)
+	case "removed":
+		return fmt.Sprintf("rule %s: removed (%d prefixes)", c.Rule, c.Removed)
+	}
+	s := fmt.Sprintf("rule %s: +%d -%d prefixes", c.Rule, c.Added, c.Removed)
+	if c.Note != "" {
+		s += " (" + c.Note + ")"
+	}
+	return s
+}
+
+// Compare lists what changed from prev (nil: nothing applied) to cur.
+func Compare(prev, cur *Applied) []Change {
+	var out []Change
+	old := map[string]RuleApplied{}
+	if prev != nil {
+		for _, r := range prev.Rules {
+			old[r.Name] = r
+		}
+	}
+	for _, r := range cur.Rules {
+		o, ok := old[r.Name]
+		if !ok {
+			out = append(out, Change{Rule: r.Name, Kind: "added", Added: len(r.Prefixes)})
+			continue
+		}
+		delete(old, r.Name)
+		added, removed := diff(o.Prefixes, r.Prefixes)
+		var note string
+		if o.Action != r.Action {
+			note = fmt.Sprintf("action %s → %s", o.Action, r.Action)
+		} else if fmt.Sprint(o.Ports) != fmt.Sprint(r.Ports) {
+			note = "ports changed"
+		}
+		if added+removed > 0 || note != "" {
+			out = append(out, Change{Rule: r.Name, Kind: "changed", Added: added, Removed: removed, Note: note})
+		}
+	}
+	if prev != nil {
+		for _, r := range prev.Rules {
+			if _, gone := old[r.Name]; gone {
+				out = append(out, Change{Rule: r.Name, Kind: "removed", Removed: len(r.Prefixes)})
+			}
+		}
+	}
+	return out
+}
+
+// diff counts addresses-as-prefixes added and removed: the prefixes of
+// cur not covered by prev and of prev not covered by cur.
+func diff(prev, cur []string) (added, removed int) {
+	a, b := toSet(prev), toSet(cur)
+	var x netipx.IPSetBuilder
+	x.AddSet(b)
+	x.RemoveSet(a)
+	s, _ := x.IPSet()
+	added = len(s.Prefixes())
+	x = netipx.IPSetBuilder{}
+	x.AddSet(a)
+	x.RemoveSet(b)
+	s, _ = x.IPSet()
+	removed = len(s.Prefixes())
+	return added, removed
+}
+
+func toSet(ps []string) *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for _, p := range ps {
+		if pr, err := netip.ParsePrefix(p); err == nil {
+			b.AddPrefix(pr)
+		}
+	}
+	s, _ := b.IPSet()
+	return s
+}
+
+func (d Dir) appliedPath(netns string) string {
+	if netns == "" {
+		netns = "_current"
+	}
+	return filepath.Join(d.Path, "applied", filepath.Base(netns)+".json")
+}
+
+// LoadApplied reads what was applied in netns ("" = current namespace).
+func (d Dir) LoadApplied(netns string) (*Applied, error) {
+	data, err := os.ReadFile(d.appliedPath(netns))
+	if err != nil {
+		return nil, err
+	}
+	var a Applied
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", d.appliedPath(netns), err)
+	}
+	return &a, nil
+}
+
+// SaveApplied records what was applied in netns.
+func (d Dir) SaveApplied(netns string, a *Applied) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(d.appliedPath(netns), data)
+}
+
+// ForgetApplied removes the record (after a flush).
+func (d Dir) ForgetApplied(netns string) error {
+	err := os.Remove(d.appliedPath(netns))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// WriteFileAtomic writes data to path via a synced temporary file and a
+// rename, creating the folder.
+func WriteFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("creating state folder: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
