@@ -13,8 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"go4.org/netipx"
-
+	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
@@ -44,19 +43,6 @@ func compileFor(t *testing.T, policyFile, stateDir string) *compiled {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// sample draws the test sources for a rule set: boundaries (sampled),
-// addresses from inside and outside the set, and random ones, v4 and v6.
-func sample(r *rand.Rand, set *netipx.IPSet, n int) []netip.Addr {
-	var out []netip.Addr
-	b := pktgen.Boundaries(set)
-	r.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
-	out = append(out, b[:min(len(b), n/2)]...)
-	out = append(out, pktgen.RandomFromSet(r, pktgen.TestableSet(set), n/6)...)
-	out = append(out, pktgen.RandomV4(r, n/6)...)
-	out = append(out, pktgen.RandomV6(r, n/6)...)
-	return out
 }
 
 // checkVerdicts sends one UDP packet per source through the lab and
@@ -107,7 +93,7 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	}
 	c := compileFor(t, pol, stateDir)
 	r := rand.New(rand.NewPCG(7, 7))
-	srcs := sample(r, c.plan.Rules[0].Set, 24000)
+	srcs := demo.Sample(r, c.plan.Rules[0].Set, 24000)
 	checkVerdicts(t, lab, c.plan, srcs)
 
 	// Applying again changes nothing and says so.
@@ -155,7 +141,7 @@ rules:
 	r := rand.New(rand.NewPCG(8, 8))
 	var srcs []netip.Addr
 	for _, rule := range c.plan.Rules {
-		srcs = append(srcs, sample(r, rule.Set, 6000)...)
+		srcs = append(srcs, demo.Sample(r, rule.Set, 6000)...)
 	}
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "1.2.3.4", "1.2.4.4", "9.9.9.9", "2001:db8:5::1", "2001:db8:6::1"} {
 		srcs = append(srcs, netip.MustParseAddr(s))

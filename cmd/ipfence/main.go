@@ -68,6 +68,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newFlushCmd(g),
 		newExplainCmd(g),
+		newDemoCmd(g),
 	)
 	return root
 }

@@ -118,8 +118,8 @@ func (l *Lab) setup() error {
 		// Address setup waits a random time up to this delay, even nodad.
 		"ipv6/conf/all/router_solicitation_delay":     "0",
 		"ipv6/conf/default/router_solicitation_delay": "0",
-		"ipv6/conf/all/forwarding":            "0",
-		"ipv4/ip_forward":                     "0",
+		"ipv6/conf/all/forwarding":                    "0",
+		"ipv4/ip_forward":                             "0",
 	}
 	fwDefaults := map[string]string{
 		"ipv4/conf/all/rp_filter":     "0",

@@ -34,9 +34,9 @@ const (
 	checkPayload  = 12         // magic, nonce, sequence number
 	checkBatch    = 256
 	checkRcvbuf   = 64 << 20
-	maxInFlight   = 1024                   // packets sent but not yet seen by fw's IP layer
-	stallTimeout  = 2 * time.Second        // how long fw may show no progress
-	quietInterval = 5 * time.Millisecond   // no new packet for this long: quiescent
+	maxInFlight   = checkBatch             // packets sent but not yet seen by fw's IP layer
+	stallTimeout  = 5 * time.Second        // how long fw may show no progress
+	quietInterval = 20 * time.Millisecond  // no new packet for this long: quiescent
 	settleTimeout = 10 * time.Second       // bound on waiting after the last send
 	pollInterval  = 100 * time.Microsecond // pacing poll
 )
@@ -74,17 +74,16 @@ func Check(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, error) {
 // checkSources is Check without the test for testable sources.
 func checkSources(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, error) {
 	passed := make([]bool, len(srcs))
-	need4, need6 := false, false
+	var n4 uint64
 	for _, a := range srcs {
 		if !a.IsValid() {
 			return nil, fmt.Errorf("checking sources: invalid address")
 		}
 		if a.Unmap().Is4() {
-			need4 = true
-		} else {
-			need6 = true
+			n4++
 		}
 	}
+	need4, need6 := n4 > 0, n4 < uint64(len(srcs))
 	nonce := rand.Uint32()
 	frames := make([][]byte, len(srcs))
 	buf := make([]byte, 0, len(srcs)*FrameLen(netip.IPv6Unspecified(), UDPLen, checkPayload))
@@ -129,7 +128,7 @@ func checkSources(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, erro
 	}
 	rx.start(srcs, passed, nonce)
 	n := uint64(len(srcs))
-	if err := check(tx, stats, rx, before.ipIn+before.ip6In, n); err != nil {
+	if err := check(tx, stats, rx, before, n4, n-n4); err != nil {
 		rx.close()
 		return nil, fmt.Errorf("checking %d sources: %w", n, err)
 	}
@@ -147,13 +146,15 @@ func checkSources(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, erro
 	return passed, nil
 }
 
-// check sends all loaded frames, pacing on fw's IP InReceives counter and
-// the sockets' queues, then waits until fw is quiescent.
-func check(tx *Sender, stats *nsStats, rx *receiver, in0, n uint64) error {
-	seen := func() (uint64, error) {
-		in, err := stats.inReceives()
-		return in - in0, err
+// check sends all loaded frames, n4 IPv4 and n6 IPv6 ones, pacing on fw's
+// IP InReceives counters and the sockets' queues, then waits until fw is
+// quiescent.
+func check(tx *Sender, stats *nsStats, rx *receiver, before counters, n4, n6 uint64) error {
+	seen := func() (in4, in6 uint64, err error) {
+		c, err := stats.read()
+		return c.ipIn - before.ipIn, c.ip6In - before.ip6In, err
 	}
+	n := n4 + n6
 	var sent uint64
 	for sent < n {
 		k, err := tx.Send(int(min(checkBatch, n-sent)))
@@ -161,13 +162,17 @@ func check(tx *Sender, stats *nsStats, rx *receiver, in0, n uint64) error {
 		if err != nil {
 			return err
 		}
+		// Keep what fw has not processed below its backlog limit
+		// (net.core.netdev_max_backlog, 1000 by default), in case its
+		// receive work is deferred to ksoftirqd.
 		var progress uint64
 		var since time.Time
 		for {
-			in, err := seen()
+			in4, in6, err := seen()
 			if err != nil {
 				return err
 			}
+			in := in4 + in6
 			if sent-min(in, sent) <= maxInFlight && rx.queued() <= checkRcvbuf/4 {
 				break
 			}
@@ -179,12 +184,12 @@ func check(tx *Sender, stats *nsStats, rx *receiver, in0, n uint64) error {
 			time.Sleep(pollInterval)
 		}
 	}
-	// Quiescent: fw's IP layer has seen every packet, the sockets are
-	// drained, and no packet arrived for quietInterval.
+	// Quiescent: fw's IP layer has seen every packet of each family, the
+	// sockets are drained, and no packet arrived for quietInterval.
 	deadline := time.Now().Add(settleTimeout)
 	last, lastChange := rx.count.Load(), time.Now()
 	for {
-		in, err := seen()
+		in4, in6, err := seen()
 		if err != nil {
 			return err
 		}
@@ -192,12 +197,12 @@ func check(tx *Sender, stats *nsStats, rx *receiver, in0, n uint64) error {
 		if c != last {
 			last, lastChange = c, time.Now()
 		}
-		if in >= n && rx.queued() == 0 && time.Since(lastChange) >= quietInterval {
+		if in4 >= n4 && in6 >= n6 && rx.queued() == 0 && time.Since(lastChange) >= quietInterval {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			if in < n {
-				return fmt.Errorf("%w: fw's IP layer saw only %d of %d packets within %v", ErrLost, in, n, settleTimeout)
+			if in4 < n4 || in6 < n6 {
+				return fmt.Errorf("%w: fw's IP layer saw only %d of %d IPv4 and %d of %d IPv6 packets within %v", ErrLost, in4, n4, in6, n6, settleTimeout)
 			}
 			return fmt.Errorf("fw still receiving after %v", settleTimeout)
 		}

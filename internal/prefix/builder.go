@@ -19,8 +19,8 @@ import (
 // affects what was added before it).
 //
 // The zero value is an empty builder ready to use. Invalid input (the zero
-// netip.Addr, a range ending before it starts or mixing families, an
-// address with a zone) is skipped and reported by Build. A Builder is not
+// netip.Addr or netip.Prefix, a range ending before it starts or mixing
+// families, an address with a zone) is skipped and reported by Build. A Builder is not
 // safe for concurrent use.
 type Builder struct {
 	in4, out4 []uint64 // IPv4 ranges, first<<32 | last
@@ -33,7 +33,11 @@ type Builder struct {
 const maxBuildErrs = 10
 
 // Add adds one address.
-func (b *Builder) Add(a netip.Addr) { b.AddRange(netipx.IPRangeFrom(a, a)) }
+func (b *Builder) Add(a netip.Addr) {
+	if b.checkAddr(a, "adding") {
+		b.AddRange(netipx.IPRangeFrom(a, a))
+	}
+}
 
 // AddPrefix adds all addresses of p (of its network, if p has host bits
 // set).
@@ -58,7 +62,11 @@ func (b *Builder) AddSet(s *netipx.IPSet) {
 }
 
 // Remove removes one address from the result.
-func (b *Builder) Remove(a netip.Addr) { b.RemoveRange(netipx.IPRangeFrom(a, a)) }
+func (b *Builder) Remove(a netip.Addr) {
+	if b.checkAddr(a, "removing") {
+		b.RemoveRange(netipx.IPRangeFrom(a, a))
+	}
+}
 
 // RemovePrefix removes all addresses of p from the result.
 func (b *Builder) RemovePrefix(p netip.Prefix) {
@@ -122,8 +130,6 @@ func (b *Builder) check(r netipx.IPRange, verb string) bool {
 		why = "mixes IPv4 and IPv6"
 	case to.Less(from):
 		why = "ends before it starts"
-	case from.Zone() != "" || to.Zone() != "":
-		why = "has an IPv6 zone"
 	default:
 		return true
 	}
@@ -133,10 +139,24 @@ func (b *Builder) check(r netipx.IPRange, verb string) bool {
 
 // checkPrefix reports whether p is valid input, recording an error if not.
 func (b *Builder) checkPrefix(p netip.Prefix, verb string) bool {
-	if p.IsValid() && p.Addr().Zone() == "" {
+	if p.IsValid() {
 		return true
 	}
 	b.fail("%s invalid prefix %v", verb, p)
+	return false
+}
+
+// checkAddr reports whether a is valid input, recording an error if not.
+// (netipx.IPRangeFrom drops zones; Add and Remove refuse them.)
+func (b *Builder) checkAddr(a netip.Addr, verb string) bool {
+	if a.IsValid() && a.Zone() == "" {
+		return true
+	}
+	if !a.IsValid() {
+		b.fail("%s invalid address: missing address", verb)
+	} else {
+		b.fail("%s address %v: has an IPv6 zone", verb, a)
+	}
 	return false
 }
 

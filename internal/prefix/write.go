@@ -59,7 +59,7 @@ func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, befo
 		b = f(b[:0], r, before, after)
 		out := b
 		if json && first {
-			out, first = b[1:], false // no comma before the first item
+			out, first = b, false // no comma before the first item
 		}
 		bw.Write(out)
 	}

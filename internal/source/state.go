@@ -113,7 +113,7 @@ func (l *Loader) gate(ctx context.Context, spec Spec, src **Source) error {
 	if err != nil || shrank(old) {
 		return serr
 	}
-	old.stale = append(old.stale, serr)
+	old.stale = append(append(old.stale, (*src).stale...), serr)
 	*src = old
 	return nil
 }

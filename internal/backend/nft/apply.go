@@ -34,9 +34,9 @@ type ApplyResult struct {
 	Rules    int
 	// GenID is the ruleset generation the transaction was checked against.
 	GenID uint32
-	// Build is the time to open the namespace, resolve interfaces, read
-	// the generation and encode the batch; Flush the time to send it and
-	// have the kernel commit it.
+	// Build is the time to validate the Program, open the namespace,
+	// resolve interfaces, read the generation and encode the batch; Flush
+	// the time to send it and have the kernel commit it.
 	Build time.Duration
 	Flush time.Duration
 }
@@ -74,20 +74,22 @@ var testHookBeforeFlush func()
 // ctx is checked before each step; a flush in progress is not interrupted
 // (the kernel commits or rejects it as a whole either way).
 func Apply(ctx context.Context, p *Program, opts ApplyOptions) (ApplyResult, error) {
-	if err := p.Validate(); err != nil {
-		return ApplyResult{Table: p.Table}, err
-	}
-	return apply(ctx, p, opts)
+	return apply(ctx, p, opts, true)
 }
 
-// apply is Apply without Validate, so that tests can hand the kernel a
-// batch it must reject.
-func apply(ctx context.Context, p *Program, opts ApplyOptions) (ApplyResult, error) {
+// apply is Apply; tests turn validate off to hand the kernel a batch it
+// must reject.
+func apply(ctx context.Context, p *Program, opts ApplyOptions, validate bool) (ApplyResult, error) {
 	res := ApplyResult{Table: p.Table}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
 	start := time.Now()
+	if validate {
+		if err := p.Validate(); err != nil {
+			return res, err
+		}
+	}
 	c, closeConn, nsfd, err := dial(opts.NetNS)
 	if err != nil {
 		return res, fmt.Errorf("loading table %s: %w", p.Table, err)
@@ -126,9 +128,33 @@ func apply(ctx context.Context, p *Program, opts ApplyOptions) (ApplyResult, err
 		}
 		return res, ce
 	case err != nil:
-		return res, fmt.Errorf("loading table %s: kernel rejected the transaction, nothing was changed: %w", p.Table, err)
+		return res, fmt.Errorf("loading table %s: kernel rejected the transaction, nothing was changed%s: %w",
+			p.Table, kernelHint(err), err)
 	}
 	return res, nil
+}
+
+// kernelHint says in words what an errno from a rejected batch usually
+// means for the objects Apply sends.
+func kernelHint(err error) string {
+	for _, h := range []struct {
+		errno unix.Errno
+		hint  string
+	}{
+		{unix.ENOENT, "a rule or element refers to a set or chain that does not exist"},
+		{unix.EEXIST, "an object is defined twice, or an element conflicts with another"},
+		{unix.EMLINK, "a jump loop, or jumps nested deeper than the kernel allows"},
+		{unix.ELOOP, "a jump loop"},
+		{unix.ENFILE, "a set holds more elements than its declared size"},
+		{unix.EOPNOTSUPP, "an expression or hook this kernel does not support here"},
+		{unix.ENOMEM, "the kernel ran out of memory"},
+		{unix.EPERM, "not permitted: CAP_NET_ADMIN is needed in the target namespace"},
+	} {
+		if errors.Is(err, h.errno) {
+			return " (" + h.hint + ")"
+		}
+	}
+	return ""
 }
 
 // Flush deletes the inet table named table from the target namespace (see

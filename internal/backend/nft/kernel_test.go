@@ -269,6 +269,7 @@ func TestDifferential(t *testing.T) {
 	}{
 		{name: "shapes", p: shapesProgram()},
 		{name: "minimal", p: minimalProgram()},
+		{name: "empty", p: &Program{Table: "ipfence"}},
 		{name: "generated", p: generatedProgram(7, 300, 12, 8)},
 		{name: "iif", p: iif, setup: func(t *testing.T, ns string) {
 			run(t, "ip", "-n", ns, "link", "add", "ipfdummy0", "type", "veth", "peer", "name", "ipfdummy1")
@@ -463,12 +464,7 @@ func TestRejectedApplyChangesNothing(t *testing.T) {
 		{"duplicate set (validated)", dupSet, true, "set host4: defined twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error
-			if tc.validate {
-				_, err = Apply(ctx, tc.p, ApplyOptions{NetNS: ns})
-			} else {
-				_, err = apply(ctx, tc.p, ApplyOptions{NetNS: ns})
-			}
+			_, err := apply(ctx, tc.p, ApplyOptions{NetNS: ns}, tc.validate)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Apply error = %v, want one containing %q", err, tc.want)
 			}

@@ -60,7 +60,8 @@ type Verdict struct {
 type Program struct {
 	// Table is the name of ipfence's inet table ("ipfence").
 	Table string
-	// Sets are created before the chains, in order.
+	// Sets are created in order, after the chains (map elements jump to
+	// them) and before the rules (which look them up).
 	Sets []*Set
 	// Chains are created in order; base chains (Hook != nil) are hooked
 	// in only when the whole transaction commits.

@@ -1,0 +1,155 @@
+package prefix
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"go4.org/netipx"
+)
+
+func TestBuilderZero(t *testing.T) {
+	var b Builder
+	s, err := b.Build()
+	if err != nil || s == nil || len(s.Ranges()) != 0 {
+		t.Errorf("zero Builder: %v, %v", s, err)
+	}
+	if v4, v6 := b.Len(); v4 != 0 || v6 != 0 {
+		t.Errorf("zero Builder Len = %d, %d", v4, v6)
+	}
+}
+
+func TestBuilderErrors(t *testing.T) {
+	var b Builder
+	b.Add(netip.MustParseAddr("10.0.0.1"))
+	b.Add(netip.Addr{})
+	b.AddRange(netipx.IPRangeFrom(netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("10.0.0.5")))
+	b.AddRange(netipx.IPRangeFrom(netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("::1")))
+	b.AddPrefix(netip.Prefix{})
+	b.Add(netip.MustParseAddr("fe80::1%eth0"))
+	b.RemovePrefix(netip.Prefix{})
+	s, err := b.Build()
+	if err == nil {
+		t.Fatal("Build: no error for invalid input")
+	}
+	for _, want := range []string{"adding invalid address: missing address", "ends before it starts", "mixes IPv4 and IPv6", "adding invalid prefix", "has an IPv6 zone", "removing invalid prefix"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Build error %q does not say %q", err, want)
+		}
+	}
+	// The valid input is kept, the errors are cleared.
+	if got := prefixText(s); got != "10.0.0.1/32" {
+		t.Errorf("Build = %v, want the valid entry", got)
+	}
+	if _, err := b.Build(); err != nil {
+		t.Errorf("second Build: %v, want errors cleared", err)
+	}
+
+	// Many errors: the first few, then a count.
+	for range maxBuildErrs + 5 {
+		b.Add(netip.Addr{})
+	}
+	_, err = b.Build()
+	if err == nil || strings.Count(err.Error(), "missing address") != maxBuildErrs || !strings.Contains(err.Error(), "and 5 more") {
+		t.Errorf("Build error with %d invalid entries: %v", maxBuildErrs+5, err)
+	}
+}
+
+// TestBuilderOrder checks that removals apply whatever the order of calls,
+// and that Build can be called between them.
+func TestBuilderOrder(t *testing.T) {
+	p := netip.MustParsePrefix
+	var a, b Builder
+	a.AddPrefix(p("10.0.0.0/8"))
+	a.RemovePrefix(p("10.1.0.0/16"))
+	a.AddPrefix(p("10.1.2.0/24")) // still removed
+	a.AddPrefix(p("2001:db8::/32"))
+	a.Remove(netip.MustParseAddr("2001:db8::"))
+	b.Remove(netip.MustParseAddr("2001:db8::"))
+	b.RemovePrefix(p("10.1.0.0/16"))
+	b.AddPrefix(p("2001:db8::/32"))
+	if _, err := b.Build(); err != nil { // Build in the middle changes nothing
+		t.Fatal(err)
+	}
+	b.AddPrefix(p("10.1.2.0/24"))
+	b.AddPrefix(p("10.0.0.0/8"))
+	sa, _ := a.Build()
+	sb, _ := b.Build()
+	if !sa.Equal(sb) {
+		t.Errorf("order matters: %v vs %v", prefixText(sa), prefixText(sb))
+	}
+	var ref netipx.IPSetBuilder
+	ref.AddPrefix(p("10.0.0.0/8"))
+	ref.AddPrefix(p("2001:db8::/32"))
+	ref.RemovePrefix(p("10.1.0.0/16"))
+	ref.Remove(netip.MustParseAddr("2001:db8::"))
+	if want, _ := ref.IPSet(); !sa.Equal(want) {
+		t.Errorf("got  %v\nwant %v", prefixText(sa), prefixText(want))
+	}
+	if v4, v6 := a.Len(); v4 == 0 || v6 == 0 {
+		t.Errorf("Len = %d, %d, want both families", v4, v6)
+	}
+}
+
+func TestBuilderSets(t *testing.T) {
+	x, _ := ReadSet(strings.NewReader("10.0.0.0/8\n2001:db8::/32\n"), "x")
+	y, _ := ReadSet(strings.NewReader("10.0.0.0/9\n2001:db8::/33\n"), "y")
+	var b Builder
+	b.AddSet(x)
+	b.AddSet(nil)
+	b.RemoveSet(y)
+	b.RemoveSet(nil)
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := prefixText(s); got != "10.128.0.0/9 2001:db8:8000::/33" {
+		t.Errorf("x - y = %s", got)
+	}
+	if v4, v6 := Count(nil); v4 != 0 || v6 != 0 {
+		t.Errorf("Count(nil) = %d, %d", v4, v6)
+	}
+}
+
+// TestBuilderVsNetipx compares Builder with netipx.IPSetBuilder on large
+// random inputs of both families, with removals.
+func TestBuilderVsNetipx(t *testing.T) {
+	for seed := range uint64(3) {
+		var rr []netipx.IPRange
+		in := synthetic(20_000, seed, true)
+		if err := Read(strings.NewReader(string(in)), "synthetic", func(r netipx.IPRange, _ int) { rr = append(rr, r) }); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(seed, 9))
+		var ours Builder
+		var ref netipx.IPSetBuilder
+		var removed []netipx.IPRange
+		for _, r := range rr {
+			if rng.IntN(10) == 0 {
+				removed = append(removed, r)
+				ours.RemoveRange(r)
+				continue
+			}
+			ours.AddRange(r)
+			ref.AddRange(r)
+		}
+		for _, r := range removed { // netipx: removals after the additions
+			ref.RemoveRange(r)
+		}
+		got, err := ours.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.IPSet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equal(want) {
+			t.Fatalf("seed %d: Builder and netipx differ: %d vs %d ranges", seed, len(got.Ranges()), len(want.Ranges()))
+		}
+		if len(got.Ranges()) < 1000 {
+			t.Fatalf("seed %d: only %d ranges: the input merges too much to test much", seed, len(got.Ranges()))
+		}
+	}
+}
