@@ -1,7 +1,7 @@
 # ipfence — build, test, demo. `make test` is what CI runs (.ci/run).
 GO ?= go
 BIN := bin/ipfence
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
 .PHONY: build deps test unit lint demo bench clean
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -108,6 +109,9 @@ func checkSources(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, erro
 	rx, err := listen(lab, dport, need4, need6)
 	if err != nil {
 		return nil, err
+	}
+	if testHookListen != nil {
+		testHookListen(rx)
 	}
 	defer rx.close()
 	stats, err := openStats(lab)
@@ -212,10 +216,10 @@ func check(tx *Sender, stats *nsStats, rx *receiver, before counters, n4, n6 uin
 
 // lossError reports counters that show packets lost outside the firewall.
 func lossError(before, after counters, n uint64) error {
-	var errs []error
+	var errs []string
 	d := func(name string, b, a uint64) {
 		if a > b {
-			errs = append(errs, fmt.Errorf("%s +%d", name, a-b))
+			errs = append(errs, fmt.Sprintf("%s +%d", name, a-b))
 		}
 	}
 	d("Udp RcvbufErrors", before.udpRcvbuf, after.udpRcvbuf)
@@ -228,16 +232,20 @@ func lossError(before, after counters, n uint64) error {
 	d("veth rx_errors", before.rxErrors, after.rxErrors)
 	d("veth rx_fifo", before.rxFIFO, after.rxFIFO)
 	if got := after.rxPackets - before.rxPackets; got < n {
-		errs = append(errs, fmt.Errorf("veth received %d of %d packets", got, n))
+		errs = append(errs, fmt.Sprintf("veth received %d of %d packets", got, n))
 	}
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: fw counters: %w", ErrLost, errors.Join(errs...))
+	return fmt.Errorf("%w: fw counters: %s", ErrLost, strings.Join(errs, ", "))
 }
 
 // receiver is the pair of UDP sockets in fw that Check's packets go to.
+// testHookListen, when set by a test, gets the receiver before Check sends.
+var testHookListen func(*receiver)
+
 type receiver struct {
+	gate     chan struct{} // if set, readers wait for it to close
 	conns    []*net.UDPConn
 	wg       sync.WaitGroup
 	count    atomic.Uint64
@@ -294,6 +302,9 @@ func (r *receiver) start(srcs []netip.Addr, passed []bool, nonce uint32) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
+			if r.gate != nil {
+				<-r.gate
+			}
 			var b [64]byte
 			for {
 				n, from, err := c.ReadFromUDPAddrPort(b[:])

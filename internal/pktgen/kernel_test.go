@@ -134,6 +134,28 @@ func TestCheckRuleset(t *testing.T) {
 	}
 }
 
+// TestCheckDetectsLoss has fw's receiver overflow (tiny buffer, readers held
+// back): Check must fail with ErrLost rather than report drops.
+func TestCheckDetectsLoss(t *testing.T) {
+	lab := netnstest.New(t)
+	testHookListen = func(r *receiver) {
+		for _, c := range r.conns {
+			if err := c.SetReadBuffer(1); err != nil { // the kernel's minimum
+				t.Error(err)
+			}
+		}
+		r.gate = make(chan struct{})
+		time.AfterFunc(300*time.Millisecond, func() { close(r.gate) })
+	}
+	defer func() { testHookListen = nil }()
+	r := rand.New(rand.NewPCG(5, 6))
+	_, err := Check(lab, RandomV4(r, 2000), 7003)
+	if !errors.Is(err, ErrLost) {
+		t.Fatalf("Check with an overflowing receiver: %v, want ErrLost", err)
+	}
+	t.Log(err)
+}
+
 // TestUntestable checks the untestable list against the kernel: with no
 // firewall every Testable source must arrive, and the untestable ones that
 // arrive may only be in 0.0.0.0/8, which is left out for older kernels.

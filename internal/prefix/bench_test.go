@@ -3,6 +3,7 @@ package prefix
 import (
 	"bytes"
 	"io"
+	"slices"
 	"testing"
 
 	"go4.org/netipx"
@@ -116,4 +117,27 @@ func BenchmarkParseLine(b *testing.B) {
 			}
 		}
 	}
+}
+
+func BenchmarkSort4(b *testing.B) {
+	var bld Builder
+	if err := bld.Read(bytes.NewReader(synthetic(400_000, 1, false)), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	in := bld.in4
+	v := make([]uint64, len(in))
+	b.Run("radix", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			copy(v, in)
+			sort4(v)
+		}
+	})
+	b.Run("pdqsort", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			copy(v, in)
+			slices.Sort(v)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package prefix
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,6 +151,46 @@ func TestBuilderVsNetipx(t *testing.T) {
 		}
 		if len(got.Ranges()) < 1000 {
 			t.Fatalf("seed %d: only %d ranges: the input merges too much to test much", seed, len(got.Ranges()))
+		}
+	}
+}
+
+// TestMerge checks the merging step itself (Build's result hides it:
+// netipx normalizes again when making the set).
+func TestMerge(t *testing.T) {
+	v4 := merge4([]uint64{9<<32 | 12, 1<<32 | 4, 5<<32 | 5, 13<<32 | 13, 6<<32 | 7, 0xffff_fffe<<32 | 0xffff_fffe, 0xffff_ffff<<32 | 0xffff_ffff})
+	want4 := []span{{u128{0, 1}, u128{0, 7}}, {u128{0, 9}, u128{0, 13}}, {u128{0, 0xffff_fffe}, u128{0, 0xffff_ffff}}}
+	if !slices.Equal(v4, want4) {
+		t.Errorf("merge4 = %v, want %v", v4, want4)
+	}
+	v6 := merge([]span{{u128{0, 5}, u128{0, 5}}, {u128{0, 0}, u128{0, 4}}, {u128{1, 0}, max6}, {u128{0, ^uint64(0)}, u128{0, ^uint64(0)}}})
+	want6 := []span{{u128{0, 0}, u128{0, 5}}, {u128{0, ^uint64(0)}, max6}}
+	if !slices.Equal(v6, want6) {
+		t.Errorf("merge = %v, want %v", v6, want6)
+	}
+}
+
+// TestSort4 checks the radix sort against slices.Sort, on first addresses.
+func TestSort4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, radixMin - 1, radixMin, 50_000} {
+		for _, spread := range []uint64{1 << 32, 1 << 16, 1} { // all bytes vary; two; none
+			v := make([]uint64, n)
+			for i := range v {
+				v[i] = rng.Uint64N(spread)<<32 | uint64(rng.Uint32())
+			}
+			want := slices.Clone(v)
+			slices.Sort(want)
+			sort4(v)
+			for i := range v {
+				if v[i]>>32 != want[i]>>32 {
+					t.Fatalf("n=%d spread=%d: sort4 puts first address %d at %d, want %d", n, spread, v[i]>>32, i, want[i]>>32)
+				}
+			}
+			slices.Sort(v)
+			if !slices.Equal(v, want) {
+				t.Fatalf("n=%d spread=%d: sort4 lost or changed entries", n, spread)
+			}
 		}
 	}
 }

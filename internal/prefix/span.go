@@ -218,29 +218,34 @@ func countCIDRs(lo, hi u128, width int) int {
 
 // spansOf splits the ranges of s by family.
 func spansOf(s *netipx.IPSet) (v4, v6 []span) {
-	if s == nil {
-		return nil, nil
+	rr := rangesOf(s)
+	n4 := len(rr)
+	for i, r := range rr {
+		if r.From().Is6() {
+			n4 = i
+			break
+		}
 	}
-	for _, r := range s.Ranges() {
+	v4, v6 = make([]span, n4), make([]span, len(rr)-n4)
+	for i, r := range rr {
 		sp := span{fromAddr(r.From()), fromAddr(r.To())}
-		if r.From().Is4() {
-			v4 = append(v4, sp)
+		if i < n4 {
+			v4[i] = sp
 		} else {
-			v6 = append(v6, sp)
+			v6[i-n4] = sp
 		}
 	}
 	return v4, v6
 }
 
-// setOf builds the set of two minimal sorted lists.
+// setOf returns the set of two minimal sorted lists.
 func setOf(v4, v6 []span) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+	rr := make([]netipx.IPRange, 0, len(v4)+len(v6))
 	for _, s := range v4 {
-		b.AddRange(netipx.IPRangeFrom(addr4(s.lo), addr4(s.hi)))
+		rr = append(rr, netipx.IPRangeFrom(addr4(s.lo), addr4(s.hi)))
 	}
 	for _, s := range v6 {
-		b.AddRange(netipx.IPRangeFrom(addr6(s.lo), addr6(s.hi)))
+		rr = append(rr, netipx.IPRangeFrom(addr6(s.lo), addr6(s.hi)))
 	}
-	set, _ := b.IPSet() // cannot fail: every range is valid
-	return set
+	return newIPSet(rr)
 }

@@ -51,7 +51,7 @@ func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, befo
 	}
 	first, v6 := true, false // first: no item yet in this JSON array
 	var b []byte
-	for _, r := range ranges(s) {
+	for _, r := range rangesOf(s) {
 		if json && !v6 && r.From().Is6() {
 			first, v6 = true, true
 			bw.WriteString(`],"ipv6":[`)
@@ -59,7 +59,7 @@ func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, befo
 		b = f(b[:0], r, before, after)
 		out := b
 		if json && first {
-			out, first = b, false // no comma before the first item
+			out, first = b[1:], false // no comma before the first item
 		}
 		bw.Write(out)
 	}
@@ -83,7 +83,7 @@ func appendCIDRs(b []byte, r netipx.IPRange, before, after string) []byte {
 		b = append(b, before...)
 		b = appendAddr(b, a, is4)
 		b = append(b, '/')
-		b = strconv.AppendUint(b, uint64(bits), 10)
+		b = append(b, decimal[bits]...)
 		b = append(b, after...)
 	})
 	return b
@@ -107,19 +107,28 @@ func appendAddr(b []byte, a u128, is4 bool) []byte {
 		return addr6(a).AppendTo(b)
 	}
 	v := uint32(a.lo)
-	b = strconv.AppendUint(b, uint64(v>>24), 10)
+	b = append(b, decimal[v>>24]...)
 	b = append(b, '.')
-	b = strconv.AppendUint(b, uint64(v>>16&0xff), 10)
+	b = append(b, decimal[v>>16&0xff]...)
 	b = append(b, '.')
-	b = strconv.AppendUint(b, uint64(v>>8&0xff), 10)
+	b = append(b, decimal[v>>8&0xff]...)
 	b = append(b, '.')
-	return strconv.AppendUint(b, uint64(v&0xff), 10)
+	return append(b, decimal[v&0xff]...)
 }
+
+// decimal holds the decimal text of 0 to 255, for IPv4 octets and prefix
+// lengths.
+var decimal = func() (d [256]string) {
+	for i := range d {
+		d[i] = strconv.Itoa(i)
+	}
+	return d
+}()
 
 // Count returns the number of IPv4 and IPv6 prefixes in the minimal CIDR
 // cover of s (what WriteCIDRs writes). A nil s counts as empty.
 func Count(s *netipx.IPSet) (v4, v6 int) {
-	for _, r := range ranges(s) {
+	for _, r := range rangesOf(s) {
 		if r.From().Is4() {
 			v4 += countCIDRs(fromAddr(r.From()), fromAddr(r.To()), 32)
 		} else {
@@ -135,7 +144,7 @@ func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
 	v6 = new(big.Int)
 	var n, one big.Int
 	one.SetUint64(1)
-	for _, r := range ranges(s) {
+	for _, r := range rangesOf(s) {
 		lo, hi := fromAddr(r.From()), fromAddr(r.To())
 		if r.From().Is4() {
 			v4 += hi.lo - lo.lo + 1
@@ -171,7 +180,7 @@ func Complement(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
 // address order; s.Prefixes() gives the same, more slowly.
 func Prefixes(s *netipx.IPSet) []netip.Prefix {
 	var out []netip.Prefix
-	for _, r := range ranges(s) {
+	for _, r := range rangesOf(s) {
 		is4, width := r.From().Is4(), 128
 		if is4 {
 			width = 32

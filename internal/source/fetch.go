@@ -234,5 +234,3 @@ func (h *hashReader) sum() (d [32]byte) {
 	h.h.Sum(d[:0])
 	return d
 }
-
-var errChanged = errors.New("changed since the source was loaded")

@@ -16,6 +16,8 @@ import (
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
+const lastModified = "Fri, 02 Jan 2026 15:04:05 GMT"
+
 // feedServer serves one feed on 127.0.0.1 with an ETag, answering
 // conditional requests with 304, or with a forced status.
 type feedServer struct {
@@ -36,6 +38,9 @@ func newFeedServer(t *testing.T, body string) *feedServer {
 		if inm := r.Header.Get("If-None-Match"); inm != "" {
 			req += " If-None-Match=" + inm
 		}
+		if ims := r.Header.Get("If-Modified-Since"); ims != "" {
+			req += " If-Modified-Since=" + ims
+		}
 		s.requests = append(s.requests, req)
 		switch {
 		case s.status != 0:
@@ -43,7 +48,10 @@ func newFeedServer(t *testing.T, body string) *feedServer {
 		case r.Header.Get("If-None-Match") == s.etag:
 			w.WriteHeader(http.StatusNotModified)
 		default:
-			w.Header().Set("ETag", s.etag)
+			if s.etag != "" {
+				w.Header().Set("ETag", s.etag)
+			}
+			w.Header().Set("Last-Modified", lastModified)
 			w.Write(s.body)
 		}
 	}))
@@ -112,7 +120,7 @@ func TestURLCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := srv.lastRequest(); r != `GET If-None-Match="v1"` {
+	if r := srv.lastRequest(); r != `GET If-None-Match="v1" If-Modified-Since=`+lastModified {
 		t.Errorf("second request %q, want a conditional GET", r)
 	}
 	if got := cidrs(t, src); got != "192.0.2.0/24\n" {
@@ -369,7 +377,7 @@ func TestShrinkGateURL(t *testing.T) {
 	if v4, _ := fresh.Prefixes(); v4 != 3 {
 		t.Errorf("max_shrink 0.99: %d prefixes, want 3", v4)
 	}
-	if r := srv.lastRequest(); r != `GET If-None-Match="v2"` {
+	if r := srv.lastRequest(); r != `GET If-None-Match="v2" If-Modified-Since=`+lastModified {
 		t.Errorf("request %q, want a conditional GET", r)
 	}
 

@@ -212,3 +212,22 @@ func TestListSource(t *testing.T) {
 		t.Errorf("Stale() = %v, %v for a file source", stale, err)
 	}
 }
+
+// TestLongLines checks that lines near the limit read, and longer ones
+// fail naming their line.
+func TestLongLines(t *testing.T) {
+	pad := strings.Repeat(" ", maxLine-100)
+	in := "1.0.0.0,1.0.0.255,AU\n" + pad + "1.0.1.0,1.0.1.255,AU\n" + "1.0.2.0,1.0.2.255,AU" + pad + pad + "\n"
+	_, err := fromBytes(FormatCountryCSV, []byte(in))
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line != 3 || !strings.Contains(err.Error(), "f0:3: ") {
+		t.Errorf("error %v, want a *ParseError at line 3", err)
+	}
+	src, err := fromBytes(FormatCountryCSV, []byte(in[:strings.LastIndex(in, "1.0.2.0")]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(src); len(got) != 2 || got[1] != "f0:2 1.0.1.0-1.0.1.255 AU" {
+		t.Errorf("rows %v", got)
+	}
+}

@@ -57,7 +57,7 @@ func (e *SpecError) Error() string { return fmt.Sprintf("source %q: %s", e.Sourc
 // does not parse is read from its cached copy instead, and so is every URL
 // when the fresh load trips the shrink gate but the copies committed last
 // do not: Load then succeeds with a stale Source (see Source.Stale) and
-// logs a warning. All errors but *ShrinkError start with "source NAME: ".
+// logs a warning. Every error starts with "source NAME".
 func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 	start := time.Now()
 	if err := l.check(spec); err != nil {
@@ -67,7 +67,7 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", spec.Name, err)
 	}
-	if err := l.gate(ctx, spec, &src); err != nil {
+	if src, err = l.gate(ctx, spec, src); err != nil {
 		return nil, err
 	}
 	for _, e := range src.stale {

@@ -45,8 +45,9 @@ const (
 	wantRIR = `"registry|cc|type|start|value|date|status"`
 )
 
-// maxLine bounds the length of a line of a country or RIR file.
-const maxLine = 64 << 10
+// maxLine bounds the length of a line of a country or RIR file, as
+// prefix.Read does for lists.
+const maxLine = 1 << 20
 
 // gunzip returns r decompressed if it starts with the gzip magic bytes,
 // r itself otherwise.
@@ -131,7 +132,7 @@ func readPart(r io.Reader, format, name string, file uint16) (*part, error) {
 	// a string per row would be half a million allocations for the
 	// embedded data.
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 256<<10), maxLine)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	sc.Split(scanLines)
 	line := 0
 	for sc.Scan() {

@@ -82,40 +82,42 @@ func (l *Loader) lastGood(name string) (*goodState, error) {
 	return &st, nil
 }
 
-// gate applies the shrink gate to *src. When the fresh load shrank too
-// much and it has URLs, it tries their committed copies instead, replacing
-// *src with that stale load if it passes.
-func (l *Loader) gate(ctx context.Context, spec Spec, src **Source) error {
-	max := spec.MaxShrink
-	if max == 0 {
-		max = DefaultMaxShrink
+// gate applies the shrink gate to src and returns the source to use: src
+// if it passes. If it shrank too much and has URLs, their committed copies
+// are tried instead: that stale load is returned if it passes.
+func (l *Loader) gate(ctx context.Context, spec Spec, src *Source) (*Source, error) {
+	limit := spec.MaxShrink
+	if limit == 0 {
+		limit = DefaultMaxShrink
 	}
-	if l.StateDir == "" || max < 0 {
-		return nil
+	if l.StateDir == "" || limit < 0 {
+		return src, nil
 	}
 	last, err := l.lastGood(spec.Name)
-	if err != nil || last == nil {
-		return err
+	if err != nil {
+		return nil, err
+	}
+	if last == nil {
+		return src, nil // never committed
 	}
 	from := last.PrefixesV4 + last.PrefixesV6
 	shrank := func(s *Source) bool {
 		to := s.n4 + s.n6
-		return from > 0 && float64(from-to)/float64(from) > max
+		return from > 0 && float64(from-to)/float64(from) > limit
 	}
-	if !shrank(*src) {
-		return nil
+	if !shrank(src) {
+		return src, nil
 	}
-	serr := &ShrinkError{Source: spec.Name, From: from, To: (*src).n4 + (*src).n6, MaxShrink: max}
+	serr := &ShrinkError{Source: spec.Name, From: from, To: src.n4 + src.n6, MaxShrink: limit}
 	if len(spec.URLs) == 0 {
-		return serr
+		return nil, serr
 	}
 	old, err := l.load(ctx, spec, true)
 	if err != nil || shrank(old) {
-		return serr
+		return nil, serr
 	}
-	old.stale = append(append(old.stale, (*src).stale...), serr)
-	*src = old
-	return nil
+	old.stale = append(append(old.stale, src.stale...), serr)
+	return old, nil
 }
 
 // Commit records src as the last good load of its source: its prefix
@@ -149,6 +151,10 @@ func (l *Loader) Commit(src *Source) error {
 	}
 	return nil
 }
+
+// errChanged is returned by Commit when a cached copy changed after the
+// load (a later load replaced it).
+var errChanged = errors.New("changed since the source was loaded")
 
 // copyVerified atomically copies src to dst if src's SHA-256 is digest.
 func copyVerified(src, dst string, digest [32]byte) error {
