@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
+	"strconv"
 
 	"github.com/spf13/cobra"
 	"go4.org/netipx"
@@ -152,16 +152,19 @@ type familyCounts struct {
 func writeCounts(w io.Writer, set *netipx.IPSet, asJSON bool) error {
 	p4, p6 := prefix.Count(set)
 	a4, a6 := prefix.NumAddrs(set)
-	rr := set.Ranges()
-	r6 := len(rr) - slices.IndexFunc(rr, func(r netipx.IPRange) bool { return r.From().Is6() })
-	if r6 > len(rr) { // no IPv6 range: IndexFunc gave -1
-		r6 = 0
+	r4, r6 := 0, 0
+	for _, r := range set.Ranges() {
+		if r.From().Is4() {
+			r4++
+		} else {
+			r6++
+		}
 	}
 	counts := struct {
 		IPv4 familyCounts `json:"ipv4"`
 		IPv6 familyCounts `json:"ipv6"`
 	}{
-		familyCounts{p4, len(rr) - r6, fmt.Sprint(a4)},
+		familyCounts{p4, r4, strconv.FormatUint(a4, 10)},
 		familyCounts{p6, r6, a6.String()},
 	}
 	if asJSON {

@@ -34,9 +34,11 @@ var ErrClosed = errors.New("lab is closed")
 // host under test, and Gen, the traffic generator. FW has forwarding off,
 // rp_filter off, route_localnet and accept_local on (so spoofed 127/8 and
 // own-address sources reach the firewall), and no default route: replies
-// (TCP resets, ICMP errors) to spoofed sources are dropped there. IPv6
-// addresses are added without DAD and router solicitation is off, so the
-// lab is usable as soon as NewLab returns.
+// (TCP resets, ICMP errors) to spoofed sources are dropped there, except
+// to sources on the lab's own subnets, which go to Gen and die there. IPv6
+// addresses are added without DAD and router solicitation is off; NewLab
+// waits (some 50 ms) until both links are up and the IPv6 addresses are
+// routed as local, so the lab is usable as soon as it returns.
 //
 // The exported fields are read-only after NewLab.
 type Lab struct {

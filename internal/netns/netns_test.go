@@ -17,6 +17,20 @@ import (
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
+// TestMain fails the run if any namespace this process created is left.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	entries, _ := os.ReadDir(netns.RunDir)
+	for _, e := range entries {
+		pid := os.Getpid()
+		if strings.HasPrefix(e.Name(), fmt.Sprintf("ipf-t%d-", pid)) || strings.HasPrefix(e.Name(), fmt.Sprintf("ipf-sweep%d-", pid)) {
+			fmt.Fprintf(os.Stderr, "FAIL: namespace %s left behind\n", e.Name())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // selfNetNS is the namespace of the test's current thread, as "net:[ino]".
 func selfNetNS(t *testing.T) string {
 	t.Helper()

@@ -45,21 +45,26 @@ const (
 // Check sends exactly one UDP packet from each source in srcs to fw's
 // address of the same family (198.18.0.1 or 2001:2::1), port dport, and
 // reports which arrived at a UDP socket listening there in fw: passed[i]
-// is true when the packet from srcs[i] got through fw's prerouting (and
-// input) hooks. Sources may repeat; each gets its own packet.
+// is true when the packet from srcs[i] got through fw's prerouting hooks
+// (and input hooks, and XDP: everything on the way to a local socket).
+// Sources may repeat; each gets its own packet. Check takes about a second
+// for 50k sources.
 //
 // It paces sending so fw keeps up, waits until fw is quiescent, and then
 // reads fw's counters: if anything was dropped by other than the firewall
 // (UDP receive buffer errors, bad checksums, drops on the veth, packets
-// that never reached fw's IP layer) it fails with an error wrapping ErrLost.
+// that never reached fw's IP layer, conntrack table full) it fails with an
+// error wrapping ErrLost.
 // A source that fw's kernel always drops (see Testable) fails the call
 // with ErrUntestable before anything is sent. Replies the firewall sends
 // (TCP resets, ICMP errors) are ignored: fw has no route to spoofed
 // sources. dport must be free in fw.
 func Check(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, error) {
-	passed := make([]bool, len(srcs))
 	if len(srcs) == 0 {
-		return passed, nil
+		return []bool{}, nil
+	}
+	if dport == 0 {
+		return nil, errors.New("checking sources: destination port 0")
 	}
 	if uint64(len(srcs)) > 1<<32-1 {
 		return nil, fmt.Errorf("checking %d sources: at most 2^32-1 per call", len(srcs))
@@ -231,6 +236,8 @@ func lossError(before, after counters, n uint64) error {
 	d("veth rx_dropped", before.rxDropped, after.rxDropped)
 	d("veth rx_errors", before.rxErrors, after.rxErrors)
 	d("veth rx_fifo", before.rxFIFO, after.rxFIFO)
+	d("conntrack drop", before.ctDrop, after.ctDrop)
+	d("conntrack insert_failed", before.ctInsFailed, after.ctInsFailed)
 	if got := after.rxPackets - before.rxPackets; got < n {
 		errs = append(errs, fmt.Sprintf("veth received %d of %d packets", got, n))
 	}

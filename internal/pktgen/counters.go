@@ -15,6 +15,7 @@ import (
 // namespace it was opened in, so it can be read from any thread.
 type nsStats struct {
 	snmp, snmp6, dev *os.File
+	conntrack        *os.File // nil when conntrack is not loaded
 	buf              []byte
 	ifname           string
 }
@@ -28,6 +29,7 @@ type counters struct {
 	udpCsum, udp6Csum     uint64 // bad UDP checksums
 	rxPackets, rxDropped  uint64 // the veth's receive counters
 	rxErrors, rxFIFO      uint64
+	ctDrop, ctInsFailed   uint64 // packets conntrack dropped (table full, insert clash)
 }
 
 func openStats(lab *netns.Lab) (*nsStats, error) {
@@ -42,8 +44,11 @@ func openStats(lab *netns.Lab) (*nsStats, error) {
 		if s.snmp6, err = os.Open("/proc/thread-self/net/snmp6"); err != nil {
 			return err
 		}
-		s.dev, err = os.Open("/proc/thread-self/net/dev")
-		return err
+		if s.dev, err = os.Open("/proc/thread-self/net/dev"); err != nil {
+			return err
+		}
+		s.conntrack, _ = os.Open("/proc/thread-self/net/stat/nf_conntrack")
+		return nil
 	})
 	if err != nil {
 		s.close()
@@ -53,7 +58,7 @@ func openStats(lab *netns.Lab) (*nsStats, error) {
 }
 
 func (s *nsStats) close() {
-	for _, f := range []*os.File{s.snmp, s.snmp6, s.dev} {
+	for _, f := range []*os.File{s.snmp, s.snmp6, s.dev, s.conntrack} {
 		if f != nil {
 			f.Close()
 		}
@@ -133,7 +138,37 @@ func (s *nsStats) read() (counters, error) {
 	if !found {
 		return c, fmt.Errorf("reading counters: interface %s not in /proc/net/dev", s.ifname)
 	}
+	if s.conntrack != nil {
+		if b, err = s.readAll(s.conntrack); err != nil {
+			return c, err
+		}
+		c.ctDrop, c.ctInsFailed = conntrackStat(b)
+	}
 	return c, nil
+}
+
+// conntrackStat sums the drop and insert_failed columns of
+// /proc/net/stat/nf_conntrack: a header line, then one line of hexadecimal
+// values per CPU.
+func conntrackStat(b []byte) (drop, insertFailed uint64) {
+	var names [][]byte
+	for line := range bytes.Lines(b) {
+		f := bytes.Fields(line)
+		if names == nil {
+			names = f
+			continue
+		}
+		for i := range min(len(names), len(f)) {
+			v, _ := strconv.ParseUint(string(f[i]), 16, 64)
+			switch string(names[i]) {
+			case "drop":
+				drop += v
+			case "insert_failed":
+				insertFailed += v
+			}
+		}
+	}
+	return drop, insertFailed
 }
 
 // snmpSection parses the two lines of /proc/net/snmp starting with tag

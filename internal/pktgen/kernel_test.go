@@ -98,6 +98,10 @@ func TestCheckRuleset(t *testing.T) {
 		ip saddr 1.0.0.0/8 drop
 		ip6 saddr 2001:db8::/32 drop
 	}
+	chain c {
+		type filter hook prerouting priority 0; # after conntrack (-200)
+		ct state invalid drop
+	}
 }
 `)
 	passed, err = Check(lab, srcs, 7001)
@@ -275,7 +279,7 @@ func TestMeasure(t *testing.T) {
 	lab := netnstest.New(t)
 	r := rand.New(rand.NewPCG(31, 32))
 	srcs := append(RandomV4(r, 4096), RandomV6(r, 4096)...)
-	const n, rounds = 100000, 5
+	const n, rounds = 50000, 5
 	oneRule := `table inet t {
 	chain p {
 		type filter hook prerouting priority -300;
@@ -294,6 +298,12 @@ func TestMeasure(t *testing.T) {
 				loadRuleset(t, lab, oneRule)
 			}
 			res, err := Measure(lab, srcs, n)
+			for try := 1; errors.Is(err, ErrLost) && try < 3; try++ {
+				// A busy machine defers fw's receive work to ksoftirqd,
+				// whose backlog can overflow: retry the round.
+				t.Logf("retrying round: %v", err)
+				res, err = Measure(lab, srcs, n)
+			}
 			if rules {
 				flushRuleset(t, lab)
 			}
@@ -322,19 +332,44 @@ func TestMeasure(t *testing.T) {
 	}
 }
 
-// BenchmarkMeasure reports fw's per-packet cost with no ruleset.
+// BenchmarkMeasure reports fw's per-packet cost (wall and CPU ns/pkt) with
+// no ruleset and with a one-rule ruleset that accepts the packets. Run with
+// -count and compare medians (benchstat).
 func BenchmarkMeasure(b *testing.B) {
 	lab := netnstest.New(b)
 	r := rand.New(rand.NewPCG(1, 2))
 	srcs := append(RandomV4(r, 1024), RandomV6(r, 1024)...)
-	b.ReportAllocs()
-	var total time.Duration
-	for b.Loop() {
-		res, err := Measure(lab, srcs, 100000)
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += res.Elapsed
+	const n = 100000
+	for _, c := range []struct{ name, rules string }{
+		{"none", ""},
+		{"one-rule", `table inet t {
+	chain p {
+		type filter hook prerouting priority -300;
+		ip saddr 1.0.0.0/8 drop
+		ip6 saddr 2001:db8::/32 drop
 	}
-	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*100000), "ns/pkt")
+}
+`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if c.rules != "" {
+				loadRuleset(b, lab, c.rules)
+				defer flushRuleset(b, lab)
+			}
+			b.ReportAllocs()
+			var wall, cpu time.Duration
+			rounds := 0
+			for b.Loop() {
+				res, err := Measure(lab, srcs, n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wall += res.Elapsed
+				cpu += res.ThreadCPU + res.Ksoftirqd
+				rounds++
+			}
+			b.ReportMetric(float64(wall.Nanoseconds())/float64(rounds*n), "ns/pkt")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(rounds*n), "cpu-ns/pkt")
+		})
+	}
 }

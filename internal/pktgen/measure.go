@@ -55,10 +55,16 @@ func (r Result) Disturbed() bool { return r.ThreadCPU < r.Elapsed*9/10 }
 // loaded minus NsPerPacket without it. Measure both in interleaved rounds
 // (without, with, without, with, ...; at least 5 each, n ≥ 100k), discard
 // the first round, and compare medians: one round is noisy and drifts with
-// CPU frequency and what else the machine runs.
+// CPU frequency and what else the machine runs. On a shared machine compare
+// CPUNsPerPacket instead, or discard rounds that are Disturbed. Packets the
+// ruleset drops skip fw's routing step, so a dropping ruleset looks cheaper
+// by that step; to time lookups alone, use sources the ruleset accepts (or
+// compare drop against drop).
 //
-// Measure fails, wrapping ErrLost, if fw's veth did not count all n packets
-// or dropped any. Sources need not be Testable.
+// Measure fails, wrapping ErrLost, if fw's veth or IP layer did not count
+// all n packets, or the veth dropped any: on a busy machine the kernel may
+// defer fw's receive work to ksoftirqd and overflow its backlog (1000
+// packets); retry such a round. Sources need not be Testable.
 func Measure(lab *netns.Lab, srcs []netip.Addr, n int) (Result, error) {
 	if n <= 0 || len(srcs) == 0 {
 		return Result{}, errors.New("measuring: need n > 0 and at least one source")

@@ -37,7 +37,8 @@ type Sender struct {
 	Batch int
 }
 
-// NewSender opens the AF_PACKET socket in lab's gen namespace.
+// NewSender opens the AF_PACKET socket in lab's gen namespace. It fails
+// without CAP_NET_RAW or when the lab is closed.
 func NewSender(lab *netns.Lab) (*Sender, error) {
 	s := &Sender{fd: -1}
 	err := lab.DoGen(func() error {

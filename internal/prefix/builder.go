@@ -18,10 +18,10 @@ import (
 // order of the calls (unlike netipx.IPSetBuilder, where a removal only
 // affects what was added before it).
 //
-// The zero value is an empty builder ready to use. Invalid input (the zero
-// netip.Addr or netip.Prefix, a range ending before it starts or mixing
-// families, an address with a zone) is skipped and reported by Build. A Builder is not
-// safe for concurrent use.
+// The zero value is an empty builder ready to use. Invalid input (the
+// zero netip.Addr or netip.Prefix, a range ending before it starts or
+// mixing families, an address with a zone) is skipped and reported by
+// Build. A Builder is not safe for concurrent use.
 type Builder struct {
 	in4, out4 []uint64 // IPv4 ranges, first<<32 | last
 	in6, out6 []span
@@ -90,9 +90,10 @@ func (b *Builder) RemoveSet(s *netipx.IPSet) {
 	}
 }
 
-// Len returns how many IPv4 and IPv6 ranges the builder holds: one per
-// address, prefix or range added (or range of an added set), merged at
-// each Build. Nonzero means something of that family was added.
+// Len returns how many IPv4 and IPv6 ranges have been added: one per
+// address, prefix or range (or range of an added set), until Build merges
+// them. Nonzero means something of that family was added, whatever was
+// removed.
 func (b *Builder) Len() (v4, v6 int) { return len(b.in4), len(b.in6) }
 
 // Build returns the set of all addresses added and not removed. The
@@ -101,12 +102,10 @@ func (b *Builder) Len() (v4, v6 int) { return len(b.in4), len(b.in6) }
 // builder stays usable: later calls add to what it holds.
 func (b *Builder) Build() (*netipx.IPSet, error) {
 	in4, out4 := merge4(b.in4), merge4(b.out4)
-	in6, out6 := merge(b.in6), merge(b.out6)
-	in4, in6 = subtract(in4, out4), subtract(in6, out6)
-	set := setOf(in4, in6)
-	// Keep the merged form: a second Build starts from fewer entries.
+	b.in6, b.out6 = merge(b.in6), merge(b.out6) // in place
+	set := setOf(subtract(in4, out4), subtract(b.in6, b.out6))
+	// Keep the merged lists: a second Build starts from fewer entries.
 	b.in4, b.out4 = pack4(b.in4[:0], in4), pack4(b.out4[:0], out4)
-	b.in6, b.out6 = append(b.in6[:0], in6...), append(b.out6[:0], out6...)
 
 	var err error
 	if b.nerrs > 0 {
@@ -255,4 +254,3 @@ func pack4(dst []uint64, ss []span) []uint64 {
 	}
 	return dst
 }
-

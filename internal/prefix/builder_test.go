@@ -194,3 +194,17 @@ func TestSort4(t *testing.T) {
 		}
 	}
 }
+
+func TestBuilderLen(t *testing.T) {
+	var b Builder
+	b.AddPrefix(netip.MustParsePrefix("10.0.0.0/24"))
+	b.AddPrefix(netip.MustParsePrefix("10.0.1.0/24"))
+	b.RemovePrefix(netip.MustParsePrefix("10.0.0.0/8"))
+	if v4, v6 := b.Len(); v4 != 2 || v6 != 0 {
+		t.Errorf("Len = %d, %d before Build", v4, v6)
+	}
+	s, _ := b.Build()
+	if v4, v6 := b.Len(); v4 != 1 || v6 != 0 || len(s.Ranges()) != 0 {
+		t.Errorf("Len = %d, %d after Build of %v: want 1, 0 (merged; removal does not count)", v4, v6, s.Ranges())
+	}
+}

@@ -41,13 +41,6 @@ func (w window) addr(off uint64) netip.Addr {
 	return addr6(a)
 }
 
-func (w window) width() int {
-	if w.is4 {
-		return 32
-	}
-	return 128
-}
-
 // randomRange returns a random entry inside w, as offsets: a single
 // address, an aligned prefix or a range, often at the window's edges.
 func randomRange(rng *rand.Rand) (lo, hi uint64) {

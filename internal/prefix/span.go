@@ -135,8 +135,8 @@ func mergeSorted(ss []span) []span {
 }
 
 // subtract returns the addresses of a not in b; both are minimal sorted
-// lists, and so is the result (which a may share memory with: it is
-// written into a fresh slice only when it must grow).
+// lists, and so is the result. Neither is modified; the result is a
+// itself when there is nothing to subtract.
 func subtract(a, b []span) []span {
 	if len(b) == 0 || len(a) == 0 {
 		return a

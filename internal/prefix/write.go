@@ -2,6 +2,7 @@ package prefix
 
 import (
 	"bufio"
+	"encoding/binary"
 	"io"
 	"math/big"
 	"net/netip"
@@ -142,20 +143,20 @@ func Count(s *netipx.IPSet) (v4, v6 int) {
 // and 2^128). A nil s counts as empty.
 func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
 	v6 = new(big.Int)
-	var n, one big.Int
-	one.SetUint64(1)
+	one := big.NewInt(1)
+	var n big.Int
+	var b [16]byte
 	for _, r := range rangesOf(s) {
 		lo, hi := fromAddr(r.From()), fromAddr(r.To())
 		if r.From().Is4() {
 			v4 += hi.lo - lo.lo + 1
 			continue
 		}
-		d := hi.sub(lo)
-		n.SetUint64(d.hi)
-		n.Lsh(&n, 64)
-		n.Or(&n, new(big.Int).SetUint64(d.lo))
-		v6.Add(v6, &n)
-		v6.Add(v6, &one)
+		d := hi.sub(lo) // one less than the size, which may be 2^128
+		binary.BigEndian.PutUint64(b[:8], d.hi)
+		binary.BigEndian.PutUint64(b[8:], d.lo)
+		v6.Add(v6, n.SetBytes(b[:]))
+		v6.Add(v6, one)
 	}
 	return v4, v6
 }
@@ -177,7 +178,8 @@ func Complement(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
 }
 
 // Prefixes returns the minimal CIDR cover of s, IPv4 then IPv6, each in
-// address order; s.Prefixes() gives the same, more slowly.
+// address order (what WriteCIDRs writes); s.Prefixes() gives the same,
+// more slowly. A nil s has none.
 func Prefixes(s *netipx.IPSet) []netip.Prefix {
 	var out []netip.Prefix
 	for _, r := range rangesOf(s) {

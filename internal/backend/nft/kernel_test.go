@@ -665,6 +665,7 @@ func BenchmarkApply(b *testing.B) {
 		p    *Program
 	}{
 		{"200k_elements_2000_chains", largeProgram()},
+		{"200k_elements_200_chains", generatedProgram(12, 200, 1200, 1200)},
 		{"1M_elements_2000_chains", generatedProgram(13, 2000, 500, 500)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -80,7 +80,7 @@ func track(t testing.TB, lab *netns.Lab) {
 		return
 	}
 	deadline, ok := d.Deadline()
-	if !ok {
+	if !ok || time.Until(deadline) < 2*deadlineMargin {
 		return
 	}
 	watchdog = time.AfterFunc(time.Until(deadline)-deadlineMargin, func() {
