@@ -16,7 +16,7 @@ var ErrInvalidProgram = errors.New("invalid nft program")
 // Limits nft and the kernel put on names and comments.
 const (
 	maxNameLen    = 64  // ours; the kernel allows 255 (NFT_NAME_MAXLEN - 1)
-	maxCommentLen = 128 // nft's NFT_USERDATA_MAXLEN for comments is 256, nft itself caps at 128
+	maxCommentLen = 128 // NFTNL_UDATA_COMMENT_MAXLEN: nft rejects longer comments
 	maxIfNameLen  = 15  // IFNAMSIZ - 1
 )
 
