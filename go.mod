@@ -2,20 +2,22 @@ module github.com/ipfence/ipfence
 
 go 1.26.8
 
-require github.com/spf13/cobra v1.10.2
+require (
+	github.com/google/nftables v0.3.1-0.20251119083706-1db35da82052
+	github.com/mdlayher/netlink v1.8.1-0.20251028132421-dcc6cab9a6eb
+	github.com/spf13/cobra v1.10.2
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
+	go.yaml.in/yaml/v3 v3.0.6
+	go4.org/netipx v0.0.0-20260823151212-3075585bcbeb
+	golang.org/x/sys v0.49.0
+)
 
 require (
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/nftables v0.3.1-0.20251119083706-1db35da82052 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/mdlayher/netlink v1.8.1-0.20251028132421-dcc6cab9a6eb // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	github.com/vishvananda/netlink v1.3.1 // indirect
-	github.com/vishvananda/netns v0.0.5 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
-	go4.org/netipx v0.0.0-20260823151212-3075585bcbeb // indirect
 	golang.org/x/net v0.43.0 // indirect
 	golang.org/x/sync v0.6.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 )

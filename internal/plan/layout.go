@@ -3,7 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
-	"math"
+	"slices"
 	"net/netip"
 
 	"go4.org/netipx"
@@ -39,7 +39,15 @@ const (
 	DescendIn
 	// DescendOut: mixed bucket; at the next level an absent key means Out.
 	DescendOut
+	// DescendRest: mixed bucket too deep for more levels (the kernel
+	// allows 16 nested chains); decided by the small interval set Rest.
+	DescendRest
 )
+
+// MaxDepth is the most map lookups a packet does in one tree layout. With
+// the jump from the base chain and the goto into the verdict chain it keeps
+// well inside the kernel's limit of 16 nested chains.
+const MaxDepth = 12
 
 func (k EntryKind) String() string {
 	switch k {
@@ -51,6 +59,8 @@ func (k EntryKind) String() string {
 		return "descend-in"
 	case DescendOut:
 		return "descend-out"
+	case DescendRest:
+		return "descend-rest"
 	}
 	return fmt.Sprintf("EntryKind(%d)", uint8(k))
 }
@@ -59,23 +69,31 @@ func (k EntryKind) String() string {
 type Entry struct {
 	Key  netip.Prefix // Bits long, masked
 	Kind EntryKind
+	// Next is the index (in Layout.Levels) of the level a Descend entry
+	// continues at: each mixed bucket picks its own.
+	Next int
+
+	next int // child length, while building
 }
 
-// Level is one hash map of a tree layout.
+// Level is one hash map of a tree layout: the buckets of length Bits that
+// packets look up as their Depth-th lookup (1 = first).
 type Level struct {
 	Bits    int
+	Depth   int
 	Entries []Entry
 }
 
 // Layout is how one address family of one rule's set is represented.
 //
-// A tree layout is looked up the way the kernel does it: start with
-// RootIn as the verdict for absent keys; at each level look the address
-// masked to Level.Bits up in that level's entries; an In/Out entry decides;
-// a Descend entry sets the default for the next level and continues; an
+// A tree layout is looked up the way the kernel does it: start at level
+// Root with RootIn as the verdict for absent keys; look the address masked
+// to the level's length up in its entries; an In/Out entry decides; a
+// Descend entry sets the default and the level (Next) to continue at; an
 // absent key decides the current default. Every bucket whose verdict
 // differs from its parent's default has an entry, so each level holds only
-// exceptions, and defaults are chosen per bucket from the data.
+// exceptions, and both defaults and the next level's length are chosen
+// per bucket from the data (see trie.go).
 type Layout struct {
 	Is4  bool
 	Kind Kind
@@ -83,14 +101,18 @@ type Layout struct {
 	Prefixes int
 	// Plain holds the cover for KindPlain.
 	Plain []netip.Prefix
-	// RootIn is the verdict of addresses whose first-level key is absent.
+	// Root is the index of the first level looked up; RootIn is the
+	// verdict of addresses whose key is absent there.
+	Root   int
 	RootIn bool
 	Levels []Level
+	// Rest holds the in-set prefixes of buckets marked DescendRest.
+	Rest []netip.Prefix
 	// Cost is the model's expected number of map lookups per packet for
 	// traffic that passes the rule and for random traffic (tree only).
 	Cost CostEstimate
 
-	index []map[netip.Addr]EntryKind // built on first Contains
+	index []map[netip.Addr]Entry // built on first Contains
 }
 
 // CostEstimate is the layout chooser's per-packet model.
@@ -112,13 +134,26 @@ func (l *Layout) Entries() int {
 	return n
 }
 
-// Strides lists the level lengths, e.g. [16 24 32].
+// Strides lists the distinct level lengths, e.g. [16 24 32] (a packet
+// looks up only the levels its buckets lead to).
 func (l *Layout) Strides() []int {
-	s := make([]int, len(l.Levels))
-	for i, lv := range l.Levels {
-		s[i] = lv.Bits
+	var s []int
+	for _, lv := range l.Levels {
+		if !slices.Contains(s, lv.Bits) {
+			s = append(s, lv.Bits)
+		}
 	}
+	slices.Sort(s)
 	return s
+}
+
+// Depth is the most lookups a packet does.
+func (l *Layout) Depth() int {
+	d := 0
+	for _, lv := range l.Levels {
+		d = max(d, lv.Depth)
+	}
+	return d
 }
 
 // Contains reports whether the layout puts addr in the set, evaluating
@@ -142,22 +177,22 @@ func (l *Layout) Contains(addr netip.Addr) bool {
 		return false
 	}
 	if l.index == nil {
-		l.index = make([]map[netip.Addr]EntryKind, len(l.Levels))
+		l.index = make([]map[netip.Addr]Entry, len(l.Levels))
 		for i, lv := range l.Levels {
-			m := make(map[netip.Addr]EntryKind, len(lv.Entries))
+			m := make(map[netip.Addr]Entry, len(lv.Entries))
 			for _, e := range lv.Entries {
-				m[e.Key.Addr()] = e.Kind
+				m[e.Key.Addr()] = e
 			}
 			l.index[i] = m
 		}
 	}
-	def := l.RootIn
-	for i, lv := range l.Levels {
-		k, ok := l.index[i][netip.PrefixFrom(addr, lv.Bits).Masked().Addr()]
+	def, i := l.RootIn, l.Root
+	for range l.Levels {
+		e, ok := l.index[i][netip.PrefixFrom(addr, l.Levels[i].Bits).Masked().Addr()]
 		if !ok {
 			return def
 		}
-		switch k {
+		switch e.Kind {
 		case In:
 			return true
 		case Out:
@@ -166,7 +201,15 @@ func (l *Layout) Contains(addr netip.Addr) bool {
 			def = true
 		case DescendOut:
 			def = false
+		case DescendRest:
+			for _, p := range l.Rest {
+				if p.Contains(addr) {
+					return true
+				}
+			}
+			return false
 		}
+		i = e.Next
 	}
 	return def
 }
@@ -176,9 +219,14 @@ type Options struct {
 	// PlainMax: sets with at most this many prefixes use a plain
 	// interval set. 0 means DefaultPlainMax; negative means never.
 	PlainMax int
-	// Strides forces the tree levels (for tests and experiments);
-	// it must be increasing and end at or beyond the longest prefix.
-	Strides []int
+	// Strides4 and Strides6 force the tree levels of a family (for
+	// tests and experiments); they must increase and end at or beyond
+	// the longest prefix.
+	Strides4, Strides6 []int
+	// ElementPrice is what a million map elements are worth in lookups
+	// per packet when choosing levels: more elements cost kernel memory
+	// and load time. 0 means DefaultElementPrice.
+	ElementPrice float64
 	// MaxEntries caps the elements of a tree; 0 means DefaultMaxEntries.
 	MaxEntries int
 	// PassIsIn says the traffic that passes the rule is the traffic in
@@ -191,6 +239,9 @@ const (
 	DefaultPlainMax   = 16
 	DefaultMaxEntries = 4 << 20
 )
+
+// DefaultElementPrice: a million elements are worth 4 lookups per packet.
+const DefaultElementPrice = 4.0
 
 // ErrTooLarge is returned when no tree layout fits in MaxEntries.
 var ErrTooLarge = fmt.Errorf("no layout fits the element limit")
@@ -217,7 +268,11 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 	if plainMax == 0 {
 		plainMax = DefaultPlainMax
 	}
-	if l.Prefixes <= plainMax && opt.Strides == nil {
+	strides := opt.Strides4
+	if !is4 {
+		strides = opt.Strides6
+	}
+	if l.Prefixes <= plainMax && strides == nil {
 		l.Kind = KindPlain
 		for _, p := range pieces {
 			if p.in {
@@ -230,27 +285,22 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 	if maxEntries == 0 {
 		maxEntries = DefaultMaxEntries
 	}
-	st := newStats(pieces, is4, opt.PassIsIn)
-	strides := opt.Strides
-	if strides == nil {
-		strides = st.choose(maxEntries)
-		if strides == nil {
-			return nil, fmt.Errorf("building %d %s prefixes: %w (%d)", l.Prefixes, familyName(is4), ErrTooLarge, maxEntries)
+	price := opt.ElementPrice
+	if price == 0 {
+		price = DefaultElementPrice
+	}
+	if strides != nil {
+		maxLen := 0
+		for _, p := range pieces {
+			maxLen = max(maxLen, p.p.Bits())
 		}
-	} else if err := checkStrides(strides, st.maxLen, familyBits(is4)); err != nil {
-		return nil, err
+		if err := checkStrides(strides, maxLen, familyBits(is4)); err != nil {
+			return nil, err
+		}
 	}
 	l.Kind = KindTree
-	l.Cost = st.cost(strides)
-	b := treeBuilder{w: familyBits(is4), strides: strides, levels: make([]Level, len(strides)), left: maxEntries}
-	for i, s := range strides {
-		b.levels[i].Bits = s
-	}
-	l.RootIn = b.chooseDefault(pieces, strides[0])
-	b.group(pieces, 0, l.RootIn)
-	l.Levels = b.levels
-	if b.left < 0 {
-		return nil, fmt.Errorf("building %d %s prefixes with strides %v: %w (%d)", l.Prefixes, familyName(is4), strides, ErrTooLarge, maxEntries)
+	if !buildTree(l, pieces, is4, opt.PassIsIn, strides, maxEntries, price) {
+		return nil, fmt.Errorf("building %d %s prefixes: %w (%d elements)", l.Prefixes, familyName(is4), ErrTooLarge, maxEntries)
 	}
 	return l, nil
 }
@@ -276,88 +326,18 @@ func checkStrides(strides []int, maxLen, w int) error {
 	return nil
 }
 
-// treeBuilder emits the entries of a tree layout.
-type treeBuilder struct {
-	w       int
-	strides []int
-	levels  []Level
-	// left counts down the elements still allowed; below zero the build
-	// stops early (forced strides can ask for an absurd expansion).
-	left int
-}
-
-// chooseDefault picks the default for a mixed bucket's children at level
-// bits: the side with fewer uniform child buckets gets the entries.
-func (b *treeBuilder) chooseDefault(g []piece, bits int) bool {
-	var full, empty float64
-	for _, p := range g {
-		if l := p.p.Bits(); l <= bits {
-			n := math.Ldexp(1, bits-l)
-			if p.in {
-				full += n
-			} else {
-				empty += n
-			}
-		}
-	}
-	return full > empty
-}
-
-// group emits the entries for the pieces g of one mixed bucket, whose
-// children live at level j, with default def for absent keys.
-func (b *treeBuilder) group(g []piece, j int, def bool) {
-	bits := b.strides[j]
-	lv := &b.levels[j]
-	for i := 0; i < len(g) && b.left >= 0; {
-		p := g[i]
-		if pl := p.p.Bits(); pl <= bits {
-			if p.in != def {
-				if bits-pl >= 62 || 1<<(bits-pl) > b.left {
-					b.left = -1
-					return
-				}
-				b.left -= 1 << (bits - pl)
-				kind := Out
-				if p.in {
-					kind = In
-				}
-				base := u128From(p.p.Addr())
-				n := uint64(1) << (bits - pl)
-				for k := uint64(0); k < n; k++ {
-					a := base.addShift(k, b.w-bits)
-					lv.Entries = append(lv.Entries, Entry{netip.PrefixFrom(a.addr(b.w), bits), kind})
-				}
-			}
-			i++
-			continue
-		}
-		// A mixed child: the run of pieces sharing p's bits-long prefix.
-		key := netip.PrefixFrom(p.p.Addr(), bits).Masked()
-		k := i + 1
-		for k < len(g) && key.Contains(g[k].p.Addr()) {
-			k++
-		}
-		child := g[i:k]
-		cdef := b.chooseDefault(child, b.strides[j+1])
-		kind := DescendOut
-		if cdef {
-			kind = DescendIn
-		}
-		lv.Entries = append(lv.Entries, Entry{key, kind})
-		b.left--
-		b.group(child, j+1, cdef)
-		i = k
-	}
-}
-
 // layoutJSON is the stable JSON form of a layout (`compile --json`): the
 // choice made, not the elements.
 type layoutJSON struct {
 	Kind     Kind          `json:"kind"`
 	Prefixes int           `json:"prefixes"`
 	Strides  []int         `json:"strides,omitempty"`
-	Elements []int         `json:"elements_per_level,omitempty"`
+	Depth    int           `json:"max_lookups,omitempty"`
+	Maps     int           `json:"maps,omitempty"`
+	Elements int           `json:"elements,omitempty"`
+	Root     int           `json:"root_level,omitempty"`
 	RootIn   bool          `json:"root_in,omitempty"`
+	Rest     int           `json:"rest_interval_prefixes,omitempty"`
 	Cost     *CostEstimate `json:"model,omitempty"`
 }
 
@@ -365,11 +345,8 @@ type layoutJSON struct {
 func (l *Layout) MarshalJSON() ([]byte, error) {
 	j := layoutJSON{Kind: l.Kind, Prefixes: l.Prefixes}
 	if l.Kind == KindTree {
-		j.Strides = l.Strides()
-		for _, lv := range l.Levels {
-			j.Elements = append(j.Elements, len(lv.Entries))
-		}
-		j.RootIn = l.RootIn
+		j.Strides, j.Depth, j.Maps, j.Elements = l.Strides(), l.Depth(), len(l.Levels), l.Entries()
+		j.Root, j.RootIn, j.Rest = l.Root, l.RootIn, len(l.Rest)
 		j.Cost = &l.Cost
 	}
 	return json.Marshal(j)

@@ -88,6 +88,12 @@ func checkLayout(t *testing.T, s *netipx.IPSet, l *Layout, ps []netip.Addr) {
 
 func TestLayoutModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
+	sawRest := 0
+	defer func() {
+		if sawRest == 0 {
+			t.Error("no layout needed the Rest interval set: the depth limit is untested")
+		}
+	}()
 	for iter := 0; iter < 60; iter++ {
 		for _, is4 := range []bool{true, false} {
 			s := randomSet(r, is4, 1+r.IntN(400))
@@ -101,12 +107,19 @@ func TestLayoutModel(t *testing.T) {
 			}
 			// Forced strides, including ones that end far below /32.
 			w := familyBits(is4)
-			for _, strides := range [][]int{{w}, {w / 2, w}, {8, w / 4, w / 2, 3 * w / 4, w}} {
-				l, err := Build(s, is4, Options{Strides: strides, MaxEntries: 1 << 15})
+			var fine []int // more levels than MaxDepth: deep buckets use Rest
+			for b := w / 32; b <= w; b += w / 32 {
+				fine = append(fine, b)
+			}
+			for _, strides := range [][]int{{w}, {w / 2, w}, {8, w / 4, w / 2, 3 * w / 4, w}, fine} {
+				l, err := Build(s, is4, Options{Strides4: strides, Strides6: strides, MaxEntries: 1 << 15})
 				if err != nil {
 					continue // too large for this set: fine
 				}
 				checkLayout(t, s, l, ps)
+				if len(strides) == len(fine) && len(l.Rest) > 0 {
+					sawRest++
+				}
 			}
 			if t.Failed() {
 				t.FailNow()

@@ -85,7 +85,11 @@ func TestCountryReference(t *testing.T) {
 	var all netipx.IPSetBuilder
 	all.AddSet(eu)
 	all.AddSet(notEU)
-	if s, _ := all.IPSet(); notEU.Overlaps(eu) || prefixText(s) != "0.0.0.0/0 ::/0" {
+	var both netipx.IPSetBuilder
+	both.AddSet(eu)
+	both.Intersect(notEU) // (not IPSet.Overlaps: quadratic)
+	s, _ := all.IPSet()
+	if common, _ := both.IPSet(); len(common.Ranges()) != 0 || prefixText(s) != "0.0.0.0/0 ::/0" {
 		t.Errorf("Europe and its complement overlap or leave a gap")
 	}
 }

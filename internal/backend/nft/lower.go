@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 
 	"github.com/ipfence/ipfence/internal/plan"
@@ -127,38 +128,34 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 		prog.Chains = append(prog.Chains, &Chain{Name: name, Rules: tail(true)})
 		return
 	case plan.KindPlain:
-		set := &Set{Name: name + "_set", Family: fam, Interval: true}
-		for _, p := range l.Plain {
-			set.Elems = append(set.Elems, Elem{Key: p})
-		}
-		prog.Sets = append(prog.Sets, set)
-		rules := []Rule{{Lookup: &Lookup{Family: fam, Set: set.Name}, Verdict: inV}}
-		rules = append(rules, tail(false)...)
-		prog.Chains = append(prog.Chains, &Chain{Name: name, Rules: rules})
+		prog.Chains = append(prog.Chains, intervalChain(prog, name, fam, l.Plain, inV, tail(false)))
 		return
+	}
+	if len(l.Rest) > 0 {
+		prog.Chains = append(prog.Chains, intervalChain(prog, name+"_rest", fam, l.Rest, inV, tail(false)))
 	}
 	// Tree: which default chains each level needs.
 	need := make([][2]bool, len(l.Levels)) // [level][in?]
-	need[0][boolIdx(l.RootIn)] = true
-	for j, lv := range l.Levels[:len(l.Levels)-1] {
+	need[l.Root][boolIdx(l.RootIn)] = true
+	for _, lv := range l.Levels {
 		for _, e := range lv.Entries {
 			switch e.Kind {
 			case plan.DescendIn:
-				need[j+1][1] = true
+				need[e.Next][1] = true
 			case plan.DescendOut:
-				need[j+1][0] = true
+				need[e.Next][0] = true
 			}
 		}
 	}
 	chainName := func(j int, in bool) string {
-		if j == 0 {
+		if j == l.Root && in == l.RootIn {
 			return name
 		}
-		return fmt.Sprintf("%s_l%d_%s", name, j, map[bool]string{true: "in", false: "out"}[in])
+		return fmt.Sprintf("%s_d%d_l%d_%s", name, l.Levels[j].Depth, l.Levels[j].Bits, map[bool]string{true: "in", false: "out"}[in])
 	}
 	for j, lv := range l.Levels {
-		m := &Set{Name: fmt.Sprintf("%s_l%d", name, j), Family: fam, KeyBits: lv.Bits, IsMap: true,
-			Comment: fmt.Sprintf("level %d: /%d", j, lv.Bits)}
+		m := &Set{Name: fmt.Sprintf("%s_d%d_l%d", name, lv.Depth, lv.Bits), Family: fam, KeyBits: lv.Bits, IsMap: true,
+			Comment: fmt.Sprintf("lookup %d: /%d buckets", lv.Depth, lv.Bits)}
 		m.Elems = make([]Elem, len(lv.Entries))
 		for k, e := range lv.Entries {
 			var v Verdict
@@ -168,9 +165,11 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			case plan.Out:
 				v = outV
 			case plan.DescendIn:
-				v = Verdict{Kind: Goto, Chain: chainName(j+1, true)}
+				v = Verdict{Kind: Goto, Chain: chainName(e.Next, true)}
 			case plan.DescendOut:
-				v = Verdict{Kind: Goto, Chain: chainName(j+1, false)}
+				v = Verdict{Kind: Goto, Chain: chainName(e.Next, false)}
+			case plan.DescendRest:
+				v = Verdict{Kind: Goto, Chain: name + "_rest"}
 			}
 			m.Elems[k] = Elem{Key: e.Key, Verdict: v}
 		}
@@ -184,6 +183,18 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			prog.Chains = append(prog.Chains, &Chain{Name: chainName(j, in), Rules: rules})
 		}
 	}
+}
+
+// intervalChain is a chain deciding by an interval set of prefixes:
+// in the set → inV, else what outTail says.
+func intervalChain(prog *Program, name string, fam Family, ps []netip.Prefix, inV Verdict, outTail []Rule) *Chain {
+	set := &Set{Name: name + "_set", Family: fam, Interval: true}
+	for _, p := range ps {
+		set.Elems = append(set.Elems, Elem{Key: p})
+	}
+	prog.Sets = append(prog.Sets, set)
+	rules := []Rule{{Lookup: &Lookup{Family: fam, Set: set.Name}, Verdict: inV}}
+	return &Chain{Name: name, Rules: append(rules, outTail...)}
 }
 
 func boolIdx(b bool) int {

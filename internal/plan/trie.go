@@ -1,0 +1,351 @@
+package plan
+
+import (
+	"math"
+	"net/netip"
+	"slices"
+	"sort"
+)
+
+// The layout chooser. A mixed bucket (a prefix of the address space that
+// holds both addresses in the set and outside it) is resolved by one map
+// lookup at a longer length of its own choosing: its children there are
+// uniform (an element for each child on the minority side, the default
+// covering the rest) or mixed (an element saying where to look next).
+// Every mixed bucket picks its child length separately, by dynamic
+// programming over all buckets, bottom up, minimising
+//
+//	expected map lookups per packet + price × map elements
+//
+// Traffic is modelled per piece of the partition: a blend of uniform over
+// the addresses the rule lets through, uniform over its prefixes (each
+// network equally busy whatever its size: address weighting alone hides
+// the many small IPv6 networks) and uniform random sources (IPv6: from
+// 2000::/3). A bucket's lookup costs the traffic share that reaches it.
+
+// dpBucket is a mixed bucket at some length: pieces[start:end].
+type dpBucket struct {
+	start, end int32
+	cost       float64 // lookups below this bucket + price × elements
+	elems      float64
+	child      uint8 // chosen child length
+	def        bool // default of its children (absent keys)
+}
+
+type chooser struct {
+	w      int
+	pieces []piece
+	addr   []u128
+	plen   []uint8
+	cpl    []uint8
+	wsum   []float64 // prefix sums of traffic weight (blend)
+	wpass  []float64 // prefix sums of pass-traffic weight (for the estimate)
+	wrand  []float64 // prefix sums of random-traffic weight
+	maxLen int
+	cands  []int // candidate lengths, increasing, ending at maxLen
+	// forced: when set, a bucket at cands[k] may only use cands[k+1].
+	forced  bool
+	buckets [129][]dpBucket
+}
+
+func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
+	w := familyBits(is4)
+	n := len(pieces)
+	c := &chooser{w: w, pieces: pieces, addr: make([]u128, n), plen: make([]uint8, n), cpl: make([]uint8, n),
+		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1)}
+	var passAddr, passCnt, randTot float64
+	size := make([]float64, n)
+	rsize := make([]float64, n)
+	global := u128{hi: 0x2000 << 48}
+	for i, p := range pieces {
+		c.addr[i] = u128From(p.p.Addr())
+		l := p.p.Bits()
+		c.plen[i] = uint8(l)
+		if i > 0 {
+			c.cpl[i] = uint8(cpl(c.addr[i-1], c.addr[i], w))
+		}
+		c.maxLen = max(c.maxLen, l)
+		size[i] = pow2[w-l]
+		rsize[i] = size[i]
+		if !is4 { // the share of 2000::/3
+			switch {
+			case l <= 3:
+				rsize[i] = pow2[125]
+			case cpl(c.addr[i], global, w) < 3:
+				rsize[i] = 0
+			}
+		}
+		if p.in == passIsIn {
+			passAddr += size[i]
+			passCnt++
+		}
+		randTot += rsize[i]
+	}
+	for i, p := range pieces {
+		var pass float64
+		if p.in == passIsIn {
+			pass = 0.5*size[i]/max(passAddr, 1) + 0.5/max(passCnt, 1)
+		}
+		r := rsize[i] / max(randTot, 1)
+		c.wpass[i+1] = c.wpass[i] + pass
+		c.wrand[i+1] = c.wrand[i] + r
+		c.wsum[i+1] = c.wsum[i] + 0.75*pass + 0.25*r
+	}
+	if forced != nil {
+		c.forced = true
+		c.cands = forced
+		return c
+	}
+	step := 1
+	if !is4 {
+		step = 4
+	}
+	for l := 8; l < c.maxLen; l += step {
+		c.cands = append(c.cands, l)
+	}
+	c.cands = append(c.cands, c.maxLen)
+	return c
+}
+
+// options are the child lengths a bucket at length l may use.
+func (c *chooser) options(l int) []int {
+	i, _ := slices.BinarySearch(c.cands, l+1)
+	if c.forced {
+		if l == 0 {
+			return c.cands[:1]
+		}
+		return c.cands[i:min(i+1, len(c.cands))]
+	}
+	if l == 0 {
+		return c.cands
+	}
+	limit := 12 // bits one lookup may resolve below a bucket
+	if c.w == 128 {
+		limit = 24
+	}
+	j := i
+	for j < len(c.cands) && c.cands[j] <= l+limit {
+		j++
+	}
+	if j == i && i < len(c.cands) {
+		j = i + 1
+	}
+	return c.cands[i:j]
+}
+
+// mixedBuckets lists the mixed buckets at length l, in address order.
+func (c *chooser) mixedBuckets(l int) []dpBucket {
+	var out []dpBucket
+	n := len(c.pieces)
+	for i := 0; i < n; {
+		if int(c.plen[i]) <= l {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < n && int(c.plen[j]) > l && int(c.cpl[j]) >= l {
+			j++
+		}
+		out = append(out, dpBucket{start: int32(i), end: int32(j)})
+		i = j
+	}
+	return out
+}
+
+// solve runs the dynamic programme with the given price per element and
+// returns the root bucket.
+func (c *chooser) solve(price float64) dpBucket {
+	lengths := append([]int{0}, c.cands...)
+	for k := len(lengths) - 1; k >= 0; k-- {
+		l := lengths[k]
+		if l >= c.maxLen {
+			c.buckets[l] = nil
+			continue
+		}
+		bs := c.mixedBuckets(l)
+		opts := c.options(l)
+		cursor := make([]int, len(opts))
+		for bi := range bs {
+			b := &bs[bi]
+			b.cost = math.Inf(1)
+			for oi, o := range opts {
+				cost, elems, def := c.evaluate(b, o, price, &cursor[oi])
+				if cost < b.cost {
+					b.cost, b.elems, b.child, b.def = cost, elems, uint8(o), def
+				}
+			}
+		}
+		c.buckets[l] = bs
+	}
+	return c.buckets[0][0]
+}
+
+// evaluate prices bucket b resolved at child length o. cursor walks
+// c.buckets[o] forward across the (ordered) calls for one length.
+func (c *chooser) evaluate(b *dpBucket, o int, price float64, cursor *int) (cost, elems float64, def bool) {
+	var full, empty, nMixed float64
+	children := c.buckets[o]
+	for i := int(b.start); i < int(b.end); {
+		l := int(c.plen[i])
+		if l <= o {
+			if c.pieces[i].in {
+				full += pow2[o-l]
+			} else {
+				empty += pow2[o-l]
+			}
+			i++
+			continue
+		}
+		for *cursor < len(children) && int(children[*cursor].start) < i {
+			*cursor++
+		}
+		ch := children[*cursor]
+		nMixed++
+		cost += c.wsum[ch.end] - c.wsum[ch.start] + ch.cost
+		elems += ch.elems
+		i = int(ch.end)
+	}
+	own := min(full, empty) + nMixed
+	return cost + price*own, elems + own, full > empty
+}
+
+// bucketAt finds the mixed bucket at length l starting at piece i.
+func (c *chooser) bucketAt(l, i int) dpBucket {
+	bs := c.buckets[l]
+	k := sort.Search(len(bs), func(k int) bool { return int(bs[k].start) >= i })
+	return bs[k]
+}
+
+// treeBuilder emits the elements of the chosen structure.
+type treeBuilder struct {
+	c *chooser
+	// levels are keyed by depth and length: a level's map then only
+	// leads to levels one deeper, so the kernel's check of chain nesting
+	// (over every element of every map) sees the depth packets see.
+	levels map[[2]int]*Level
+	left   int // elements still allowed; below zero: stop
+	pass   float64
+	random float64
+	rest   []netip.Prefix
+}
+
+// build emits bucket b's elements (at length b.child) and recurses into
+// its mixed children; depth is the number of lookups a packet has done
+// when it looks b's key up.
+func (t *treeBuilder) build(b dpBucket, depth int) {
+	c := t.c
+	o := int(b.child)
+	lv := t.levels[[2]int{depth, o}]
+	if lv == nil {
+		lv = &Level{Bits: o, Depth: depth}
+		t.levels[[2]int{depth, o}] = lv
+	}
+	for i := int(b.start); i < int(b.end) && t.left >= 0; {
+		p := c.pieces[i]
+		l := int(c.plen[i])
+		if l <= o {
+			if p.in != b.def {
+				if o-l >= 62 || 1<<(o-l) > t.left {
+					t.left = -1
+					return
+				}
+				kind := Out
+				if p.in {
+					kind = In
+				}
+				n := uint64(1) << (o - l)
+				t.left -= int(n)
+				for k := uint64(0); k < n; k++ {
+					a := c.addr[i].addShift(k, c.w-o)
+					lv.Entries = append(lv.Entries, Entry{Key: netip.PrefixFrom(a.addr(c.w), o), Kind: kind})
+				}
+			}
+			i++
+			continue
+		}
+		ch := c.bucketAt(o, i)
+		key := netip.PrefixFrom(p.p.Addr(), o).Masked()
+		t.left--
+		t.pass += c.wpass[ch.end] - c.wpass[ch.start]
+		t.random += c.wrand[ch.end] - c.wrand[ch.start]
+		if depth+1 >= MaxDepth {
+			// No room for more levels: the rest of this bucket goes
+			// into the interval set.
+			lv.Entries = append(lv.Entries, Entry{Key: key, Kind: DescendRest})
+			for k := ch.start; k < ch.end; k++ {
+				if c.pieces[k].in {
+					t.rest = append(t.rest, c.pieces[k].p)
+				}
+			}
+			i = int(ch.end)
+			continue
+		}
+		kind := DescendOut
+		if ch.def {
+			kind = DescendIn
+		}
+		lv.Entries = append(lv.Entries, Entry{Key: key, Kind: kind, next: int(ch.child)})
+		t.build(ch, depth+1)
+		i = int(ch.end)
+	}
+}
+
+// buildTree chooses and emits a tree layout into l. It returns false when
+// nothing fits in maxEntries.
+func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxEntries int, price float64) bool {
+	c := newChooser(pieces, is4, passIsIn, forced)
+	for ; price < 1e3; price *= 4 {
+		root := c.solve(price / 1e6)
+		if math.IsInf(root.cost, 1) {
+			return false
+		}
+		if root.elems > float64(maxEntries) {
+			if forced != nil {
+				return false
+			}
+			continue
+		}
+		t := &treeBuilder{c: c, levels: map[[2]int]*Level{}, left: maxEntries}
+		t.build(root, 1)
+		if t.left < 0 {
+			return false
+		}
+		keys := make([][2]int, 0, len(t.levels))
+		for k := range t.levels {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b [2]int) int {
+			if a[0] != b[0] {
+				return a[0] - b[0]
+			}
+			return a[1] - b[1]
+		})
+		index := map[[2]int]int{}
+		for i, k := range keys {
+			index[k] = i
+			l.Levels = append(l.Levels, *t.levels[k])
+		}
+		for i := range l.Levels {
+			for k := range l.Levels[i].Entries {
+				e := &l.Levels[i].Entries[k]
+				if e.Kind == DescendIn || e.Kind == DescendOut {
+					e.Next = index[[2]int{l.Levels[i].Depth + 1, e.next}]
+				}
+			}
+		}
+		l.Rest = t.rest
+		l.Root = index[[2]int{1, int(root.child)}]
+		l.RootIn = root.def
+		l.Cost = CostEstimate{LookupsPass: 1 + t.pass, LookupsRandom: 1 + t.random}
+		return true
+	}
+	return false
+}
+
+// pow2[k] is 2**k.
+var pow2 = func() (t [129]float64) {
+	for k := range t {
+		t[k] = math.Ldexp(1, k)
+	}
+	return t
+}()
