@@ -3,8 +3,8 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"net/netip"
+	"slices"
 
 	"go4.org/netipx"
 )

@@ -29,7 +29,7 @@ type dpBucket struct {
 	cost       float64 // lookups below this bucket + price × elements
 	elems      float64
 	child      uint8 // chosen child length
-	def        bool // default of its children (absent keys)
+	def        bool  // default of its children (absent keys)
 }
 
 type chooser struct {

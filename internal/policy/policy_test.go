@@ -106,9 +106,9 @@ func TestResolveAndCompile(t *testing.T) {
 		{"192.0.2.9", "udp", 53, "drop", "feeds"},
 		{"2001:db8:1::5", "tcp", 22, "accept", "protect"}, // feed entry inside protected 2001:db8::/32
 		{"203.0.113.7", "tcp", 22, "accept", "protect"},
-		{"8.8.8.8", "tcp", 22, "drop", "europe"},   // US, port 22 is filtered
-		{"8.8.8.8", "tcp", 8080, "accept", ""},     // port not filtered
-		{"151.1.1.1", "tcp", 443, "accept", ""},    // Italy
+		{"8.8.8.8", "tcp", 22, "drop", "europe"}, // US, port 22 is filtered
+		{"8.8.8.8", "tcp", 8080, "accept", ""},   // port not filtered
+		{"151.1.1.1", "tcp", 443, "accept", ""},  // Italy
 	} {
 		d := p.Verdict(plan.Packet{Src: netip.MustParseAddr(tc.src), Proto: tc.proto, DPort: tc.port})
 		if d.Verdict != tc.verdict || d.Rule != tc.rule {

@@ -56,7 +56,7 @@ func rangesOf(s *netipx.IPSet) []netipx.IPRange {
 	switch {
 	case s == nil:
 		return nil
-	case ipsetDirect:
+	case false:
 		return (*ipsetLayout)(unsafe.Pointer(s)).rr
 	}
 	return s.Ranges()

@@ -149,7 +149,7 @@ func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
 	for _, r := range rangesOf(s) {
 		lo, hi := fromAddr(r.From()), fromAddr(r.To())
 		if r.From().Is4() {
-			v4 += hi.lo - lo.lo
+			v4 += hi.lo - lo.lo + 1
 			continue
 		}
 		d := hi.sub(lo) // one less than the size, which may be 2^128
