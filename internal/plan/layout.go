@@ -240,8 +240,8 @@ const (
 	DefaultMaxEntries = 4 << 20
 )
 
-// DefaultElementPrice: a million elements are worth 4 lookups per packet.
-const DefaultElementPrice = 4.0
+// DefaultElementPrice: a million elements are worth 2 lookups per packet.
+const DefaultElementPrice = 2.0
 
 // ErrTooLarge is returned when no tree layout fits in MaxEntries.
 var ErrTooLarge = fmt.Errorf("no layout fits the element limit")

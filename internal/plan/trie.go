@@ -17,11 +17,12 @@ import (
 //
 //	expected map lookups per packet + price × map elements
 //
-// Traffic is modelled per piece of the partition: a blend of uniform over
-// the addresses the rule lets through, uniform over its prefixes (each
-// network equally busy whatever its size: address weighting alone hides
-// the many small IPv6 networks) and uniform random sources (IPv6: from
-// 2000::/3). A bucket's lookup costs the traffic share that reaches it.
+// Traffic is modelled per piece of the partition: 90% legitimate traffic,
+// half uniform over the addresses the rule lets through and half uniform
+// over its prefixes (each network equally busy whatever its size: address
+// weighting alone hides the many small IPv6 networks), and 10% uniform
+// random sources (IPv6: from 2000::/3), which the first level mostly
+// decides anyway. A bucket's lookup costs the traffic share reaching it.
 
 // dpBucket is a mixed bucket at some length: pieces[start:end].
 type dpBucket struct {
@@ -89,19 +90,24 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 		r := rsize[i] / max(randTot, 1)
 		c.wpass[i+1] = c.wpass[i] + pass
 		c.wrand[i+1] = c.wrand[i] + r
-		c.wsum[i+1] = c.wsum[i] + 0.75*pass + 0.25*r
+		c.wsum[i+1] = c.wsum[i] + 0.9*pass + 0.1*r
 	}
 	if forced != nil {
 		c.forced = true
 		c.cands = forced
 		return c
 	}
-	step := 1
-	if !is4 {
-		step = 4
+	// IPv4: every length from /8. IPv6: every fourth, plus the lengths
+	// that hold at least 1% of the pieces (allocations cluster at /29,
+	// /32, /48, /64: a level at their own length avoids expanding them).
+	hist := make([]int, w+1)
+	for _, l := range c.plen {
+		hist[l]++
 	}
-	for l := 8; l < c.maxLen; l += step {
-		c.cands = append(c.cands, l)
+	for l := 8; l < c.maxLen; l++ {
+		if is4 || l%4 == 0 || hist[l]*100 >= n {
+			c.cands = append(c.cands, l)
+		}
 	}
 	c.cands = append(c.cands, c.maxLen)
 	return c

@@ -174,7 +174,7 @@ func TestMerge(t *testing.T) {
 func TestSort4(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, n := range []int{0, 1, radixMin - 1, radixMin, 50_000} {
-		for _, spread := range []uint64{1 << 32, 1 << 16, 1} { // all bytes vary; two; none
+		for _, spread := range []uint64{1 << 32, 1 << 24, 1 << 16, 1 << 8, 1} { // 4, 3, 2, 1, 0 bytes vary: even and odd passes
 			v := make([]uint64, n)
 			for i := range v {
 				v[i] = rng.Uint64N(spread)<<32 | uint64(rng.Uint32())

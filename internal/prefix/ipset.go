@@ -56,7 +56,7 @@ func rangesOf(s *netipx.IPSet) []netipx.IPRange {
 	switch {
 	case s == nil:
 		return nil
-	case false:
+	case ipsetDirect:
 		return (*ipsetLayout)(unsafe.Pointer(s)).rr
 	}
 	return s.Ranges()

@@ -63,7 +63,9 @@ func ReadSet(r io.Reader, file string) (*netipx.IPSet, error) {
 	return b.Build()
 }
 
-// Read adds every entry of r to b, like the package-level Read.
+// Read adds every entry of r to b, failing like the package-level Read
+// (entries before a bad line are added), but without making a
+// netipx.IPRange of each.
 func (b *Builder) Read(r io.Reader, file string) error {
 	return read(r, file, func(e entry, _ int) {
 		if e.is4 {
