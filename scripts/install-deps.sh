@@ -3,7 +3,7 @@
 # Idempotent: does nothing when everything is present. Needs root for apt.
 set -euo pipefail
 need=()
-for pair in nft:nftables ipset:ipset iptables:iptables ip:iproute2 iprange:iprange; do
+for pair in nft:nftables ipset:ipset iptables:iptables ip:iproute2 iprange:iprange jq:jq /usr/bin/time:time; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -13,18 +13,6 @@ import (
 	"github.com/ipfence/ipfence/data/geo"
 )
 
-// runGeoCmd runs `ipfence ARGS...` and returns its standard output.
-func runGeoCmd(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	root := newRootCmd()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
-}
-
 // writeGeoFile writes a file in a temporary folder, gzipped if name ends
 // in .gz.
 func writeGeoFile(t *testing.T, name, content string) string {
@@ -89,7 +77,7 @@ ripencc|IT|ipv6|2001:db8::|48|20100101|allocated
 			"ipv4: 10557 prefixes\nipv6: 3087 prefixes\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := runGeoCmd(t, tc.args...)
+			got, err := run(t, tc.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +89,7 @@ ripencc|IT|ipv6|2001:db8::|48|20100101|allocated
 }
 
 func TestGeoCommandBuiltinJSON(t *testing.T) {
-	got, err := runGeoCmd(t, "geo", "--countries", "IT", "--json")
+	got, err := run(t, "geo", "--countries", "IT", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +130,7 @@ func TestGeoCommandErrors(t *testing.T) {
 		{"missing file", []string{"geo", "--data", bad + ".missing", "--countries", "IT"}, false, []string{"opening " + bad + ".missing", "no such file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := runGeoCmd(t, tc.args...)
+			out, err := run(t, tc.args...)
 			if err == nil {
 				t.Fatalf("ipfence %s succeeded, want an error", strings.Join(tc.args, " "))
 			}

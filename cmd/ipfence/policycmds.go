@@ -232,33 +232,37 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 func describeLayout(l *plan.Layout) string {
 	switch l.Kind {
 	case plan.KindTree:
-		return fmt.Sprintf("%d prefixes → maps %s (%d elements)", l.Prefixes, stridesString(l.Strides()), l.Entries())
+		st := l.Strides()
+		return fmt.Sprintf("%d prefixes → %d hash maps of %d lengths (/%d../%d), %d elements, ≤ %d lookups (model: %.2f for legitimate traffic)",
+			l.Prefixes, len(l.Levels), len(st), st[0], st[len(st)-1], l.Entries(), l.Depth(), l.Cost.LookupsPass)
 	case plan.KindPlain:
 		return fmt.Sprintf("%d prefixes → interval set", l.Prefixes)
 	}
 	return string(l.Kind)
 }
 
-func stridesString(s []int) string {
-	parts := make([]string, len(s))
-	for i, b := range s {
-		parts[i] = fmt.Sprintf("/%d", b)
-	}
-	return strings.Join(parts, ",")
+// kernelFlags are the flags of commands that only read or change the
+// kernel side (no policy).
+type kernelFlags struct{ netns, stateDir, table string }
+
+func (f *kernelFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.netns, "netns", "", "network namespace (as listed by `ip netns list`; default: the current one)")
+	c.Flags().StringVar(&f.stateDir, "state", state.DefaultDir, "state folder")
+	c.Flags().StringVar(&f.table, "table", "ipfence", "ipfence's table name (the policy's `table:`)")
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
-	var netns, stateDir string
+	var kf kernelFlags
 	c := &cobra.Command{
 		Use:   "status [--netns NAME]",
 		Short: "Show ipfence's table in the kernel: rules, counters, what was applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ts, err := nft.Status(cmd.Context(), "ipfence", netns)
+			ts, err := nft.Status(cmd.Context(), kf.table, kf.netns)
 			if err != nil {
 				return fmt.Errorf("reading status: %w", err)
 			}
-			applied, _ := state.Dir{Path: stateDir}.LoadApplied(netns)
+			applied, _ := state.Dir{Path: kf.stateDir}.LoadApplied(kf.netns)
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					Kernel  nft.TableStatus `json:"kernel"`
@@ -269,8 +273,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&netns, "netns", "", "network namespace (default: the current one)")
-	c.Flags().StringVar(&stateDir, "state", state.DefaultDir, "state folder")
+	kf.register(c)
 	return c
 }
 
@@ -296,32 +299,31 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
 }
 
 func newFlushCmd(g *globals) *cobra.Command {
-	var netns, stateDir string
+	var kf kernelFlags
 	c := &cobra.Command{
 		Use:   "flush [--netns NAME]",
 		Short: "Remove ipfence's table (and nothing else) in one transaction",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			existed, err := nft.Flush(cmd.Context(), "ipfence", netns)
+			existed, err := nft.Flush(cmd.Context(), kf.table, kf.netns)
 			if err != nil {
 				return fmt.Errorf("flushing: %w", err)
 			}
-			if err := (state.Dir{Path: stateDir}).ForgetApplied(netns); err != nil {
+			if err := (state.Dir{Path: kf.stateDir}).ForgetApplied(kf.netns); err != nil {
 				g.logger.Warn("forgetting what was applied", "err", err)
 			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed})
 			}
 			if existed {
-				fmt.Fprintln(cmd.OutOrStdout(), "removed table inet ipfence")
+				fmt.Fprintf(cmd.OutOrStdout(), "removed table inet %s\n", kf.table)
 			} else {
 				fmt.Fprintln(cmd.OutOrStdout(), "no ipfence table was loaded")
 			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&netns, "netns", "", "network namespace (default: the current one)")
-	c.Flags().StringVar(&stateDir, "state", state.DefaultDir, "state folder")
+	kf.register(c)
 	return c
 }
 
@@ -392,7 +394,7 @@ func explain(c *compiled, pkt plan.Packet) explanation {
 }
 
 func printExplain(w io.Writer, ex explanation) {
-	who := "no rule matches"
+	who := "no rule stops it"
 	switch ex.Decision.Rule {
 	case "":
 	case "protect":
