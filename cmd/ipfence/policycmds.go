@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
