@@ -38,10 +38,6 @@ func ParseAction(s string) (Action, error) {
 	return "", fmt.Errorf("unknown action %q (use drop, reject, accept or allow-only)", s)
 }
 
-// blocks reports whether the action stops packets (and so must respect
-// protected prefixes).
-func (a Action) blocks() bool { return a != Accept }
-
 // Port is a destination port range of one protocol ("tcp/80-443").
 type Port struct {
 	Proto string `json:"proto"` // "tcp" or "udp"
