@@ -160,21 +160,33 @@ func (l *Layout) Depth() int {
 // the layout exactly as the kernel will (the model the tests compare the
 // set and the kernel against). Addresses of the other family are not in.
 func (l *Layout) Contains(addr netip.Addr) bool {
+	in, _ := l.lookup(addr)
+	return in
+}
+
+// Lookups is how many map lookups the kernel does for addr (tree layouts;
+// 0 for the others): what a packet from addr costs.
+func (l *Layout) Lookups(addr netip.Addr) int {
+	_, n := l.lookup(addr)
+	return n
+}
+
+func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
 	if addr.Is4() != l.Is4 || addr.Is4In6() {
-		return false
+		return false, 0
 	}
 	switch l.Kind {
 	case KindEmpty:
-		return false
+		return false, 0
 	case KindAll:
-		return true
+		return true, 0
 	case KindPlain:
 		for _, p := range l.Plain {
 			if p.Contains(addr) {
-				return true
+				return true, 0
 			}
 		}
-		return false
+		return false, 0
 	}
 	if l.index == nil {
 		l.index = make([]map[netip.Addr]Entry, len(l.Levels))
@@ -187,16 +199,16 @@ func (l *Layout) Contains(addr netip.Addr) bool {
 		}
 	}
 	def, i := l.RootIn, l.Root
-	for range l.Levels {
+	for n := 1; n <= len(l.Levels); n++ {
 		e, ok := l.index[i][netip.PrefixFrom(addr, l.Levels[i].Bits).Masked().Addr()]
 		if !ok {
-			return def
+			return def, n
 		}
 		switch e.Kind {
 		case In:
-			return true
+			return true, n
 		case Out:
-			return false
+			return false, n
 		case DescendIn:
 			def = true
 		case DescendOut:
@@ -204,15 +216,17 @@ func (l *Layout) Contains(addr netip.Addr) bool {
 		case DescendRest:
 			for _, p := range l.Rest {
 				if p.Contains(addr) {
-					return true
+					return true, n + 1
 				}
 			}
-			return false
+			return false, n + 1
 		}
 		i = e.Next
 	}
-	return def
+	return def, len(l.Levels)
 }
+
+
 
 // Options tune the layout chooser. The zero value gives the defaults.
 type Options struct {
