@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/source"
 )
 
 // run executes the CLI with args and returns stdout.
@@ -204,5 +206,38 @@ func write(t *testing.T, dir, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestApplyShrinkKeepsKernel: a feed that lost most of its entries since
+// the last good apply is refused and the kernel keeps the old set.
+func TestApplyShrinkKeepsKernel(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	var feed strings.Builder
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&feed, "192.0.%d.0/25\n", 2*i)
+	}
+	write(t, dir, "feed.txt", feed.String())
+	write(t, dir, "p.yaml", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n")
+	pol := filepath.Join(dir, "p.yaml")
+	if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := netns.Exec(lab.FW, "nft", "list", "ruleset")
+	write(t, dir, "feed.txt", "192.0.0.0/25\n")
+	_, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir)
+	var se *source.ShrinkError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v, want a *source.ShrinkError", err)
+	}
+	if after, _ := netns.Exec(lab.FW, "nft", "list", "ruleset"); !bytes.Equal(before, after) {
+		t.Errorf("the kernel ruleset changed:\n%s", after)
+	}
+	// With the gate off (max_shrink: 0) the operator can apply it.
+	write(t, dir, "p.yaml", "sources:\n  f: {format: list, paths: [feed.txt], max_shrink: 0}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n")
+	out, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir)
+	if err != nil || !strings.Contains(out, "-19 prefixes") {
+		t.Errorf("apply with the gate off: %v\n%s", err, out)
 	}
 }

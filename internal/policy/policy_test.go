@@ -170,3 +170,46 @@ func TestCompileRefusesBlockingEverything(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FuzzParse: any input either parses into a policy whose rules all have
+// names, actions and families, or fails with a *policy.Error.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte("rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4, \"2001:db8::/32\"]}, ports: [tcp/1-2, udp/53], family: ipv6}\n"))
+	f.Add([]byte("protect: [1.2.3.4-1.2.3.9]\nrules: [{name: x, action: accept, match: {prefixes: [10.0.0.0/8]}}]\n"))
+	f.Add([]byte("sources: {a: {format: rir-delegated, url: http://127.0.0.1/x}}\nrules: [{name: x, action: reject, match: {source: a, countries: [it], invert: true}}]\n"))
+	f.Add([]byte("{"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse(data, "f.yaml")
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || pe.File != "f.yaml" {
+				t.Fatalf("error %v (%T) is not a *policy.Error for f.yaml", err, err)
+			}
+			return
+		}
+		for _, r := range p.Rules {
+			if r.Name == "" || r.Action == "" || (!r.IPv4 && !r.IPv6) {
+				t.Fatalf("rule %+v accepted incomplete", r)
+			}
+			for _, pt := range r.Ports {
+				if pt.First == 0 || pt.First > pt.Last {
+					t.Fatalf("port %+v accepted", pt)
+				}
+			}
+		}
+	})
+}
+
+func TestParsePort(t *testing.T) {
+	for in, want := range map[string]plan.Port{"tcp/22": {Proto: "tcp", First: 22, Last: 22}, "udp/53-54": {Proto: "udp", First: 53, Last: 54}} {
+		if got, err := ParsePort(in); err != nil || got != want {
+			t.Errorf("%s: %+v %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"", "tcp", "icmp/1", "tcp/0", "tcp/70000", "tcp/9-1", "tcp/a", "tcp/1-"} {
+		if _, err := ParsePort(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}
