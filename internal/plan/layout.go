@@ -226,8 +226,6 @@ func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
 	return def, len(l.Levels)
 }
 
-
-
 // Options tune the layout chooser. The zero value gives the defaults.
 type Options struct {
 	// PlainMax: sets with at most this many prefixes use a plain
