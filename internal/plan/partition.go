@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // piece is one prefix of the partition of a family's address space into
@@ -18,14 +20,10 @@ type piece struct {
 // minimal prefix cover of s and of its complement, sorted by address.
 // Every address of the family lies in exactly one piece.
 func partition(s *netipx.IPSet, is4 bool) []piece {
-	var b netipx.IPSetBuilder
-	full := fullPrefix(is4)
-	b.AddPrefix(full)
-	b.RemoveSet(s)
-	comp, _ := b.IPSet() // only valid prefixes were added: no error possible
+	comp := prefix.Complement(s, is4, !is4)
 
 	// Both covers are sorted: merge them.
-	in, out := family(s.Prefixes(), is4), family(comp.Prefixes(), is4)
+	in, out := family(prefix.Prefixes(s), is4), family(prefix.Prefixes(comp), is4)
 	res := make([]piece, 0, len(in)+len(out))
 	for len(in) > 0 || len(out) > 0 {
 		if len(out) == 0 || (len(in) > 0 && in[0].Addr().Less(out[0].Addr())) {

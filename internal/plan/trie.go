@@ -37,6 +37,7 @@ type chooser struct {
 	w      int
 	pieces []piece
 	addr   []u128
+	in     []bool // pieces[i].in, kept dense: evaluate reads it for every piece
 	plen   []uint8
 	cpl    []uint8
 	wsum   []float64 // prefix sums of traffic weight (blend)
@@ -52,7 +53,7 @@ type chooser struct {
 func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 	w := familyBits(is4)
 	n := len(pieces)
-	c := &chooser{w: w, pieces: pieces, addr: make([]u128, n), plen: make([]uint8, n), cpl: make([]uint8, n),
+	c := &chooser{w: w, pieces: pieces, addr: make([]u128, n), in: make([]bool, n), plen: make([]uint8, n), cpl: make([]uint8, n),
 		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1)}
 	var passAddr, passCnt, randTot float64
 	size := make([]float64, n)
@@ -60,6 +61,7 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 	global := u128{hi: 0x2000 << 48}
 	for i, p := range pieces {
 		c.addr[i] = u128From(p.p.Addr())
+		c.in[i] = p.in
 		l := p.p.Bits()
 		c.plen[i] = uint8(l)
 		if i > 0 {
@@ -194,7 +196,7 @@ func (c *chooser) evaluate(b *dpBucket, o int, price float64, cursor *int) (cost
 	for i := int(b.start); i < int(b.end); {
 		l := int(c.plen[i])
 		if l <= o {
-			if c.pieces[i].in {
+			if c.in[i] {
 				full += pow2[o-l]
 			} else {
 				empty += pow2[o-l]
