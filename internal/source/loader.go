@@ -151,6 +151,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 	var wg sync.WaitGroup
 	for i := range n {
 		file := uint16(i) // check keeps n <= maxFiles
+		var read func() inputResult
 		if i < len(spec.Paths) {
 			p := spec.Paths[i]
 			name := p
@@ -158,19 +159,15 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 				name = b
 			}
 			src.files = append(src.files, name)
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				if err := ctx.Err(); err != nil {
-					results[i].err = err
-					return
-				}
-				results[i].part, results[i].err = readPath(p, spec.Format, name, file)
-			})
-			continue
+			read = func() (r inputResult) {
+				r.part, r.err = readPath(p, spec.Format, name, file)
+				return r
+			}
+		} else {
+			u := spec.URLs[i-len(spec.Paths)]
+			src.files = append(src.files, u)
+			read = func() inputResult { return l.readURL(ctx, spec, u, file, committed) }
 		}
-		u := spec.URLs[i-len(spec.Paths)]
-		src.files = append(src.files, u)
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -178,7 +175,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 				results[i].err = err
 				return
 			}
-			results[i] = l.readURL(ctx, spec, u, file, committed)
+			results[i] = read()
 		})
 	}
 	wg.Wait()

@@ -189,17 +189,7 @@ func parseCSVRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 		row = row[:i]
 	}
 	var f [4]string
-	n := 0
-	for n < len(f) {
-		var field string
-		var more bool
-		field, row, more = strings.Cut(row, ",")
-		f[n] = strings.TrimSpace(field)
-		n++
-		if !more {
-			break
-		}
-	}
+	n := splitFields(row, ',', f[:])
 	switch n {
 	case 3:
 		if lo, err = parseAddr("first address", f[0]); err != nil {
@@ -273,17 +263,7 @@ func dataCode(s string) (uint16, error) {
 //	ripencc|IT|ipv6|2001:760::|32|19990826|allocated|...
 func parseRIRRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) {
 	var f [7]string
-	n := 0
-	for n < len(f) {
-		var field string
-		var more bool
-		field, row, more = strings.Cut(row, "|")
-		f[n] = strings.TrimSpace(field)
-		n++
-		if !more {
-			break
-		}
-	}
+	n := splitFields(row, '|', f[:])
 	if isVersion(f[0]) || n >= 2 && f[1] == "*" {
 		return // version or summary line
 	}
@@ -352,4 +332,20 @@ func isVersion(s string) bool {
 		}
 	}
 	return true
+}
+
+// splitFields cuts row at sep into at most len(f) trimmed fields (the last
+// one keeps the rest of the row) and returns how many it filled.
+func splitFields(row string, sep byte, f []string) int {
+	n := 0
+	for n < len(f) {
+		field, rest, more := strings.Cut(row, string(sep))
+		f[n] = strings.TrimSpace(field)
+		n++
+		if !more {
+			break
+		}
+		row = rest
+	}
+	return n
 }
