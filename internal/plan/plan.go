@@ -172,7 +172,7 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet, opt Options) (*Rule, []strin
 			continue
 		}
 		full := fullPrefix(is4)
-		if ri.Action == AllowOnly && !overlaps(set, full) {
+		if ri.Action == AllowOnly && !set.OverlapsPrefix(full) {
 			return nil, nil, fmt.Errorf("%s: rule %q: %w: its set has no %s address, so allow-only would block all of %s; add %s data or limit the rule with `family: %s`",
 				ri.Where, ri.Name, ErrBlocksEverything, familyName(is4), full, familyName(is4), map[bool]string{true: "ipv6", false: "ipv4"}[is4])
 		}
@@ -222,8 +222,6 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet, opt Options) (*Rule, []strin
 	}
 	return r, warn, nil
 }
-
-func overlaps(s *netipx.IPSet, p netip.Prefix) bool { return s.OverlapsPrefix(p) }
 
 func intersect(a, b *netipx.IPSet) []netip.Prefix {
 	var x netipx.IPSetBuilder
