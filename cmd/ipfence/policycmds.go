@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -168,7 +169,12 @@ changed against the last apply.`,
 			rep := applyReport{NetNS: netns, DryRun: dry, Changes: diff, CompileMillis: c.duration.Milliseconds()}
 			rep.Sets, rep.Elements, rep.Chains = progCounts(c.prog)
 			if !dry {
-				r, err := nft.Apply(ctx, c.prog, nft.ApplyOptions{NetNS: netns})
+				unlock, err := st.Lock()
+				if err != nil {
+					return err
+				}
+				defer unlock()
+				r, err := applyRetrying(ctx, c.prog, netns, g)
 				if err != nil {
 					return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
 				}
@@ -193,6 +199,20 @@ changed against the last apply.`,
 	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
 	return c
+}
+
+// applyRetrying applies p; when another program changed the ruleset
+// between reading its generation and committing (the kernel refused the
+// whole batch), it tries again, up to 3 times.
+func applyRetrying(ctx context.Context, p *nft.Program, netns string, g *globals) (nft.ApplyResult, error) {
+	for try := 1; ; try++ {
+		r, err := nft.Apply(ctx, p, nft.ApplyOptions{NetNS: netns})
+		var cc *nft.ConcurrentChangeError
+		if !errors.As(err, &cc) || try == 3 {
+			return r, err
+		}
+		g.logger.Warn("the ruleset changed while applying; trying again", "try", try)
+	}
 }
 
 type applyReport struct {
@@ -304,6 +324,11 @@ func newFlushCmd(g *globals) *cobra.Command {
 		Short: "Remove ipfence's table (and nothing else) in one transaction",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			unlock, err := state.Dir{Path: kf.stateDir}.Lock()
+			if err != nil {
+				return err
+			}
+			defer unlock()
 			existed, err := nft.Flush(cmd.Context(), kf.table, kf.netns)
 			if err != nil {
 				return fmt.Errorf("flushing: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go4.org/netipx"
+	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/plan"
 )
@@ -187,6 +188,30 @@ func (d Dir) ForgetApplied(netns string) error {
 		return nil
 	}
 	return err
+}
+
+// ErrLocked is returned by Lock when another ipfence holds the state.
+var ErrLocked = errors.New("another ipfence is applying with this state folder")
+
+// Lock takes the state folder's lock (an flock on its "lock" file) so that
+// two applies or flushes never interleave; unlock releases it. It does not
+// wait: a held lock is an error wrapping ErrLocked.
+func (d Dir) Lock() (unlock func(), err error) {
+	if err := os.MkdirAll(d.Path, 0o750); err != nil {
+		return nil, fmt.Errorf("creating state folder: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(d.Path, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the state lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w; try again when it is done", d.Path, ErrLocked)
+		}
+		return nil, fmt.Errorf("locking %s: %w", d.Path, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // WriteFileAtomic writes data to path via a synced temporary file and a

@@ -1,0 +1,69 @@
+package state
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+func TestLock(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	unlock, err := d.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Lock(); !errors.Is(err, ErrLocked) {
+		t.Errorf("second lock: %v, want ErrLocked", err)
+	}
+	unlock()
+	unlock2, err := d.Lock()
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
+}
+
+func TestCompareAndSave(t *testing.T) {
+	mk := func(action plan.Action, ps ...string) *plan.Plan {
+		var b netipx.IPSetBuilder
+		for _, p := range ps {
+			b.AddPrefix(netip.MustParsePrefix(p))
+		}
+		s, _ := b.IPSet()
+		return &plan.Plan{Rules: []*plan.Rule{{Name: "r", Action: action, Set: s,
+			V4: &plan.Layout{Is4: true, Kind: plan.KindPlain}, V6: &plan.Layout{Kind: plan.KindEmpty}}}}
+	}
+	a := Summarize(mk(plan.Drop, "10.0.0.0/8", "192.0.2.0/24"))
+	b := Summarize(mk(plan.Drop, "10.0.0.0/9", "198.51.100.0/24"))
+	ch := Compare(a, b)
+	if len(ch) != 1 || ch[0].Added != 1 || ch[0].Removed != 2 {
+		t.Errorf("changes %+v, want +1 -2", ch)
+	}
+	if ch := Compare(nil, a); len(ch) != 1 || ch[0].Kind != "added" {
+		t.Errorf("from nothing: %+v", ch)
+	}
+	if ch := Compare(a, a); len(ch) != 0 {
+		t.Errorf("no change: %+v", ch)
+	}
+	if ch := Compare(a, Summarize(mk(plan.Reject, "10.0.0.0/8", "192.0.2.0/24"))); len(ch) != 1 || ch[0].Note == "" {
+		t.Errorf("action change: %+v", ch)
+	}
+	d := Dir{Path: t.TempDir()}
+	if err := d.SaveApplied("ns1", a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.LoadApplied("ns1")
+	if err != nil || len(Compare(got, a)) != 0 {
+		t.Errorf("round trip: %v %+v", err, got)
+	}
+	if err := d.ForgetApplied("ns1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.LoadApplied("ns1"); err == nil {
+		t.Error("forgotten state still loads")
+	}
+}
