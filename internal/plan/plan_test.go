@@ -1,0 +1,96 @@
+package plan
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"go4.org/netipx"
+)
+
+func set(ps ...string) *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for _, p := range ps {
+		b.AddPrefix(netip.MustParsePrefix(p))
+	}
+	s, _ := b.IPSet()
+	return s
+}
+
+func TestCompileVerdicts(t *testing.T) {
+	in := &Input{
+		Protect: set("203.0.113.7/32"),
+		Rules: []RuleInput{
+			{Name: "allow", Action: Accept, IPv4: true, IPv6: true, Set: set("10.1.0.0/16")},
+			{Name: "feeds", Action: Drop, IPv4: true, IPv6: true, Set: set("10.0.0.0/8", "203.0.113.0/24", "2001:db8::/32")},
+			{Name: "web", Action: AllowOnly, IPv4: true, Ports: []Port{{Proto: "tcp", First: 80, Last: 443}}, Set: set("192.0.2.0/24")},
+			{Name: "rej", Action: Reject, IPv4: true, IPv6: true, Set: set("198.51.100.0/24", "fe80::/10")},
+		},
+	}
+	p, err := Compile(in, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src, proto string
+		port       uint16
+		verdict    string
+		rule       string
+	}{
+		{"10.1.2.3", "tcp", 80, "accept", "allow"},      // accepted before the drop rule
+		{"10.2.2.3", "udp", 53, "drop", "feeds"},        //
+		{"203.0.113.7", "udp", 53, "accept", "protect"}, // protected inside a dropped /24
+		{"203.0.113.8", "udp", 53, "drop", "feeds"},     //
+		{"2001:db8::1", "udp", 53, "drop", "feeds"},     //
+		{"8.8.8.8", "tcp", 443, "drop", "web"},          // not in the allow-only set, port filtered
+		{"8.8.8.8", "tcp", 22, "accept", ""},            // port not filtered
+		{"192.0.2.9", "tcp", 80, "accept", ""},          // in the allow-only set
+		{"2001:db9::1", "tcp", 80, "accept", ""},        // web is IPv4 only
+		{"198.51.100.1", "udp", 1, "reject", "rej"},     //
+		{"fe80::1", "udp", 1, "accept", "protect"},      // link-local is always protected
+	} {
+		d := p.Verdict(Packet{Src: netip.MustParseAddr(tc.src), Proto: tc.proto, DPort: tc.port})
+		if d.Verdict != tc.verdict || d.Rule != tc.rule {
+			t.Errorf("%s %s/%d: %+v, want %s by %q", tc.src, tc.proto, tc.port, d, tc.verdict, tc.rule)
+		}
+	}
+	if p.Rules[2].V6.Kind != KindEmpty {
+		t.Errorf("an IPv4-only rule has an IPv6 layout: %v", p.Rules[2].V6.Kind)
+	}
+	if len(p.Warnings) != 2 || !strings.Contains(p.Warnings[0], "203.0.113.7/32") {
+		t.Errorf("warnings %q, want the protected feed entry and the protected link-local", p.Warnings)
+	}
+	if r, blocked := p.Blocked(netip.MustParseAddr("10.9.9.9")); !blocked || r != "feeds" {
+		t.Errorf("Blocked(10.9.9.9) = %q, %v", r, blocked)
+	}
+	if _, blocked := p.Blocked(netip.MustParseAddr("10.1.9.9")); blocked {
+		t.Error("an accepted address counts as blocked")
+	}
+}
+
+func TestCompileRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    RuleInput
+		is   error
+	}{
+		{"drop all IPv4", RuleInput{Name: "a", Action: Drop, IPv4: true, IPv6: true, Set: set("0.0.0.0/0")}, ErrBlocksEverything},
+		{"reject all IPv6", RuleInput{Name: "a", Action: Reject, IPv4: true, IPv6: true, Set: set("::/0")}, ErrBlocksEverything},
+		{"allow-only without IPv6", RuleInput{Name: "a", Action: AllowOnly, IPv4: true, IPv6: true, Set: set("1.0.0.0/8")}, ErrBlocksEverything},
+	} {
+		_, err := Compile(&Input{Rules: []RuleInput{tc.r}}, Options{})
+		if !errors.Is(err, tc.is) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.is)
+		}
+	}
+	_, err := Compile(&Input{Rules: []RuleInput{{Name: "a", Action: Drop, IPv4: true, Set: set("1.0.0.0/8")}, {Name: "a", Action: Drop, IPv4: true, Set: set("2.0.0.0/8")}}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate rule names: %v", err)
+	}
+	// Accepting everything is allowed (and is one rule with no lookup).
+	p, err := Compile(&Input{Rules: []RuleInput{{Name: "a", Action: Accept, IPv4: true, Set: set("0.0.0.0/0")}}}, Options{})
+	if err != nil || p.Rules[0].V4.Kind != KindAll {
+		t.Errorf("accept all: %v", err)
+	}
+}
