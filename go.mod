@@ -21,3 +21,5 @@ require (
 	golang.org/x/net v0.43.0 // indirect
 	golang.org/x/sync v0.6.0 // indirect
 )
+
+replace github.com/google/nftables => ./third_party/nftables
