@@ -8,18 +8,21 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/source"
+	"golang.org/x/sys/unix"
 )
 
 // run executes the CLI with args and returns stdout.
@@ -239,5 +242,110 @@ func TestApplyShrinkKeepsKernel(t *testing.T) {
 	out, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir)
 	if err != nil || !strings.Contains(out, "-19 prefixes") {
 		t.Errorf("apply with the gate off: %v\n%s", err, out)
+	}
+}
+
+// TestLoopbackAndNeighbourDiscoveryPass: no rule blocks loopback traffic
+// or IPv6 neighbour discovery, even from sources the rule blocks (UDP
+// from the same sources through the veth is dropped and counted).
+func TestLoopbackAndNeighbourDiscoveryPass(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	write(t, dir, "allow.txt", "203.0.113.0/24\n2001:db8::/32\n")
+	write(t, dir, "p.yaml", "sources:\n  a: {format: list, paths: [allow.txt]}\nprotect: [198.18.0.0/15, 2001:2::/48]\n"+
+		"rules:\n  - {name: only, action: allow-only, match: {source: a}}\n")
+	if _, err := run(t, "apply", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW, "--state", dir); err != nil {
+		t.Fatal(err)
+	}
+	dropped := func() uint64 {
+		t.Helper()
+		st, err := nft.Status(context.Background(), "ipfence", lab.FW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, c := range st.Chains {
+			for _, r := range c.Rules {
+				n += r.Packets
+			}
+		}
+		return n
+	}
+	blocked4, blocked6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2a00:1::2")
+	fw6 := lab.FWAddr6.Addr()
+	solicited := netip.AddrFrom16([16]byte{0xff, 0x02, 11: 1, 12: 0xff, 13: fw6.As16()[13], 14: fw6.As16()[14], 15: fw6.As16()[15]})
+	ns, err := pktgen.AppendNeighborSolicit(nil, &pktgen.Header{SrcMAC: lab.GenMAC,
+		DstMAC: net.HardwareAddr{0x33, 0x33, 0xff, fw6.As16()[13], fw6.As16()[14], fw6.As16()[15]},
+		Src:    blocked6, Dst: solicited}, fw6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp := func(h pktgen.Header) []byte {
+		h.SrcPort, h.DstPort = 40000, 9
+		f, err := pktgen.AppendUDP(nil, &h, 1, []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	send := func(frames ...[]byte) {
+		t.Helper()
+		s, err := pktgen.NewSender(lab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		s.Load(frames)
+		if _, err := s.Send(10 * len(frames)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	send(ns)
+	if n := dropped(); n != 0 {
+		t.Errorf("neighbour solicitations from %s: %d packets reached a counter, want 0", blocked6, n)
+	}
+	sendOnLoopback(t, lab,
+		udp(pktgen.Header{SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6), Src: blocked4, Dst: netip.MustParseAddr("127.0.0.1")}),
+		udp(pktgen.Header{SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6), Src: blocked6, Dst: netip.IPv6Loopback()}))
+	if n := dropped(); n != 0 {
+		t.Errorf("loopback datagrams from blocked sources: %d packets reached a counter, want 0", n)
+	}
+	// The control: the same sources through the veth are dropped.
+	send(udp(pktgen.Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, Src: blocked4, Dst: lab.FWAddr4.Addr()}),
+		udp(pktgen.Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, Src: blocked6, Dst: fw6}))
+	if n := dropped(); n != 20 {
+		t.Errorf("UDP from blocked sources through the veth: %d dropped, want 20", n)
+	}
+}
+
+// sendOnLoopback writes each frame 10 times to fw's loopback interface
+// through an AF_PACKET socket in fw.
+func sendOnLoopback(t *testing.T, lab *netns.Lab, frames ...[]byte) {
+	t.Helper()
+	err := lab.DoFW(func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		lo, err := net.InterfaceByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: lo.Index}); err != nil {
+			return err
+		}
+		for range 10 {
+			for _, f := range frames {
+				if _, err := unix.Write(fd, f); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("sending on fw's loopback: %v", err)
 	}
 }

@@ -104,9 +104,36 @@ func AppendTCPSYN(b []byte, h *Header, id uint16, seq uint32) ([]byte, error) {
 	return b, nil
 }
 
+// AppendNeighborSolicit appends an Ethernet frame carrying an ICMPv6
+// neighbour solicitation (RFC 4861) for target, from h.Src with h.SrcMAC
+// as source link-layer address option, hop limit 255 as the RFC requires.
+// h.Dst is usually target's solicited-node multicast address and h.DstMAC
+// its 33:33:ff:… group; ports are unused.
+func AppendNeighborSolicit(b []byte, h *Header, target netip.Addr) ([]byte, error) {
+	if err := h.check(); err != nil {
+		return b, err
+	}
+	if h.Src.Unmap().Is4() || !target.Is6() || target.Is4In6() {
+		return b, fmt.Errorf("building neighbour solicitation: %s for %s is not IPv6", h.Src, target)
+	}
+	const nsLen = 4 + 4 + 16 + 8 // type..checksum, reserved, target, SLLA option
+	start := len(b)
+	b, l4 := appendL3(b, h, 0, protoICMPv6, nsLen)
+	b[start+EthLen+7] = 255 // hop limit
+	m := len(b)
+	b = append(b, 135, 0, 0, 0, 0, 0, 0, 0) // type, code, checksum, reserved
+	t16 := target.As16()
+	b = append(b, t16[:]...)
+	b = append(b, 1, 1) // source link-layer address, 8 bytes
+	b = append(b, h.SrcMAC...)
+	binary.BigEndian.PutUint16(b[m+2:], finish(l4+sum16(b[m:])))
+	return b, nil
+}
+
 const (
-	protoTCP = 6
-	protoUDP = 17
+	protoTCP    = 6
+	protoUDP    = 17
+	protoICMPv6 = 58
 )
 
 // appendL3 appends the Ethernet and IP headers and returns the unfolded

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -146,5 +147,33 @@ func TestHeaderErrors(t *testing.T) {
 	f, err := AppendUDP(nil, &h, 0, nil)
 	if err != nil || f[12] != 0x08 || f[EthLen]>>4 != 4 {
 		t.Errorf("v4-mapped source: %x, %v", f, err)
+	}
+}
+
+func TestNeighborSolicit(t *testing.T) {
+	src, dst := netip.MustParseAddr("2a00:1::2"), netip.MustParseAddr("ff02::1:ff00:1")
+	target := netip.MustParseAddr("2001:2::1")
+	h := Header{SrcMAC: macA, DstMAC: macB, Src: src, Dst: dst}
+	f, err := AppendNeighborSolicit(nil, &h, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := f[EthLen:]
+	if len(ip) != IPv6Len+32 || ip[6] != protoICMPv6 || ip[7] != 255 || binary.BigEndian.Uint16(ip[4:]) != 32 {
+		t.Fatalf("IPv6 header %x: want next header 58, hop limit 255, payload length 32", ip[:IPv6Len])
+	}
+	m := slices.Clone(ip[IPv6Len:])
+	if m[0] != 135 || m[1] != 0 || !bytes.Equal(m[8:24], target.AsSlice()) || m[24] != 1 || m[25] != 1 || !bytes.Equal(m[26:32], macA) {
+		t.Errorf("neighbour solicitation %x", m)
+	}
+	sum := binary.BigEndian.Uint16(m[2:])
+	m[2], m[3] = 0, 0
+	if want := refL4Sum(src, dst, protoICMPv6, m); sum != want {
+		t.Errorf("checksum %04x, want %04x", sum, want)
+	}
+	h.Src = netip.MustParseAddr("192.0.2.1")
+	h.Dst = netip.MustParseAddr("192.0.2.2")
+	if _, err := AppendNeighborSolicit(nil, &h, target); err == nil {
+		t.Error("an IPv4 neighbour solicitation was built")
 	}
 }

@@ -90,6 +90,17 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 	if s.Family == IPv6 {
 		ns.KeyType = nftables.TypeIP6Addr
 	}
+	if s.Key == KeyWords {
+		kt, err := wordsType(words(s.KeyBits))
+		if err != nil {
+			return nil, nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
+		}
+		ns.KeyType = kt
+		if words(s.KeyBits) > 1 {
+			ns.KeyByteOrder = nil // nft writes byte order 0 for a concatenation
+		}
+		ns.UserData = typeofUserdata(s)
+	}
 	if s.IsMap {
 		ns.DataType = nftables.TypeVerdict
 	}
@@ -104,11 +115,85 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 	elems := make([]nftables.SetElement, len(s.Elems))
 	for i, e := range s.Elems {
 		elems[i].Key = e.Key.Masked().Addr().AsSlice()
+		if s.Key == KeyWords {
+			elems[i].Key = keyWords(e.Key)
+		}
 		if s.IsMap {
 			elems[i].VerdictData = verdictExpr(e.Verdict)
 		}
 	}
 	return ns, elems, nil
+}
+
+// wordsType is the key type of a KeyWords set of n words: integer, or a
+// concatenation of n integers.
+func wordsType(n int) (nftables.SetDatatype, error) {
+	if n == 1 {
+		return nftables.TypeInteger, nil
+	}
+	ts := make([]nftables.SetDatatype, n)
+	for i := range ts {
+		ts[i] = nftables.TypeInteger
+	}
+	return nftables.ConcatSetType(ts...)
+}
+
+// Expression types and payload fields of nft's typeof userdata
+// (nftables src/expression.c, src/payload.c).
+const (
+	udataExprPayload = 7
+	udataExprVerdict = 1
+	udataExprConcat  = 13
+
+	udataTypeofExpr = 0 // NFTNL_UDATA_SET_TYPEOF_EXPR
+	udataTypeofData = 1 // NFTNL_UDATA_SET_TYPEOF_DATA
+
+	udataPayloadDesc   = 0
+	udataPayloadType   = 1
+	udataPayloadBase   = 2
+	udataPayloadOffset = 3
+	udataPayloadLen    = 4
+
+	nftPayloadNetworkHeader = 2 // nft's PROTO_BASE_NETWORK_HDR
+)
+
+// typeofUserdata is the userdata nft writes for "typeof" a KeyWords set's
+// words (and ": verdict" for a map), without which nft cannot list it.
+func typeofUserdata(s *Set) []byte {
+	word := func(i int) []byte {
+		var d []byte
+		d = userdata.AppendUint32(d, udataPayloadDesc, 0)
+		d = userdata.AppendUint32(d, udataPayloadType, 0)
+		d = userdata.AppendUint32(d, udataPayloadBase, nftPayloadNetworkHeader)
+		d = userdata.AppendUint32(d, udataPayloadOffset, uint32(8*wordsOffset(s.Family)+32*i))
+		d = userdata.AppendUint32(d, udataPayloadLen, 32)
+		var e []byte
+		e = userdata.AppendUint32(e, udataTypeofExpr, udataExprPayload)
+		return userdata.Append(e, udataTypeofData, d)
+	}
+	var key []byte
+	if n := words(s.KeyBits); n == 1 {
+		key = word(0)
+	} else {
+		var subs []byte
+		for i := range n {
+			subs = userdata.Append(subs, userdata.Type(i), word(i))
+		}
+		key = userdata.AppendUint32(key, udataTypeofExpr, udataExprConcat)
+		key = userdata.Append(key, udataTypeofData, subs)
+	}
+	var ud []byte
+	if words(s.KeyBits) > 1 {
+		ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, 0)
+	}
+	ud = userdata.Append(ud, userdata.NFTNL_UDATA_SET_KEY_TYPEOF, key)
+	if s.IsMap {
+		var data []byte
+		data = userdata.AppendUint32(data, udataTypeofExpr, udataExprVerdict)
+		data = userdata.Append(data, udataTypeofData, nil)
+		ud = userdata.Append(ud, userdata.NFTNL_UDATA_SET_DATA_TYPEOF, data)
+	}
+	return ud
 }
 
 // addrIntervalElems encodes sorted, disjoint address ranges the way nft
@@ -214,6 +299,34 @@ func (b *batch) anonSet(key nftables.SetDatatype, interval bool, elems []nftable
 	return &expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID}, nil
 }
 
+// wordsExprs loads a KeyWords key as nft does for a concatenation of raw
+// payloads: word i into 32-bit register i (the first one named as the
+// 128-bit register 1, which starts there), then masks the last word.
+func wordsExprs(l *Lookup) []expr.Any {
+	bits := effectiveMask(l)
+	n := words(bits)
+	reg := func(i int) uint32 {
+		if i == 0 {
+			return unix.NFT_REG_1
+		}
+		return unix.NFT_REG32_00 + uint32(i)
+	}
+	es := make([]expr.Any, 0, n+1)
+	for i := range n {
+		es = append(es, &expr.Payload{
+			DestRegister: reg(i), Base: expr.PayloadBaseNetworkHeader,
+			Offset: uint32(wordsOffset(l.Family) + 4*i), Len: 4,
+		})
+	}
+	if m, ok := lastWordMask(bits); ok {
+		es = append(es, &expr.Bitwise{
+			SourceRegister: reg(n - 1), DestRegister: reg(n - 1), Len: 4,
+			Mask: binary.BigEndian.AppendUint32(nil, m), Xor: make([]byte, 4),
+		})
+	}
+	return es
+}
+
 // ruleExprs translates one rule into the expressions nft generates for
 // appendRule's text, statement by statement.
 func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
@@ -227,7 +340,7 @@ func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
 			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(idx)})
 	}
-	if r.Lookup == nil && r.Family != FamilyAny {
+	if r.Family != FamilyAny && (r.Lookup == nil || r.Lookup.Key == KeyWords) {
 		es = append(es, nfproto(r.Family)...)
 	}
 	if r.Proto != 0 {
@@ -287,19 +400,23 @@ func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
 			// name anyway so that a test can check the kernel's answer.
 			s = &nftables.Set{Name: l.Set}
 		}
-		es = append(es, nfproto(l.Family)...)
-		offset, size := uint32(12), uint32(4) // ip saddr
-		if l.Family == IPv6 {
-			offset, size = 8, 16 // ip6 saddr
-		}
-		es = append(es, &expr.Payload{
-			DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size,
-		})
-		if m, ok := lookupMask(l); ok {
-			es = append(es, &expr.Bitwise{
-				SourceRegister: 1, DestRegister: 1, Len: size,
-				Mask: m.AsSlice(), Xor: make([]byte, size),
+		if l.Key == KeyWords {
+			es = append(es, wordsExprs(l)...)
+		} else {
+			es = append(es, nfproto(l.Family)...)
+			offset, size := uint32(12), uint32(4) // ip saddr
+			if l.Family == IPv6 {
+				offset, size = 8, 16 // ip6 saddr
+			}
+			es = append(es, &expr.Payload{
+				DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size,
 			})
+			if m, ok := lookupMask(l); ok {
+				es = append(es, &expr.Bitwise{
+					SourceRegister: 1, DestRegister: 1, Len: size,
+					Mask: m.AsSlice(), Xor: make([]byte, size),
+				})
+			}
 		}
 		es = append(es, &expr.Lookup{
 			SourceRegister: 1, SetName: s.Name, SetID: s.ID,

@@ -51,6 +51,20 @@ func shapesProgram() *Program {
 				{Key: pfx("fe80::1/128")},
 			}},
 			{Name: "empty6", Family: IPv6, Interval: true},
+			{Name: "w6_24", Family: IPv6, KeyBits: 24, Key: KeyWords, IsMap: true, Comment: "one word", Elems: []Elem{
+				{Key: pfx("2001:d00::/24"), Verdict: Verdict{Kind: Goto, Chain: "w6_2001_db8"}},
+				{Key: pfx("2a00::/24"), Verdict: Verdict{Kind: Drop}},
+			}},
+			{Name: "w6_2001_db8_40", Family: IPv6, KeyBits: 40, Key: KeyWords, IsMap: true, Elems: []Elem{
+				{Key: pfx("2001:db8:100::/40"), Verdict: Verdict{Kind: Drop}},
+				{Key: pfx("2001:db8:ff00::/40"), Verdict: Verdict{Kind: Goto, Chain: "w6_deep"}},
+			}},
+			{Name: "w6_72", Family: IPv6, KeyBits: 72, Key: KeyWords, IsMap: true, Elems: []Elem{
+				{Key: pfx("2001:db8:ff00:1:ff00::/72"), Verdict: Verdict{Kind: Accept}},
+			}},
+			{Name: "w6_128", Family: IPv6, KeyBits: 128, Key: KeyWords, Elems: []Elem{
+				{Key: pfx("2001:db8:ff00:1:ff00::1/128")},
+			}},
 		},
 		Chains: []*Chain{
 			{Name: "v4_10_2", Rules: []Rule{
@@ -81,9 +95,17 @@ func shapesProgram() *Program {
 				{Lookup: &Lookup{Family: IPv4, MaskBits: 32, Set: "host4"}, Counter: true, Verdict: Verdict{Kind: Drop}},
 				{Lookup: &Lookup{Family: IPv4, MaskBits: 16, Set: "v4_16", IsMap: true}, Comment: "v4 blocklist"},
 				{Lookup: &Lookup{Family: IPv6, MaskBits: 32, Set: "v6_32", IsMap: true}},
+				{Family: IPv6, Lookup: &Lookup{Family: IPv6, MaskBits: 24, Key: KeyWords, Set: "w6_24", IsMap: true}},
 				{Lookup: &Lookup{Family: IPv6, Set: "empty6"}, Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
 				{Family: IPv6, Counter: true, Verdict: Verdict{Kind: Drop}},
 				{Counter: true, Verdict: Verdict{Kind: Accept}},
+			}},
+			{Name: "w6_2001_db8", Rules: []Rule{
+				{Lookup: &Lookup{Family: IPv6, MaskBits: 40, Key: KeyWords, Set: "w6_2001_db8_40", IsMap: true}},
+			}},
+			{Name: "w6_deep", Rules: []Rule{
+				{Lookup: &Lookup{Family: IPv6, Key: KeyWords, Set: "w6_128"}, Counter: true, Verdict: Verdict{Kind: Drop}},
+				{Lookup: &Lookup{Family: IPv6, MaskBits: 72, Key: KeyWords, Set: "w6_72", IsMap: true}},
 			}},
 		},
 	}
@@ -177,7 +199,11 @@ func generatedProgram(seed uint64, chains, perV4, perV6 int) *Program {
 			bits = 48
 		}
 		name := fmt.Sprintf("v6_%x_%d", uint16(a16[0])<<8|uint16(a16[1]), i)
-		m := &Set{Name: name + "_m", Family: IPv6, KeyBits: bits, IsMap: true}
+		key := KeyAddress
+		if i%2 == 1 {
+			key = KeyWords
+		}
+		m := &Set{Name: name + "_m", Family: IPv6, KeyBits: bits, Key: key, IsMap: true}
 		seen := map[netip.Prefix]bool{}
 		for len(m.Elems) < perV6 {
 			a := a16
@@ -194,7 +220,7 @@ func generatedProgram(seed uint64, chains, perV4, perV6 int) *Program {
 			Verdict: Verdict{Kind: Jump, Chain: name},
 		})
 		sub = append(sub, &Chain{Name: name, Rules: []Rule{
-			{Lookup: &Lookup{Family: IPv6, MaskBits: bits, Set: m.Name, IsMap: true}},
+			{Lookup: &Lookup{Family: IPv6, MaskBits: bits, Key: key, Set: m.Name, IsMap: true}},
 		}})
 	}
 	allow4 := &Set{Name: "allow4", Family: IPv4, Interval: true}

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -75,20 +76,47 @@ func Render(p *Program) string {
 	return b.String()
 }
 
-func keyType(f Family) string {
-	if f == IPv6 {
-		return "ipv6_addr"
+// keyType is the "type …" or "typeof …" line of a set's key.
+func keyType(s *Set) string {
+	switch {
+	case s.Key == KeyWords:
+		return "typeof " + wordsExpr(s.Family, words(s.KeyBits))
+	case s.Family == IPv6:
+		return "type ipv6_addr"
 	}
-	return "ipv4_addr"
+	return "type ipv4_addr"
+}
+
+// wordsExpr is the raw payload expression of the first n words of the
+// source address: "@nh,64,32 . @nh,96,32".
+func wordsExpr(f Family, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = "@nh," + strconv.Itoa(8*wordsOffset(f)+32*i) + ",32"
+	}
+	return strings.Join(parts, " . ")
+}
+
+// appendWords writes a KeyWords key: its words in hex, joined by " . ".
+func appendWords(buf []byte, k netip.Prefix) []byte {
+	ws := keyWords(k)
+	for i := 0; i < len(ws); i += 4 {
+		if i > 0 {
+			buf = append(buf, " . "...)
+		}
+		buf = append(buf, "0x"...)
+		buf = strconv.AppendUint(buf, uint64(binary.BigEndian.Uint32(ws[i:])), 16)
+	}
+	return buf
 }
 
 func renderSet(b *strings.Builder, s *Set) {
 	if s.IsMap {
 		b.WriteString("\tmap " + s.Name + " {\n")
-		b.WriteString("\t\ttype " + keyType(s.Family) + " : verdict\n")
+		b.WriteString("\t\t" + keyType(s) + " : verdict\n")
 	} else {
 		b.WriteString("\tset " + s.Name + " {\n")
-		b.WriteString("\t\ttype " + keyType(s.Family) + "\n")
+		b.WriteString("\t\t" + keyType(s) + "\n")
 	}
 	if s.Interval {
 		b.WriteString("\t\tflags interval\n")
@@ -104,9 +132,12 @@ func renderSet(b *strings.Builder, s *Set) {
 		for i, e := range s.Elems {
 			buf = append(buf[:0], "\t\t\t"...)
 			k := e.Key.Masked()
-			if s.Interval && k.Bits() != k.Addr().BitLen() {
+			switch {
+			case s.Key == KeyWords:
+				buf = appendWords(buf, k)
+			case s.Interval && k.Bits() != k.Addr().BitLen():
 				buf = k.AppendTo(buf)
-			} else {
+			default:
 				buf = k.Addr().AppendTo(buf)
 			}
 			if s.IsMap {
@@ -178,7 +209,7 @@ func appendRule(buf []byte, r *Rule) []byte {
 	if r.Iif != "" {
 		word(`iif "` + r.Iif + `"`)
 	}
-	if r.Lookup == nil && r.Family != FamilyAny {
+	if r.Family != FamilyAny && (r.Lookup == nil || r.Lookup.Key == KeyWords) {
 		word("meta nfproto " + r.Family.String())
 	}
 	if r.Proto != 0 {
@@ -195,12 +226,19 @@ func appendRule(buf []byte, r *Rule) []byte {
 		word("meta l4proto ipv6-icmp icmpv6 type { " + strings.Join(names, ", ") + " }")
 	}
 	if l := r.Lookup; l != nil {
-		if l.Family == IPv6 {
+		switch {
+		case l.Key == KeyWords:
+			bits := effectiveMask(l)
+			word(wordsExpr(l.Family, words(bits)))
+			if m, ok := lastWordMask(bits); ok {
+				word("& 0x" + strconv.FormatUint(uint64(m), 16))
+			}
+		case l.Family == IPv6:
 			word("ip6 saddr")
-		} else {
+		default:
 			word("ip saddr")
 		}
-		if m, ok := lookupMask(l); ok {
+		if m, ok := lookupMask(l); ok && l.Key == KeyAddress {
 			word("& " + m.String())
 		}
 		if l.IsMap {
@@ -240,6 +278,30 @@ func lookupMask(l *Lookup) (netip.Addr, bool) {
 	}
 	a, _ := netip.AddrFromSlice(m)
 	return a, true
+}
+
+// wordsOffset is the byte offset of the source address in the network
+// header.
+func wordsOffset(f Family) int {
+	if f == IPv6 {
+		return 8
+	}
+	return 12
+}
+
+// keyWords is the key of prefix k in a KeyWords set: the leading words of
+// its masked address that hold its bits.
+func keyWords(k netip.Prefix) []byte {
+	return k.Masked().Addr().AsSlice()[:4*words(k.Bits())]
+}
+
+// lastWordMask is the mask of the last word of a KeyWords key of bits bits,
+// and false when that word is whole.
+func lastWordMask(bits int) (uint32, bool) {
+	if bits%32 == 0 {
+		return 0, false
+	}
+	return ^uint32(0) << (32 - bits%32), true
 }
 
 // canonicalPorts sorts port ranges and merges those that overlap or touch,

@@ -127,12 +127,7 @@ func Status(ctx context.Context, table, netns string) (TableStatus, error) {
 			continue
 		}
 		ss := SetStatus{Name: s.Name, IsMap: s.IsMap, Size: s.Size, Comment: s.Comment}
-		switch s.KeyType.GetNFTMagic() {
-		case nftables.TypeIPAddr.GetNFTMagic():
-			ss.Family = IPv4
-		case nftables.TypeIP6Addr.GetNFTMagic():
-			ss.Family = IPv6
-		}
+		ss.Family = keyFamily(s.KeyType)
 		for _, f := range []struct {
 			on   bool
 			name string
@@ -144,6 +139,23 @@ func Status(ctx context.Context, table, netns string) (TableStatus, error) {
 		st.Sets = append(st.Sets, ss)
 	}
 	return st, nil
+}
+
+// keyFamily is the family of a set's keys: an address type, or the
+// integer words of an IPv6 KeyWords set.
+func keyFamily(t nftables.SetDatatype) Family {
+	switch t.GetNFTMagic() {
+	case nftables.TypeIPAddr.GetNFTMagic():
+		return IPv4
+	case nftables.TypeIP6Addr.GetNFTMagic():
+		return IPv6
+	}
+	for n := 1; n <= 4; n++ {
+		if w, err := wordsType(n); err == nil && w.GetNFTMagic() == t.GetNFTMagic() && w.Bytes == t.Bytes {
+			return IPv6
+		}
+	}
+	return FamilyAny
 }
 
 func hookName(h nftables.ChainHook) string {

@@ -136,6 +136,10 @@ func checkSet(s *Set) error {
 		return invalidf("set %s: an interval set has KeyBits 0, not %d", s.Name, s.KeyBits)
 	case !s.Interval && (s.KeyBits < 1 || s.KeyBits > bits):
 		return invalidf("set %s: KeyBits %d out of range 1..%d", s.Name, s.KeyBits, bits)
+	case s.Key > KeyWords:
+		return invalidf("set %s: unknown key form %d", s.Name, s.Key)
+	case s.Key == KeyWords && (s.Interval || s.Family != IPv6):
+		return invalidf("set %s: only IPv6 hash sets are keyed on words", s.Name)
 	}
 	for i, e := range s.Elems {
 		if !e.Key.IsValid() || e.Key.Addr().Is4() != (s.Family == IPv4) || e.Key.Addr().Is4In6() {
@@ -216,6 +220,9 @@ func checkRule(r *Rule, sets map[string]*Set, chains map[string]*Chain) error {
 		}
 		if r.Family != FamilyAny && r.Family != l.Family {
 			return fmt.Errorf("rule family %s contradicts its %s lookup", r.Family, l.Family)
+		}
+		if l.Key != s.Key {
+			return fmt.Errorf("lookup key form %d differs from set %s's %d", l.Key, s.Name, s.Key)
 		}
 		if l.IsMap != s.IsMap {
 			return fmt.Errorf("vmap/set mismatch: lookup IsMap %v, set %s IsMap %v", l.IsMap, s.Name, s.IsMap)
