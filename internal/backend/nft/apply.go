@@ -143,6 +143,7 @@ func kernelHint(err error) string {
 	}{
 		{unix.ENOENT, "a rule or element refers to a set or chain that does not exist"},
 		{unix.EEXIST, "an object is defined twice, or an element conflicts with another"},
+		{unix.EBUSY, "a set or chain to delete is still in use: a rule looks it up, or a rule or element jumps to it"},
 		{unix.EMLINK, "a jump loop, or jumps nested deeper than the kernel allows"},
 		{unix.ELOOP, "a jump loop"},
 		{unix.ENFILE, "a set holds more elements than its declared size"},

@@ -144,6 +144,7 @@ func normalizedJSON(t testing.TB, ns string, drop ...string) string {
 			}
 		}
 	}
+	dropKeys(doc.Nftables, "expires") // counts down: differs between any two listings
 	out, err := json.MarshalIndent(doc, "", " ")
 	if err != nil {
 		t.Fatal(err)
@@ -151,9 +152,39 @@ func normalizedJSON(t testing.TB, ns string, drop ...string) string {
 	return string(out)
 }
 
+// dropKeys deletes the keys named from every object nested in v.
+func dropKeys(v any, names ...string) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, n := range names {
+			delete(x, n)
+		}
+		for _, y := range x {
+			dropKeys(y, names...)
+		}
+	case map[string]map[string]any:
+		for _, y := range x {
+			dropKeys(y, names...)
+		}
+	case []map[string]map[string]any:
+		for _, y := range x {
+			dropKeys(y, names...)
+		}
+	case []any:
+		for _, y := range x {
+			dropKeys(y, names...)
+		}
+	}
+}
+
 // kernelObjects is what the kernel holds of table ipfence, decoded by
 // google/nftables: chains, rules as expressions, sets with their flags and
 // (sorted) elements.
+//
+// Anonymous sets (a rule's "{ 22, 80-90 }") are renamed anon0, anon1, ...
+// in the order rules use them, and listed after the named sets in that
+// order: the kernel names them __set%d and lists them as they were
+// created, which differs once some rules were replaced.
 type kernelObjects struct {
 	Chains []string
 	Rules  map[string][]string
@@ -170,6 +201,16 @@ func readKernel(t testing.TB, ns, table string) kernelObjects {
 	defer closeConn()
 	tb := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
 	ko := kernelObjects{Rules: map[string][]string{}, Elems: map[string][]string{}}
+	sets, err := c.GetSets(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := map[string]string{} // kernel name -> anonN
+	for _, s := range sets {
+		if s.Anonymous {
+			anon[s.Name] = ""
+		}
+	}
 	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +231,14 @@ func readKernel(t testing.TB, ns, table string) kernelObjects {
 				if l, ok := e.(*expr.Lookup); ok {
 					cp := *l
 					cp.SetID = 0 // allocated per transaction, not part of the result
+					if name, ok := anon[cp.SetName]; ok {
+						if name == "" {
+							name = fmt.Sprintf("anon%d", len(ko.Sets))
+							anon[cp.SetName] = name
+							ko.Sets = append(ko.Sets, name) // the order of use, for now
+						}
+						cp.SetName = name
+					}
 					e = &cp
 				}
 				parts = append(parts, fmt.Sprintf("%T%+v", e, e))
@@ -197,25 +246,36 @@ func readKernel(t testing.TB, ns, table string) kernelObjects {
 			ko.Rules[ch.Name] = append(ko.Rules[ch.Name], fmt.Sprintf("%s udata=%q", strings.Join(parts, " "), r.UserData))
 		}
 	}
-	sets, err := c.GetSets(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	used := ko.Sets
+	ko.Sets = nil
+	anonSets := make([]string, len(used))
 	for _, s := range sets {
-		ko.Sets = append(ko.Sets, fmt.Sprintf("%s anon=%v const=%v interval=%v map=%v key=%s/%d data=%s/%d size=%d comment=%q merge=%v",
-			s.Name, s.Anonymous, s.Constant, s.Interval, s.IsMap, s.KeyType.Name, s.KeyType.Bytes,
-			s.DataType.Name, s.DataType.Bytes, s.Size, s.Comment, s.AutoMerge))
+		name := s.Name
+		if s.Anonymous {
+			if name = anon[s.Name]; name == "" {
+				name = "unused " + s.Name
+			}
+		}
+		desc := fmt.Sprintf("%s anon=%v const=%v interval=%v map=%v timeout=%v key=%s/%d data=%s/%d size=%d comment=%q merge=%v",
+			name, s.Anonymous, s.Constant, s.Interval, s.IsMap, s.HasTimeout, s.KeyType.Name, s.KeyType.Bytes,
+			s.DataType.Name, s.DataType.Bytes, s.Size, s.Comment, s.AutoMerge)
+		if i := slices.Index(used, name); i >= 0 {
+			anonSets[i] = desc
+		} else {
+			ko.Sets = append(ko.Sets, desc)
+		}
 		elems, err := c.GetSetElements(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var es []string
 		for _, e := range elems {
-			es = append(es, fmt.Sprintf("%x end=%v open=%v val=%x verdict=%+v", e.Key, e.IntervalEnd, e.IntervalOpen, e.Val, e.VerdictData))
+			es = append(es, fmt.Sprintf("%x end=%v open=%v val=%x verdict=%+v timeout=%v", e.Key, e.IntervalEnd, e.IntervalOpen, e.Val, e.VerdictData, e.Timeout))
 		}
 		slices.Sort(es)
-		ko.Elems[s.Name] = es
+		ko.Elems[name] = es
 	}
+	ko.Sets = append(ko.Sets, anonSets...)
 	return ko
 }
 
@@ -229,13 +289,15 @@ func deref[T any](p *T) any {
 // compareNamespaces checks that namespaces a and b hold the same ruleset:
 // the same `nft -t list ruleset` text, the same JSON listing (elements
 // sorted), and the same objects and expressions read over netlink.
-func compareNamespaces(t *testing.T, a, b string) {
+// Keys named in drop are left out of the JSON comparison ("handle": rules
+// replaced by an Update get new ones).
+func compareNamespaces(t *testing.T, a, b string, drop ...string) {
 	t.Helper()
 	ta, tb := nft(t, a, "", "-t", "list", "ruleset"), nft(t, b, "", "-t", "list", "ruleset")
 	if ta != tb {
 		t.Errorf("nft -t list ruleset differs (netlink vs nft -f):\n%s", lineDiff(tb, ta))
 	}
-	if ja, jb := normalizedJSON(t, a), normalizedJSON(t, b); ja != jb {
+	if ja, jb := normalizedJSON(t, a, drop...), normalizedJSON(t, b, drop...); ja != jb {
 		t.Errorf("nft -j list ruleset differs (netlink vs nft -f):\n%s", lineDiff(jb, ja))
 	}
 	ka, kb := readKernel(t, a, "ipfence"), readKernel(t, b, "ipfence")
@@ -352,6 +414,9 @@ func TestListing(t *testing.T) {
 			case s.Interval && k.Bits() != k.Addr().BitLen():
 				w = k.String()
 			}
+			if e.Timeout > 0 {
+				w += fmt.Sprintf(" timeout %vs", e.Timeout.Seconds())
+			}
 			if s.IsMap {
 				w += " : " + string(appendVerdict(nil, e.Verdict))
 			}
@@ -372,10 +437,16 @@ func jsonElem(e any) string {
 	case string:
 		return v
 	case float64: // a word of a KeyWords key
+		if v != float64(uint64(v)) {
+			return fmt.Sprint(v)
+		}
 		return fmt.Sprintf("0x%x", uint64(v))
 	case map[string]any:
 		if p, ok := v["prefix"].(map[string]any); ok {
 			return fmt.Sprintf("%v/%v", p["addr"], p["len"])
+		}
+		if el, ok := v["elem"].(map[string]any); ok { // an element with a timeout
+			return fmt.Sprintf("%s timeout %vs", jsonElem(el["val"]), el["timeout"])
 		}
 		if ws, ok := v["concat"].([]any); ok {
 			parts := make([]string, len(ws))
@@ -623,6 +694,9 @@ func TestStatus(t *testing.T) {
 		`w6_2001_db8_40 ipv6 map=true [] size=16 ""`,
 		`w6_72 ipv6 map=true [] size=16 ""`,
 		`w6_128 ipv6 map=false [] size=16 ""`,
+		`ban4 ipv4 map=false [timeout] size=0 "bans"`,
+		`bannet6 ipv6 map=false [interval timeout] size=0 ""`,
+		`bannet4_empty ipv4 map=false [interval timeout] size=0 ""`,
 	}
 	if !slices.Equal(sets, want) {
 		t.Errorf("sets:\n%s\nwant:\n%s", strings.Join(sets, "\n"), strings.Join(want, "\n"))
@@ -717,5 +791,68 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms/op")
 			b.ReportMetric(float64(flush.Milliseconds())/float64(b.N), "flush-ms/op")
 		})
+	}
+}
+
+// TestApplyUpdateMatchesApply: an Update of a loaded table leaves the
+// kernel holding what Apply of the updated Program loads.
+func TestApplyUpdateMatchesApply(t *testing.T) {
+	a, b := newNetns(t), newNetns(t)
+	mustApply(t, shapesProgram(), a)
+	setOf := func(p *Program, name string) *Set {
+		for _, s := range p.Sets {
+			if s.Name == name {
+				return s
+			}
+		}
+		t.Fatalf("no set %s", name)
+		return nil
+	}
+	cur := shapesProgram()
+	u := &Update{Table: "ipfence", Sets: []SetChange{
+		{Set: setOf(cur, "ban4"),
+			Add: []Elem{{Key: pfx("198.51.100.30/32"), Timeout: time.Minute}, {Key: pfx("198.51.100.20/32"), Timeout: 5 * time.Hour}},
+			Del: []Elem{{Key: pfx("198.51.100.20/32")}, {Key: pfx("198.51.100.22/32")}, {Key: pfx("198.51.100.99/32")}}},
+		{Set: setOf(cur, "bannet4_empty"),
+			Add: []Elem{{Key: pfx("192.0.2.0/25"), Timeout: time.Hour}, {Key: pfx("192.0.2.128/25")}}},
+		{Set: setOf(cur, "bannet6"),
+			Add: []Elem{{Key: pfx("2001:db8:aa::/48"), Timeout: 7 * time.Hour}},
+			Del: []Elem{{Key: pfx("2001:db8:aa::/48")}, {Key: pfx("2001:db8:b0::/44")}}},
+		{Set: setOf(cur, "allow4")}, {Set: setOf(cur, "allow6")}, {Set: setOf(cur, "host4")},
+		{Set: setOf(cur, "v4_16")}, {Set: setOf(cur, "v6_32")}, {Set: setOf(cur, "w6_24")}, {Set: setOf(cur, "empty6")},
+	}}
+	want := shapesProgram()
+	ban4 := setOf(want, "ban4")
+	ban4.Elems = []Elem{{Key: pfx("198.51.100.20/32"), Timeout: 5 * time.Hour}, {Key: pfx("198.51.100.21/32")}, {Key: pfx("198.51.100.30/32"), Timeout: time.Minute}}
+	setOf(want, "bannet4_empty").Elems = []Elem{{Key: pfx("192.0.2.0/25"), Timeout: time.Hour}, {Key: pfx("192.0.2.128/25")}}
+	setOf(want, "bannet6").Elems = []Elem{{Key: pfx("2001:db8:aa::/48"), Timeout: 7 * time.Hour}, {Key: pfx("2001:db8:ab::/48"), Timeout: 3*24*time.Hour + 90*time.Second}}
+	// The base chain loses its port rules and the NDP rule.
+	for _, c := range want.Chains {
+		if c.Name == "pre" {
+			c.Rules = slices.DeleteFunc(c.Rules, func(r Rule) bool { return len(r.Ports) > 0 || r.NDP })
+			u.Chains = append(u.Chains, c)
+		}
+	}
+	res, err := ApplyUpdate(context.Background(), u, ApplyOptions{NetNS: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Added != 5 || res.Deleted != 5 {
+		t.Errorf("UpdateResult %+v, want 5 added, 5 deleted", res)
+	}
+	mustApply(t, want, b)
+	compareNamespaces(t, a, b, "handle")
+
+	// A missing set fails the whole update, which changes nothing.
+	before := normalizedJSON(t, a)
+	bad := &Update{Table: "ipfence", Sets: []SetChange{
+		{Set: ban4, Add: []Elem{{Key: pfx("198.51.100.40/32")}}},
+		{Set: &Set{Name: "nope", Family: IPv4, KeyBits: 32, Timeout: true}, Add: []Elem{{Key: pfx("198.51.100.41/32")}}},
+	}}
+	if _, err := ApplyUpdate(context.Background(), bad, ApplyOptions{NetNS: a}); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("update of a missing set: %v, want ENOENT", err)
+	}
+	if after := normalizedJSON(t, a); after != before {
+		t.Errorf("a rejected update changed the kernel:\n%s", lineDiff(before, after))
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
-// BaseChain is the name of ipfence's prerouting base chain.
-const BaseChain = "prerouting"
+// BaseChainName is the name of ipfence's prerouting base chain.
+const BaseChainName = "prerouting"
 
 // FromPlan lowers a plan into the nftables objects that implement it.
 //
@@ -25,36 +25,152 @@ const BaseChain = "prerouting"
 // chain with that bucket's default. The terminal verdict of a rule is a
 // goto into its hit chain, which counts and drops/rejects/accepts; "no
 // match" is a return to the base chain, which goes on with the next rule.
-func FromPlan(p *plan.Plan) *Program {
+func FromPlan(p *plan.Plan, bans Bans) *Program {
 	prog := &Program{Table: p.Table}
-	base := &Chain{Name: BaseChain, Hook: &Hook{Priority: p.Priority}}
 	for i, r := range p.Rules {
-		prefix := fmt.Sprintf("r%d_%s", i, sanitize(r.Name))
-		hit := prefix + "_hit"
+		prefix := ruleChainPrefix(i, r.Name)
 		used, v6 := false, false
 		for _, l := range []*plan.Layout{r.V4, r.V6} {
 			if l.Kind == plan.KindEmpty {
 				continue
 			}
-			fam := IPv4
-			name := prefix + "_v4"
+			fam, name := IPv4, prefix+"_v4"
 			if !l.Is4 {
 				fam, name, v6 = IPv6, prefix+"_v6", true
 			}
 			used = true
-			lowerLayout(prog, l, fam, name, r.Action, hit)
-			for _, m := range portMatches(r.Ports) {
-				base.Rules = append(base.Rules, Rule{Family: fam, Proto: m.proto, Ports: m.ports,
-					Verdict: Verdict{Kind: Jump, Chain: name}, Comment: r.Name})
-			}
+			lowerLayout(prog, l, fam, name, r.Action, HitChain(i, r.Name))
 		}
 		if used {
-			prog.Chains = append(prog.Chains, hitChain(hit, r.Action, v6))
+			prog.Chains = append(prog.Chains, hitChain(HitChain(i, r.Name), r.Action, v6))
 		}
 	}
-	prog.Chains = append([]*Chain{base}, prog.Chains...)
+	for i, s := range BanSets() {
+		s.Elems = bans.of(i)
+		prog.Sets = append(prog.Sets, s)
+	}
+	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, true))
+	prog.Chains = append([]*Chain{BaseChain(Heads(p), p.Priority, bans)}, prog.Chains...)
 	return prog
 }
+
+// The ban sets and their hit chain. Bans live in sets of their own, apart
+// from the compiled layout: single addresses in hash sets, prefixes in
+// interval sets, every element with its own timeout.
+const (
+	BanAddrs4 = "bans_v4"
+	BanAddrs6 = "bans_v6"
+	BanNets4  = "bannets_v4"
+	BanNets6  = "bannets_v6"
+	BanChain  = "bans_hit"
+)
+
+// BanSets returns the four (empty) ban sets, in the order of Bans' fields.
+func BanSets() []*Set {
+	return []*Set{
+		{Name: BanAddrs4, Family: IPv4, KeyBits: 32, Timeout: true, Comment: "ipfence ban: addresses"},
+		{Name: BanAddrs6, Family: IPv6, KeyBits: 128, Timeout: true, Comment: "ipfence ban: addresses"},
+		{Name: BanNets4, Family: IPv4, Interval: true, Timeout: true, Comment: "ipfence ban: prefixes"},
+		{Name: BanNets6, Family: IPv6, Interval: true, Timeout: true, Comment: "ipfence ban: prefixes"},
+	}
+}
+
+// Bans is what the ban sets hold: single addresses (/32, /128) and
+// disjoint prefixes, each with its remaining time (Timeout 0: for good).
+type Bans struct {
+	Addrs4, Addrs6, Nets4, Nets6 []Elem
+}
+
+func (b Bans) of(i int) []Elem {
+	return [][]Elem{b.Addrs4, b.Addrs6, b.Nets4, b.Nets6}[i]
+}
+
+// SetBans puts b into the ban sets of a Program made by FromPlan and
+// rewrites its base chain (heads and priority as FromPlan had them) to
+// look up the non-empty ones.
+func SetBans(prog *Program, heads []RuleHead, priority int32, b Bans) {
+	for _, s := range prog.Sets {
+		for i, bs := range BanSets() {
+			if s.Name == bs.Name {
+				s.Elems = b.of(i)
+			}
+		}
+	}
+	for i, c := range prog.Chains {
+		if c.Name == BaseChainName {
+			prog.Chains[i] = BaseChain(heads, priority, b)
+		}
+	}
+}
+
+// RuleHead is what the base chain needs to know of a policy rule.
+type RuleHead struct {
+	Name   string
+	Action plan.Action
+	Ports  []plan.Port
+	V4, V6 bool // the rule has prefixes of the family
+}
+
+// Heads returns the rule heads of a plan.
+func Heads(p *plan.Plan) []RuleHead {
+	hs := make([]RuleHead, len(p.Rules))
+	for i, r := range p.Rules {
+		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports,
+			V4: r.V4.Kind != plan.KindEmpty, V6: r.V6.Kind != plan.KindEmpty}
+	}
+	return hs
+}
+
+// BaseChain is the prerouting base chain for rules heads at priority: a
+// jump per rule and family (and per protocol when the rule has ports)
+// into the rule's root chain, and a lookup of each ban set that holds
+// anything (an empty one costs every packet a lookup for nothing). Bans
+// come after the leading accept rules, so that an allowlist ahead of
+// everything else also wins over bans, and before every other rule.
+func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
+	base := &Chain{Name: BaseChainName, Hook: &Hook{Priority: priority}}
+	banned := false
+	addBans := func() {
+		if banned {
+			return
+		}
+		banned = true
+		for i, s := range BanSets() {
+			if len(bans.of(i)) > 0 {
+				base.Rules = append(base.Rules, Rule{Lookup: &Lookup{Family: s.Family, Set: s.Name},
+					Verdict: Verdict{Kind: Goto, Chain: BanChain}, Comment: "ban"})
+			}
+		}
+	}
+	for i, h := range heads {
+		if h.Action != plan.Accept {
+			addBans()
+		}
+		prefix := ruleChainPrefix(i, h.Name)
+		for _, f := range []struct {
+			on   bool
+			fam  Family
+			name string
+		}{{h.V4, IPv4, prefix + "_v4"}, {h.V6, IPv6, prefix + "_v6"}} {
+			if !f.on {
+				continue
+			}
+			for _, m := range portMatches(h.Ports) {
+				base.Rules = append(base.Rules, Rule{Family: f.fam, Proto: m.proto, Ports: m.ports,
+					Verdict: Verdict{Kind: Jump, Chain: f.name}, Comment: h.Name})
+			}
+		}
+	}
+	addBans()
+	return base
+}
+
+// ruleChainPrefix names the chains of rule i.
+func ruleChainPrefix(i int, name string) string { return fmt.Sprintf("r%d_%s", i, sanitize(name)) }
+
+// HitChain is the name of the chain that counts and applies the action of
+// rule i (named name) of a plan.
+func HitChain(i int, name string) string { return ruleChainPrefix(i, name) + "_hit" }
 
 type portMatch struct {
 	proto Proto

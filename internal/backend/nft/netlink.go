@@ -32,28 +32,15 @@ func (b *batch) queue(p *Program) error {
 
 	chains := make(map[string]*nftables.Chain, len(p.Chains))
 	for _, ch := range p.Chains {
-		nc := &nftables.Chain{Name: ch.Name, Table: b.table}
-		if ch.Hook != nil {
-			nc.Type = nftables.ChainTypeFilter
-			nc.Hooknum = nftables.ChainHookPrerouting
-			nc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(ch.Hook.Priority))
-			policy := nftables.ChainPolicyAccept
-			nc.Policy = &policy
-		}
-		chains[ch.Name] = b.c.AddChain(nc)
+		chains[ch.Name] = b.c.AddChain(chainMessage(b.table, ch))
 	}
 	b.res.Chains = len(p.Chains)
 
 	b.sets = make(map[string]*nftables.Set, len(p.Sets))
 	for _, s := range p.Sets {
-		ns, elems, err := setMessage(b.table, s)
-		if err != nil {
+		if err := b.addSet(s); err != nil {
 			return err
 		}
-		if err := b.c.AddSet(ns, elems); err != nil {
-			return fmt.Errorf("encoding set %s: %w", s.Name, err)
-		}
-		b.sets[s.Name] = ns
 		b.res.Sets++
 		b.res.Elements += len(s.Elems)
 	}
@@ -64,15 +51,46 @@ func (b *batch) queue(p *Program) error {
 			if err != nil {
 				return fmt.Errorf("encoding chain %s rule %d: %w", ch.Name, i, err)
 			}
-			r := &nftables.Rule{Table: b.table, Chain: chains[ch.Name], Exprs: exprs}
-			if c := ch.Rules[i].Comment; c != "" {
-				r.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
-			}
-			b.c.AddRule(r)
+			b.c.AddRule(ruleMessage(b.table, chains[ch.Name], &ch.Rules[i], exprs))
 			b.res.Rules++
 		}
 	}
 	return nil
+}
+
+// chainMessage is chain ch of table t, without its rules.
+func chainMessage(t *nftables.Table, ch *Chain) *nftables.Chain {
+	nc := &nftables.Chain{Name: ch.Name, Table: t}
+	if ch.Hook != nil {
+		nc.Type = nftables.ChainTypeFilter
+		nc.Hooknum = nftables.ChainHookPrerouting
+		nc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(ch.Hook.Priority))
+		policy := nftables.ChainPolicyAccept
+		nc.Policy = &policy
+	}
+	return nc
+}
+
+// addSet queues the creation of set s with its elements.
+func (b *batch) addSet(s *Set) error {
+	ns, elems, err := setMessage(b.table, s)
+	if err != nil {
+		return err
+	}
+	if err := b.c.AddSet(ns, elems); err != nil {
+		return fmt.Errorf("encoding set %s: %w", s.Name, err)
+	}
+	b.sets[s.Name] = ns
+	return nil
+}
+
+// ruleMessage is the rule r of chain ch, its expressions already encoded.
+func ruleMessage(t *nftables.Table, ch *nftables.Chain, r *Rule, exprs []expr.Any) *nftables.Rule {
+	nr := &nftables.Rule{Table: t, Chain: ch, Exprs: exprs}
+	if r.Comment != "" {
+		nr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
+	}
+	return nr
 }
 
 // setMessage returns the named set and elements for s, with the flags,
@@ -86,6 +104,7 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 		KeyType:      nftables.TypeIPAddr,
 		KeyByteOrder: binaryutil.BigEndian,
 		Comment:      s.Comment,
+		HasTimeout:   s.Timeout,
 	}
 	if s.Family == IPv6 {
 		ns.KeyType = nftables.TypeIP6Addr
@@ -114,6 +133,7 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 	ns.Size = hashSize(s)
 	elems := make([]nftables.SetElement, len(s.Elems))
 	for i, e := range s.Elems {
+		elems[i].Timeout = e.Timeout
 		elems[i].Key = e.Key.Masked().Addr().AsSlice()
 		if s.Key == KeyWords {
 			elems[i].Key = keyWords(e.Key)
@@ -211,7 +231,7 @@ func addrIntervalElems(rs []addrRange) []nftables.SetElement {
 	}
 	for _, r := range rs {
 		end := r.last.Next()
-		elems = append(elems, nftables.SetElement{Key: r.first.AsSlice(), IntervalOpen: !end.IsValid()})
+		elems = append(elems, nftables.SetElement{Key: r.first.AsSlice(), IntervalOpen: !end.IsValid(), Timeout: r.timeout})
 		if end.IsValid() {
 			elems = append(elems, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
 		}

@@ -11,6 +11,7 @@ package nft
 
 import (
 	"net/netip"
+	"time"
 )
 
 // Family names the address family a set, map or rule is about.
@@ -108,6 +109,10 @@ type Set struct {
 	KeyBits int
 	// Key is how a hash set's key is read (KeyAddress for interval sets).
 	Key KeyForm
+	// Timeout gives the set "flags timeout": its elements may carry a
+	// Timeout after which the kernel removes them. A hash set with
+	// timeouts has no declared size (the kernel's resizable hash).
+	Timeout bool
 	// IsMap makes this a verdict map (Elems[i].Verdict is the value).
 	IsMap bool
 	// Comment is stored as set userdata and shown by nft list.
@@ -119,6 +124,9 @@ type Set struct {
 type Elem struct {
 	Key     netip.Prefix
 	Verdict Verdict // maps only
+	// Timeout is how long the element stays (sets with Timeout only; 0:
+	// for good). The kernel counts in milliseconds.
+	Timeout time.Duration
 }
 
 // Chain is a regular chain, or a base chain when Hook is set.

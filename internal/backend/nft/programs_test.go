@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"time"
 )
 
 // Programs shared by the pure tests (golden files) and the kernel tests
@@ -65,6 +66,17 @@ func shapesProgram() *Program {
 			{Name: "w6_128", Family: IPv6, KeyBits: 128, Key: KeyWords, Elems: []Elem{
 				{Key: pfx("2001:db8:ff00:1:ff00::1/128")},
 			}},
+			{Name: "ban4", Family: IPv4, KeyBits: 32, Timeout: true, Comment: "bans", Elems: []Elem{
+				{Key: pfx("198.51.100.20/32"), Timeout: time.Hour},
+				{Key: pfx("198.51.100.21/32")},
+				{Key: pfx("198.51.100.22/32"), Timeout: 90 * time.Second},
+			}},
+			{Name: "bannet6", Family: IPv6, Interval: true, Timeout: true, Elems: []Elem{
+				{Key: pfx("2001:db8:aa::/48"), Timeout: 2 * time.Hour},
+				{Key: pfx("2001:db8:ab::/48"), Timeout: 3*24*time.Hour + 90*time.Second}, // adjacent to the one before
+				{Key: pfx("2001:db8:b0::/44")},
+			}},
+			{Name: "bannet4_empty", Family: IPv4, Interval: true, Timeout: true},
 		},
 		Chains: []*Chain{
 			{Name: "v4_10_2", Rules: []Rule{
@@ -96,6 +108,9 @@ func shapesProgram() *Program {
 				{Lookup: &Lookup{Family: IPv4, MaskBits: 16, Set: "v4_16", IsMap: true}, Comment: "v4 blocklist"},
 				{Lookup: &Lookup{Family: IPv6, MaskBits: 32, Set: "v6_32", IsMap: true}},
 				{Family: IPv6, Lookup: &Lookup{Family: IPv6, MaskBits: 24, Key: KeyWords, Set: "w6_24", IsMap: true}},
+				{Lookup: &Lookup{Family: IPv4, Set: "ban4"}, Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
+				{Lookup: &Lookup{Family: IPv6, Set: "bannet6"}, Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
+				{Lookup: &Lookup{Family: IPv4, Set: "bannet4_empty"}, Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
 				{Lookup: &Lookup{Family: IPv6, Set: "empty6"}, Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
 				{Family: IPv6, Counter: true, Verdict: Verdict{Kind: Drop}},
 				{Counter: true, Verdict: Verdict{Kind: Accept}},

@@ -2,10 +2,12 @@ package nft
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // minHashSize is the smallest "size" a hash set or map is declared with.
@@ -14,10 +16,28 @@ import (
 // is also the most elements the set can hold.
 const minHashSize = 16
 
-// hashSize is the "size" of a hash set or map: its element count, at least
-// minHashSize. Render and Apply both use it.
-func hashSize(s *Set) uint32 {
-	return uint32(max(len(s.Elems), minHashSize))
+// hashSize is the "size" of a hash set or map: its element count rounded
+// up to a power of two, at least minHashSize; 0 (none) for a set with
+// timeouts, which gets the kernel's resizable hash. Render and Apply both
+// use it.
+//
+// The room to grow is for updates: the kernel takes a set's new size only
+// when the transaction commits, so an Update cannot add elements beyond
+// the size declared before, and Diff has to replace such a set whole. A
+// power of two p costs little: the kernel gives a fixed-size hash
+// roundup_pow_of_two(size*4/3) buckets, as many as for the element count
+// when it is above 3p/4, twice as many (8 bytes each) below.
+func hashSize(s *Set) uint32 { return sizeFor(s, len(s.Elems)) }
+
+// sizeFor is the hashSize of s holding n elements.
+func sizeFor(s *Set, n int) uint32 {
+	if s.Timeout {
+		return 0
+	}
+	if n <= minHashSize {
+		return minHashSize
+	}
+	return 1 << bits.Len(uint(n-1))
 }
 
 // ndpTypes are the ICMPv6 types of neighbour and router discovery that an
@@ -76,6 +96,27 @@ func Render(p *Program) string {
 	return b.String()
 }
 
+// appendDuration writes d in nft's time syntax ("1d2h3m4s5ms"), to the
+// millisecond (the kernel's unit; less rounds down, but at least 1ms).
+func appendDuration(buf []byte, d time.Duration) []byte {
+	ms := max(d.Milliseconds(), 1)
+	start := len(buf)
+	for _, u := range []struct {
+		name string
+		ms   int64
+	}{{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}} {
+		if n := ms / u.ms; n > 0 {
+			buf = strconv.AppendInt(buf, n, 10)
+			buf = append(buf, u.name...)
+			ms -= n * u.ms
+		}
+	}
+	if len(buf) == start {
+		buf = append(buf, "0s"...)
+	}
+	return buf
+}
+
 // keyType is the "type …" or "typeof …" line of a set's key.
 func keyType(s *Set) string {
 	switch {
@@ -118,9 +159,14 @@ func renderSet(b *strings.Builder, s *Set) {
 		b.WriteString("\tset " + s.Name + " {\n")
 		b.WriteString("\t\t" + keyType(s) + "\n")
 	}
-	if s.Interval {
+	switch {
+	case s.Interval && s.Timeout:
+		b.WriteString("\t\tflags interval,timeout\n")
+	case s.Interval:
 		b.WriteString("\t\tflags interval\n")
-	} else {
+	case s.Timeout:
+		b.WriteString("\t\tflags timeout\n")
+	default:
 		b.WriteString("\t\tsize " + strconv.FormatUint(uint64(hashSize(s)), 10) + "\n")
 	}
 	if s.Comment != "" {
@@ -139,6 +185,10 @@ func renderSet(b *strings.Builder, s *Set) {
 				buf = k.AppendTo(buf)
 			default:
 				buf = k.Addr().AppendTo(buf)
+			}
+			if e.Timeout > 0 {
+				buf = append(buf, " timeout "...)
+				buf = appendDuration(buf, e.Timeout)
 			}
 			if s.IsMap {
 				buf = append(buf, " : "...)

@@ -57,6 +57,13 @@ type SetStatus struct {
 // It never lists set or map elements (reading hundreds of thousands back
 // takes seconds); it costs one rule dump per chain.
 func Status(ctx context.Context, table, netns string) (TableStatus, error) {
+	return StatusChains(ctx, table, netns, nil)
+}
+
+// StatusChains is Status reading the rules of only the chains for which
+// want returns true (all when want is nil); other chains are listed
+// without rules.
+func StatusChains(ctx context.Context, table, netns string, want func(chain string) bool) (TableStatus, error) {
 	st := TableStatus{Table: table}
 	if err := ctx.Err(); err != nil {
 		return st, err
@@ -98,6 +105,10 @@ func Status(ctx context.Context, table, netns string) (TableStatus, error) {
 		}
 		if ch.Priority != nil {
 			cs.Priority = int32(*ch.Priority)
+		}
+		if want != nil && !want(ch.Name) {
+			st.Chains = append(st.Chains, cs)
+			continue
 		}
 		rules, err := c.GetRules(t, ch)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // ErrInvalidProgram is wrapped by every error Validate returns: the
@@ -138,6 +139,8 @@ func checkSet(s *Set) error {
 		return invalidf("set %s: KeyBits %d out of range 1..%d", s.Name, s.KeyBits, bits)
 	case s.Key > KeyWords:
 		return invalidf("set %s: unknown key form %d", s.Name, s.Key)
+	case s.Timeout && s.IsMap:
+		return invalidf("set %s: maps with timeouts are not supported", s.Name)
 	case s.Key == KeyWords && (s.Interval || s.Family != IPv6):
 		return invalidf("set %s: only IPv6 hash sets are keyed on words", s.Name)
 	}
@@ -147,6 +150,9 @@ func checkSet(s *Set) error {
 		}
 		if !s.Interval && e.Key.Bits() != s.KeyBits {
 			return invalidf("set %s: element %d (%s) is not a /%d prefix", s.Name, i, e.Key, s.KeyBits)
+		}
+		if e.Timeout < 0 || (e.Timeout > 0 && (!s.Timeout || e.Timeout < time.Millisecond)) {
+			return invalidf("set %s: element %d (%s) has timeout %v (needs a set with Timeout, at least 1ms)", s.Name, i, e.Key, e.Timeout)
 		}
 		if !s.IsMap && e.Verdict != (Verdict{}) {
 			return invalidf("set %s: element %d (%s) has a verdict but the set is not a map", s.Name, i, e.Key)
@@ -161,7 +167,8 @@ func checkSet(s *Set) error {
 }
 
 // checkVerdict checks a verdict of a rule (inMap false) or of a map
-// element (inMap true: Continue is not a verdict a map can return).
+// element (inMap true: Continue is not a verdict a map can return). With
+// chains nil, a jump target is only checked to be a valid name.
 func checkVerdict(v Verdict, chains map[string]*Chain, inMap bool) error {
 	switch v.Kind {
 	case Continue:
@@ -170,6 +177,9 @@ func checkVerdict(v Verdict, chains map[string]*Chain, inMap bool) error {
 		}
 	case Accept, Drop, Return:
 	case Jump, Goto:
+		if chains == nil { // a loaded table's chains: the kernel checks
+			return checkName("chain", v.Chain)
+		}
 		c, ok := chains[v.Chain]
 		if !ok {
 			return fmt.Errorf("%s to undefined chain %q", verdictWord(v.Kind), v.Chain)
@@ -272,8 +282,12 @@ func effectiveMask(l *Lookup) int {
 	return l.MaskBits
 }
 
-// addrRange is an inclusive range of addresses of one family.
-type addrRange struct{ first, last netip.Addr }
+// addrRange is an inclusive range of addresses of one family, with the
+// timeout of the element it came from.
+type addrRange struct {
+	first, last netip.Addr
+	timeout     time.Duration
+}
 
 // intervalRanges returns the elements of an interval set as sorted address
 // ranges, or an error if two of them overlap (nft and the kernel reject
@@ -282,7 +296,7 @@ func intervalRanges(elems []Elem) ([]addrRange, error) {
 	rs := make([]addrRange, len(elems))
 	for i, e := range elems {
 		p := e.Key.Masked()
-		rs[i] = addrRange{p.Addr(), lastAddr(p)}
+		rs[i] = addrRange{p.Addr(), lastAddr(p), e.Timeout}
 	}
 	slices.SortFunc(rs, func(a, b addrRange) int { return a.first.Compare(b.first) })
 	for i := 1; i < len(rs); i++ {
