@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +15,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/demo"
+	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
@@ -177,7 +181,7 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 		{"malformed line", "192.0.2.0/24\n192.0.2.300\n", "", "feed.txt:2", nil},
 		{"missing file", "", "sources:\n  f: {format: list, paths: [nope.txt]}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n", "nope.txt", nil},
 		{"everything", "0.0.0.0/0\n", "", "0.0.0.0/0", plan.ErrBlocksEverything},
-		{"own address", "198.18.0.0/24\n", "", "198.18.0.1", ErrBlocksOwnAddress},
+		{"own address", "198.18.0.0/24\n", "", "198.18.0.1", hostaddr.ErrBlocksOwnAddress},
 		{"unknown country", "", "sources:\n  g: {format: country-csv, paths: [\"builtin:country-ipv4.csv.gz\"]}\nrules:\n  - {name: f, action: drop, match: {source: g, countries: [XX1]}}\n", "XX1", nil},
 		{"bad policy", "", "rules:\n  - {name: f, action: dorp, match: {prefixes: [1.2.3.4]}}\n", "p2.yaml:2", nil},
 	} {
@@ -347,5 +351,95 @@ func sendOnLoopback(t *testing.T, lab *netns.Lab, frames ...[]byte) {
 	})
 	if err != nil {
 		t.Fatalf("sending on fw's loopback: %v", err)
+	}
+}
+
+// TestBans: bans drop on top of the policy, survive a new apply, expire
+// in the kernel, lift, and never reach protected networks, own addresses
+// or the policy's leading allowlist.
+func TestBans(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	write(t, dir, "allow.txt", "203.0.113.0/28\n")
+	write(t, dir, "feed.txt", "192.0.2.0/24\n2001:db8:1::/48\n")
+	write(t, dir, "p.yaml", "sources:\n  allow: {format: list, paths: [allow.txt]}\n  feed: {format: list, paths: [feed.txt]}\n"+
+		"protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n"+
+		"  - {name: partners, action: accept, match: {source: allow}}\n"+
+		"  - {name: feed, action: drop, match: {source: feed}}\n")
+	pol := filepath.Join(dir, "p.yaml")
+	cli := func(args ...string) (string, error) {
+		return run(t, append(args, "--netns", lab.FW, "--state", dir)...)
+	}
+	if _, err := cli("apply", "--policy", pol); err != nil {
+		t.Fatal(err)
+	}
+	srcs := []netip.Addr{
+		netip.MustParseAddr("203.0.113.9"),    // 0: allowlisted, banned below: passes
+		netip.MustParseAddr("100.64.1.1"),     // 1: inside a banned /10
+		netip.MustParseAddr("100.128.0.1"),    // 2: just outside it
+		netip.MustParseAddr("198.51.100.7"),   // 3: banned address
+		netip.MustParseAddr("198.51.100.8"),   // 4: its neighbour
+		netip.MustParseAddr("2001:db8:ff::1"), // 5: inside a banned /48
+		netip.MustParseAddr("2001:db8:fe::1"), // 6: outside
+		netip.MustParseAddr("192.0.2.1"),      // 7: the feed
+		netip.MustParseAddr("198.51.100.9"),   // 8: banned for 1s
+	}
+	expect := func(when string, pass ...bool) {
+		t.Helper()
+		got, err := pktgen.Check(lab, srcs, 9999)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range srcs {
+			if got[i] != pass[i] {
+				t.Errorf("%s: %s %s, want %s", when, srcs[i], map[bool]string{true: "passed", false: "dropped"}[got[i]],
+					map[bool]string{true: "passed", false: "dropped"}[pass[i]])
+			}
+		}
+	}
+	expect("before bans", true, true, true, true, true, true, true, false, true)
+	if _, err := cli("ban", "203.0.113.9", "100.64.0.0/10", "198.51.100.7", "2001:db8:ff::/48", "--ttl", "1h", "--reason", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli("ban", "198.51.100.9", "--ttl", "1s"); err != nil {
+		t.Fatal(err)
+	}
+	expect("banned", true, false, true, false, true, false, true, false, false)
+	out, err := cli("bans", "--json")
+	var listed struct {
+		Bans  []ban.Ban `json:"bans"`
+		Total int       `json:"total"`
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &listed)
+	}
+	if err != nil || listed.Total != 5 || len(listed.Bans) != 5 || listed.Bans[0].Reason != "test" {
+		t.Errorf("bans --json: %v\n%s", err, out)
+	}
+
+	// A new apply keeps the bans; the 1s ban has run out in the kernel.
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := cli("apply", "--policy", pol); err != nil {
+		t.Fatal(err)
+	}
+	expect("after apply", true, false, true, false, true, false, true, false, true)
+
+	// Refused bans change nothing.
+	before := netnstest.Ruleset(t, lab.FW)
+	for _, bad := range [][]string{{"198.18.0.5"}, {"198.51.100.20", "2001:2::9"}, {"10.0.0.0/7"}, {"198.18.0.1"}, {"nonsense"}, {"192.0.2.1", "--ttl", "400d"}} {
+		if _, err := cli(append([]string{"ban"}, bad...)...); err == nil {
+			t.Errorf("ban %v: no error", bad)
+		}
+	}
+	if after := netnstest.Ruleset(t, lab.FW); after != before {
+		t.Errorf("refused bans changed the ruleset:\n%s\nwas:\n%s", after, before)
+	}
+
+	if _, err := cli("unban", "100.64.0.0/10", "198.51.100.7", "2001:db8:ff::/48", "203.0.113.9"); err != nil {
+		t.Fatal(err)
+	}
+	expect("unbanned", true, true, true, true, true, true, true, false, true)
+	if out, _ := netns.Exec(lab.FW, "nft", "list", "chain", "inet", "ipfence", "prerouting"); strings.Contains(string(out), "@ban") {
+		t.Errorf("ban lookups left in the base chain with no bans:\n%s", out)
 	}
 }

@@ -68,6 +68,12 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newFlushCmd(g),
 		newExplainCmd(g),
+		newBanCmd(g),
+		newUnbanCmd(g),
+		newBansCmd(g),
+		newDaemonCmd(g),
+		newReloadCmd(g),
+		newStressCmd(g),
 		newDemoCmd(g),
 	)
 	return root

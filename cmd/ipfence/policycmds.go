@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/source"
@@ -23,6 +25,7 @@ import (
 type policyFlags struct {
 	policy   string
 	stateDir string
+	offline  bool // URLs from their last good copies only
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
@@ -47,7 +50,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
-	l := &source.Loader{StateDir: f.stateDir, Logger: g.logger}
+	l := &source.Loader{StateDir: f.stateDir, Logger: g.logger, Offline: f.offline}
 	res, err := pol.Resolve(ctx, l)
 	if err != nil {
 		return nil, err
@@ -59,7 +62,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	for _, w := range p.Warnings {
 		g.logger.Warn(w)
 	}
-	return &compiled{res: res, plan: p, prog: nft.FromPlan(p), loader: l, duration: time.Since(t0)}, nil
+	return &compiled{res: res, plan: p, prog: nft.FromPlan(p, nft.Bans{}), loader: l, duration: time.Since(t0)}, nil
 }
 
 func newCompileCmd(g *globals) *cobra.Command {
@@ -159,7 +162,7 @@ changed against the last apply.`,
 			if err != nil {
 				return err
 			}
-			if err := checkOwnAddresses(c.plan, netns); err != nil {
+			if err := hostaddr.CheckPlan(c.plan, netns); err != nil {
 				return err
 			}
 			st := state.Dir{Path: pf.stateDir}
@@ -174,10 +177,21 @@ changed against the last apply.`,
 					return err
 				}
 				defer unlock()
+				// Bans stay: the new table holds them with their time left.
+				kf := kernelFlags{netns: netns, stateDir: pf.stateDir, table: c.plan.Table}
+				bc, closeBans, err := openBans(ctx, &kf, false)
+				if err != nil {
+					return err
+				}
+				defer closeBans()
+				snap, now := bc.Snapshot()
+				heads := nft.Heads(c.plan)
+				nft.SetBans(c.prog, heads, c.plan.Priority, snap.Nft(now))
 				r, err := applyRetrying(ctx, c.prog, netns, g)
 				if err != nil {
 					return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
 				}
+				bc.Loaded(snap, heads, c.plan.Priority)
 				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
 				for _, src := range c.res.Sources {
 					if err := c.loader.Commit(src); err != nil {
@@ -198,6 +212,7 @@ changed against the last apply.`,
 	pf.register(c)
 	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
+	c.Flags().BoolVar(&pf.offline, "offline", false, "download nothing: URL sources from their last good copies (boot-time restore, before the network is up)")
 	return c
 }
 
@@ -272,6 +287,7 @@ func (f *kernelFlags) register(c *cobra.Command) {
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var kf kernelFlags
+	var socket string
 	c := &cobra.Command{
 		Use:   "status [--netns NAME]",
 		Short: "Show ipfence's table in the kernel: rules, counters, what was applied",
@@ -282,18 +298,50 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("reading status: %w", err)
 			}
 			applied, _ := state.Dir{Path: kf.stateDir}.LoadApplied(kf.netns)
+			var ds *api.Status
+			if _, err := viaDaemon(socket, func(cl *api.Client) (err error) {
+				ds, err = cl.Status(cmd.Context())
+				return err
+			}); err != nil {
+				return err
+			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					Kernel  nft.TableStatus `json:"kernel"`
 					Applied *state.Applied  `json:"applied,omitempty"`
-				}{ts, applied})
+					Daemon  *api.Status     `json:"daemon,omitempty"`
+				}{ts, applied, ds})
 			}
 			printStatus(cmd.OutOrStdout(), ts, applied)
+			if ds != nil {
+				printDaemonStatus(cmd.OutOrStdout(), ds)
+			}
 			return nil
 		},
 	}
 	kf.register(c)
+	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, "the daemon's API socket (its status is shown when it runs)")
 	return c
+}
+
+func printDaemonStatus(w io.Writer, s *api.Status) {
+	now := time.Now()
+	fmt.Fprintf(w, "daemon: running since %s, policy %s loaded %s ago; %d bans; %d drift repairs\n",
+		s.Started.Format(time.RFC3339), s.Policy, now.Sub(s.Applied).Round(time.Second), s.Bans.Total, s.Drift)
+	for _, src := range s.Sources {
+		note := ""
+		if src.Stale {
+			note += " [stale: cached copy]"
+		}
+		if src.LastError != "" {
+			note += " [last attempt failed: " + src.LastError + "]"
+		}
+		fmt.Fprintf(w, "  source %-16s %d+%d prefixes, loaded %s ago, refresh %s%s\n",
+			src.Name, src.PrefixesV4, src.PrefixesV6, now.Sub(src.Loaded).Round(time.Second), src.Refresh, note)
+	}
+	if s.LastError != "" {
+		fmt.Fprintf(w, "  last error: %s\n", s.LastError)
+	}
 }
 
 func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {

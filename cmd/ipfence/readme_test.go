@@ -2,8 +2,11 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ipfence/ipfence/internal/policy"
 )
 
 // TestREADMEExplain runs the explain examples of README.md and checks the
@@ -28,5 +31,49 @@ func TestREADMEExplain(t *testing.T) {
 	}
 	if _, err := run(t, "compile", "--policy", "../../examples/europe.yaml", "--state", t.TempDir(), "--json"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestDistFiles checks the command lines of the systemd units against the
+// CLI (every subcommand and flag exists) and compiles the sample policy.
+func TestDistFiles(t *testing.T) {
+	units, err := filepath.Glob("../../dist/systemd/*.service")
+	if err != nil || len(units) < 2 {
+		t.Fatalf("units: %v %v", units, err)
+	}
+	lines := 0
+	for _, u := range units {
+		data, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			cmdline, ok := strings.CutPrefix(line, "ExecStart=")
+			if !ok {
+				cmdline, ok = strings.CutPrefix(line, "ExecReload=")
+			}
+			if !ok {
+				continue
+			}
+			lines++
+			args := strings.Fields(cmdline)
+			if args[0] != "/usr/local/bin/ipfence" {
+				t.Errorf("%s: runs %s", u, args[0])
+			}
+			c, rest, err := newRootCmd().Find(args[1:])
+			if err != nil || c.Name() != args[1] {
+				t.Errorf("%s: %q is not an ipfence command: %v", u, cmdline, err)
+				continue
+			}
+			if err := c.ParseFlags(rest); err != nil {
+				t.Errorf("%s: %q: %v", u, cmdline, err)
+			}
+		}
+	}
+	if lines < 3 {
+		t.Errorf("found %d command lines in the units", lines)
+	}
+	if _, err := policy.Load("../../dist/ipfence/policy.yaml"); err != nil {
+		t.Errorf("sample policy: %v", err)
 	}
 }

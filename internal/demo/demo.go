@@ -116,7 +116,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		say("removed the lab namespaces")
 	}()
 
-	prog := nft.FromPlan(p)
+	prog := nft.FromPlan(p, nft.Bans{})
 	ar, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: lab.FW})
 	if err != nil {
 		return nil, fmt.Errorf("applying: %w", err)
@@ -161,7 +161,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return nil, err
 		}
 		traffic := Traffic(r, p, 100_000)
-		cfgs := []bench.Config{{Name: "none"}, {Name: "plain-set", Program: nft.FromPlan(plain)}, {Name: "ipfence", Program: prog}}
+		cfgs := []bench.Config{{Name: "none"}, {Name: "plain-set", Program: nft.FromPlan(plain, nft.Bans{})}, {Name: "ipfence", Program: prog}}
 		say("measuring per-packet cost: %d rounds × %d configs × %d traffics × %d packets", o.Rounds+1, len(cfgs), len(traffic), o.Packets)
 		pp, err := bench.PerPacket(ctx, lab, cfgs, traffic, o.Rounds, o.Packets, func(s string) { say("  %s", s) })
 		if err != nil {

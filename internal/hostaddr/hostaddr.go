@@ -1,4 +1,6 @@
-package main
+// Package hostaddr lists the addresses of a network namespace, so that
+// ipfence never blocks the host it runs on.
+package hostaddr
 
 import (
 	"errors"
@@ -15,34 +17,60 @@ import (
 // host's own addresses.
 var ErrBlocksOwnAddress = errors.New("the policy would block this host's own address")
 
-// checkOwnAddresses refuses a plan that blocks an address configured on an
+// CheckPlan refuses a plan that blocks an address configured on an
 // interface of the target namespace (loopback and link-local are always
 // protected by the plan itself).
-func checkOwnAddresses(p *plan.Plan, ns string) error {
-	h, err := netlinkHandle(ns)
+func CheckPlan(p *plan.Plan, ns string) error {
+	addrs, err := ownAddrs(ns)
 	if err != nil {
 		return err
+	}
+	for _, a := range addrs {
+		if rule, blocked := p.Blocked(a.ip); blocked {
+			return fmt.Errorf("rule %q: %w %s%s; add it (or its network) to protect: in the policy", rule, ErrBlocksOwnAddress, a.ip, a.dev)
+		}
+	}
+	return nil
+}
+
+// List returns the addresses configured in namespace ns ("" = current).
+func List(ns string) ([]netip.Addr, error) {
+	addrs, err := ownAddrs(ns)
+	out := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.ip
+	}
+	return out, err
+}
+
+type ownAddr struct {
+	ip  netip.Addr
+	dev string // " on eth0"
+}
+
+func ownAddrs(ns string) ([]ownAddr, error) {
+	h, err := netlinkHandle(ns)
+	if err != nil {
+		return nil, err
 	}
 	defer h.Close()
 	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("listing the host's addresses: %w", err)
+		return nil, fmt.Errorf("listing the host's addresses: %w", err)
 	}
+	var out []ownAddr
 	for _, a := range addrs {
 		ip, ok := netip.AddrFromSlice(a.IP)
 		if !ok {
 			continue
 		}
-		ip = ip.Unmap()
-		if rule, blocked := p.Blocked(ip); blocked {
-			dev := ""
-			if l, err := h.LinkByIndex(a.LinkIndex); err == nil {
-				dev = " on " + l.Attrs().Name
-			}
-			return fmt.Errorf("rule %q: %w %s%s; add it (or its network) to protect: in the policy", rule, ErrBlocksOwnAddress, ip, dev)
+		oa := ownAddr{ip: ip.Unmap()}
+		if l, err := h.LinkByIndex(a.LinkIndex); err == nil {
+			oa.dev = " on " + l.Attrs().Name
 		}
+		out = append(out, oa)
 	}
-	return nil
+	return out, nil
 }
 
 func netlinkHandle(ns string) (*netlink.Handle, error) {

@@ -312,6 +312,9 @@ func (r *Rule) matchesPort(pkt Packet) bool {
 	return false
 }
 
+// ProtectSet returns the protected prefixes (built-in ones included).
+func (p *Plan) ProtectSet() *netipx.IPSet { return p.protect }
+
 // Protected reports whether addr is protected.
 func (p *Plan) Protected(addr netip.Addr) bool {
 	return p.protect != nil && p.protect.Contains(addr.Unmap())

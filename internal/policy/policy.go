@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"go4.org/netipx"
@@ -99,6 +100,7 @@ type sourceDoc struct {
 	URL       string   `yaml:"url"`
 	URLs      []string `yaml:"urls"`
 	MaxShrink *float64 `yaml:"max_shrink"`
+	Refresh   string   `yaml:"refresh"`
 }
 
 type ruleDoc struct {
@@ -178,6 +180,17 @@ func Parse(data []byte, file string) (*Policy, error) {
 			if spec.MaxShrink == 0 {
 				spec.MaxShrink = -1 // an explicit 0 turns the gate off
 			}
+		}
+		switch sd.Refresh {
+		case "":
+		case "never":
+			spec.Refresh = -1
+		default:
+			d, err := time.ParseDuration(sd.Refresh)
+			if err != nil || d < time.Minute {
+				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: refresh %q is not a duration of at least 1m (e.g. 15m, 6h) or never", n, sd.Refresh)}
+			}
+			spec.Refresh = d
 		}
 		switch spec.Format {
 		case source.FormatList, source.FormatCountryCSV, source.FormatRIRDelegated:

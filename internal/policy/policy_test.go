@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/source"
@@ -41,6 +42,18 @@ func TestParseGood(t *testing.T) {
 	if got := p.source("feeds").Spec.Paths[0]; got != filepath.Join("testdata", "feed.txt") {
 		t.Errorf("relative path resolved to %q", got)
 	}
+	for _, tc := range []struct {
+		refresh string
+		want    time.Duration
+	}{{"", 0}, {"15m", 15 * time.Minute}, {"6h", 6 * time.Hour}, {"never", -1}} {
+		y := "sources:\n  x: {format: list, paths: [f], refresh: \"" + tc.refresh + "\"}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n"
+		p, err := Parse([]byte(y), "p.yaml")
+		if err != nil {
+			t.Errorf("refresh %q: %v", tc.refresh, err)
+		} else if got := p.source("x").Spec.Refresh; got != tc.want {
+			t.Errorf("refresh %q: %v, want %v", tc.refresh, got, tc.want)
+		}
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -60,6 +73,8 @@ func TestParseErrors(t *testing.T) {
 		{"no rules", "sources: {}\n", 0, "no rules"},
 		{"bad yaml", "rules: [\n", 1, "did not find"},
 		{"empty match", "rules:\n  - {name: a, action: drop}\n", 2, "matches nothing"},
+		{"bad refresh", "sources:\n  x: {format: list, paths: [f], refresh: soon}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `refresh "soon"`},
+		{"refresh too short", "sources:\n  x: {format: list, paths: [f], refresh: 10s}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "at least 1m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "p.yaml")

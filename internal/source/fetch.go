@@ -95,7 +95,7 @@ func (l *Loader) client() *http.Client {
 func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uint16, committed bool) inputResult {
 	dir, base := l.cachePaths(spec.Name, rawURL)
 	data := base + ".data"
-	if committed {
+	if committed || l.Offline {
 		path := base + ".good"
 		if _, err := os.Stat(path); err != nil {
 			path = data

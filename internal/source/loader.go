@@ -32,6 +32,10 @@ type Loader struct {
 	// Logger gets a warning whenever a cached copy stands in for a
 	// download; nil discards.
 	Logger *slog.Logger
+	// Offline reads URLs from their last good (committed) copies only and
+	// downloads nothing: for restoring the ruleset at boot, before the
+	// network is up.
+	Offline bool
 }
 
 // maxFiles is how many paths and URLs a source can have: rows keep the
@@ -58,17 +62,20 @@ func (e *SpecError) Error() string { return fmt.Sprintf("source %q: %s", e.Sourc
 // when the fresh load trips the shrink gate but the copies committed last
 // do not: Load then succeeds with a stale Source (see Source.Stale) and
 // logs a warning. Every error starts with "source NAME".
+//
+// Every error is an *Error naming the source (its Unwrap gives the errors
+// above).
 func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 	start := time.Now()
 	if err := l.check(spec); err != nil {
-		return nil, err
+		return nil, &Error{Source: spec.Name, Err: err}
 	}
 	src, err := l.load(ctx, spec, false)
 	if err != nil {
-		return nil, fmt.Errorf("source %s: %w", spec.Name, err)
+		return nil, &Error{Source: spec.Name, Err: err, prefix: true}
 	}
 	if src, err = l.gate(ctx, spec, src); err != nil {
-		return nil, err
+		return nil, &Error{Source: spec.Name, Err: err}
 	}
 	for _, e := range src.stale {
 		l.logger().Warn("source is stale: using cached copies", "source", spec.Name, "reason", e)
@@ -78,6 +85,32 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 		"elapsed", time.Since(start))
 	return src, nil
 }
+
+// Error is an error of Load: which source failed, and why.
+type Error struct {
+	Source string
+	Err    error
+	prefix bool // the message of Err does not name the source yet
+}
+
+func (e *Error) Error() string {
+	if e.prefix {
+		return "source " + e.Source + ": " + e.Err.Error()
+	}
+	return e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorNames reports whether err is (or wraps) a Load error of the
+// source named name.
+func ErrorNames(err error, name string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Source == name
+}
+
+// IsBuiltin reports whether a Spec path names data embedded in ipfence.
+func IsBuiltin(path string) bool { return strings.HasPrefix(path, BuiltinPrefix) }
 
 func (l *Loader) logger() *slog.Logger {
 	if l.Logger == nil {

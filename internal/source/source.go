@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"go4.org/netipx"
 )
@@ -64,6 +65,9 @@ type Spec struct {
 	Paths []string
 	// URLs are http(s) addresses, downloaded into the Loader's cache.
 	URLs []string
+	// Refresh is how often a daemon reads the source again (0: its
+	// default; negative: never).
+	Refresh time.Duration
 	// MaxShrink is the largest share (0.5 = 50%) by which the source's
 	// prefix count may fall against the last committed load; a load that
 	// shrank more is refused. 0 means DefaultMaxShrink; a negative value

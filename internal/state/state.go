@@ -30,9 +30,11 @@ type Dir struct{ Path string }
 
 // Applied is what was loaded into one namespace.
 type Applied struct {
-	Time  time.Time     `json:"time"`
-	Table string        `json:"table"`
-	Rules []RuleApplied `json:"rules"`
+	Time     time.Time     `json:"time"`
+	Table    string        `json:"table"`
+	Priority int32         `json:"priority"`
+	Protect  []string      `json:"protect"`
+	Rules    []RuleApplied `json:"rules"`
 }
 
 // RuleApplied is one rule as loaded: its effective prefixes.
@@ -47,7 +49,7 @@ type RuleApplied struct {
 
 // Summarize records a plan's rules.
 func Summarize(p *plan.Plan) *Applied {
-	a := &Applied{Time: time.Now().UTC(), Table: p.Table}
+	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect}
 	for _, r := range p.Rules {
 		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
 		if r.V4.Kind == plan.KindEmpty {

@@ -12,6 +12,7 @@ package netnstest
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,3 +99,17 @@ func untrack(lab *netns.Lab) {
 	defer mu.Unlock()
 	delete(open, lab)
 }
+
+// Ruleset returns `nft list ruleset` of namespace ns without the
+// counting-down "expires ..." of elements with timeouts, so that two
+// listings of the same ruleset compare equal.
+func Ruleset(t testing.TB, ns string) string {
+	t.Helper()
+	out, err := netns.Exec(ns, "nft", "list", "ruleset")
+	if err != nil {
+		t.Fatalf("nft list ruleset in %s: %v\n%s", ns, err, out)
+	}
+	return expires.ReplaceAllString(string(out), "")
+}
+
+var expires = regexp.MustCompile(` expires [0-9a-z]+`)

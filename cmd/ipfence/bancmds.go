@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/hostaddr"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/state"
+)
+
+// banStorePath is where the bans of a namespace are kept.
+func banStorePath(stateDir, netns string) string {
+	if netns == "" {
+		netns = "_current"
+	}
+	return filepath.Join(stateDir, "bans", filepath.Base(netns)+".db")
+}
+
+// openBans opens the ban store of f's namespace and a Controller on it,
+// for the policy last applied there (none: a table with the ban sets
+// only, created when ensure is set). Call it with the state lock held;
+// closeBans closes the store.
+func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *banctl.Controller, closeBans func(), err error) {
+	st := state.Dir{Path: f.stateDir}
+	applied, err := st.LoadApplied(f.netns)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+	if applied == nil {
+		applied = state.Summarize(&plan.Plan{Table: f.table, Priority: -300, Protect: prefixStrings(plan.Builtin())})
+	}
+	var pb netipx.IPSetBuilder
+	for _, s := range applied.Protect {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			pb.AddPrefix(p)
+		}
+	}
+	protect, _ := pb.IPSet()
+	own, err := hostaddr.List(f.netns)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(banStorePath(f.stateDir, f.netns)), 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating the ban folder: %w", err)
+	}
+	store, err := ban.Open(banStorePath(f.stateDir, f.netns))
+	if err != nil {
+		return nil, nil, err
+	}
+	heads := headsOf(applied)
+	c, err = banctl.Open(banctl.Config{NetNS: f.netns, Table: f.table, Heads: heads, Priority: applied.Priority,
+		Guard: ban.Guard{Protected: protect, Own: own}, Store: store})
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	if ensure {
+		if err := ensureBanSets(ctx, f, c, applied, heads); err != nil {
+			store.Close()
+			return nil, nil, err
+		}
+	}
+	return c, func() { store.Close() }, nil
+}
+
+// ensureBanSets loads a table holding only the ban sets when the
+// namespace has no ipfence table yet; a table without ban sets (loaded
+// by an older ipfence) must be applied again.
+func ensureBanSets(ctx context.Context, f *kernelFlags, c *banctl.Controller, applied *state.Applied, heads []nft.RuleHead) error {
+	ts, err := nft.Status(ctx, f.table, f.netns)
+	if err != nil {
+		return err
+	}
+	if ts.Exists {
+		for _, s := range ts.Sets {
+			if s.Name == nft.BanAddrs4 {
+				return nil
+			}
+		}
+		return fmt.Errorf("table inet %s has no ban sets (loaded by an older ipfence): run ipfence apply again", f.table)
+	}
+	snap, now := c.Snapshot()
+	prog := nft.FromPlan(&plan.Plan{Table: f.table, Priority: applied.Priority}, snap.Nft(now))
+	if _, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: f.netns}); err != nil {
+		return fmt.Errorf("creating table inet %s for the bans: %w", f.table, err)
+	}
+	c.Loaded(snap, heads, applied.Priority)
+	return state.Dir{Path: f.stateDir}.SaveApplied(f.netns, applied)
+}
+
+// headsOf returns the base-chain description of what was applied.
+func headsOf(a *state.Applied) []nft.RuleHead {
+	hs := make([]nft.RuleHead, len(a.Rules))
+	for i, r := range a.Rules {
+		hs[i] = nft.RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, V4: r.PrefixesV4 > 0, V6: r.PrefixesV6 > 0}
+	}
+	return hs
+}
+
+func prefixStrings(s *netipx.IPSet) []string {
+	var out []string
+	for _, p := range s.Prefixes() {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+const socketHelp = "the daemon's API socket: used when a daemon listens there, else the kernel and state are changed directly"
+
+// viaDaemon calls fn with a client of the daemon on socket. ok is false
+// (and err nil) when no daemon listens there: the caller then works on
+// the kernel directly.
+func viaDaemon(socket string, fn func(*api.Client) error) (ok bool, err error) {
+	if socket == "" {
+		return false, nil
+	}
+	if _, err := os.Stat(socket); err != nil {
+		return false, nil
+	}
+	cl := api.NewClient(socket)
+	defer cl.Close()
+	err = fn(cl)
+	if errors.Is(err, api.ErrNoDaemon) {
+		return false, nil
+	}
+	return true, err
+}
+
+// withBans runs fn with the state lock held and a Controller open.
+func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *banctl.Controller) error) error {
+	unlock, err := state.Dir{Path: f.stateDir}.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	c, closeBans, err := openBans(ctx, f, ensure)
+	if err != nil {
+		return err
+	}
+	defer closeBans()
+	return fn(c)
+}
+
+func newBanCmd(g *globals) *cobra.Command {
+	var f kernelFlags
+	var ttl, reason, origin, socket string
+	c := &cobra.Command{
+		Use:   "ban ADDRESS|PREFIX|-... [--ttl 1h] [--reason TEXT]",
+		Short: "Ban addresses or prefixes, now, in one transaction",
+		Long: `Ban puts addresses or prefixes into ipfence's ban sets, apart from the compiled
+policy: single addresses into hash sets, prefixes into interval sets, each with
+its own timeout (--ttl: 90s, 15m, 1h30m, 7d, 2w; none: for good). All of them
+in one transaction, or none when one is refused: a protected network, one of
+this host's addresses, a prefix shorter than /8 (IPv4) or /16 (IPv6). Banning
+something banned already replaces its ban. Bans survive ipfence apply and
+restarts (kept in the state folder). Bans come after the policy's leading
+accept rules and before all other rules. "-" reads more targets from standard
+input, one per line (# comments and blank lines skipped), for bulk bans.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := ban.ParseTTL(ttl)
+			if err != nil {
+				return usageError{err}
+			}
+			targets, err := banTargets(args, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			reqs := make([]banctl.Request, len(targets))
+			for i, p := range targets {
+				reqs[i] = banctl.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin}
+			}
+			var done []ban.Ban
+			ok, err := viaDaemon(socket, func(cl *api.Client) error {
+				req := api.BanRequest{TTL: ttl, Reason: reason, Origin: origin}
+				for _, p := range targets {
+					req.Prefixes = append(req.Prefixes, p.String())
+				}
+				resp, err := cl.Ban(cmd.Context(), req)
+				if err == nil {
+					done = resp.Banned
+				}
+				return err
+			})
+			if !ok {
+				err = withBans(cmd.Context(), &f, true, func(c *banctl.Controller) error {
+					done, err = c.Ban(cmd.Context(), reqs)
+					return err
+				})
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"banned": done})
+			}
+			for _, b := range done {
+				fmt.Fprintf(cmd.OutOrStdout(), "banned %s%s\n", b.Prefix, describeExpiry(b, time.Now()))
+			}
+			return nil
+		},
+	}
+	f.register(c)
+	c.Flags().StringVar(&ttl, "ttl", "", "how long the ban lasts (90s, 15m, 1h, 7d, 2w; default: for good)")
+	c.Flags().StringVar(&reason, "reason", "", "why (shown by ipfence bans)")
+	c.Flags().StringVar(&origin, "origin", "cli", "who bans (fail2ban, crowdsec, ...)")
+	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
+	return c
+}
+
+func newUnbanCmd(g *globals) *cobra.Command {
+	var f kernelFlags
+	var socket string
+	c := &cobra.Command{
+		Use:   "unban ADDRESS|PREFIX|-...",
+		Short: "Lift bans (exactly these prefixes), in one transaction",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ps, err := banTargets(args, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			var lifted []ban.Ban
+			ok, err := viaDaemon(socket, func(cl *api.Client) error {
+				for _, p := range ps {
+					resp, err := cl.Unban(cmd.Context(), p.String())
+					if err != nil {
+						return err
+					}
+					lifted = append(lifted, resp.Unbanned...)
+				}
+				return nil
+			})
+			if !ok {
+				err = withBans(cmd.Context(), &f, false, func(c *banctl.Controller) (err error) {
+					lifted, err = c.Unban(cmd.Context(), ps)
+					return err
+				})
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"unbanned": lifted})
+			}
+			for _, b := range lifted {
+				fmt.Fprintf(cmd.OutOrStdout(), "unbanned %s\n", b.Prefix)
+			}
+			if len(lifted) < len(ps) {
+				fmt.Fprintf(cmd.OutOrStdout(), "%d of %d were not banned\n", len(ps)-len(lifted), len(ps))
+			}
+			return nil
+		},
+	}
+	f.register(c)
+	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
+	return c
+}
+
+func newBansCmd(g *globals) *cobra.Command {
+	var f kernelFlags
+	var within, origin, socket string
+	var offset, limit int
+	c := &cobra.Command{
+		Use:   "bans [--within PREFIX] [--origin NAME] [--offset N] [--limit N]",
+		Short: "List the bans in force, from ipfence's state (never from the kernel)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var flt ban.Filter
+			if within != "" {
+				p, err := netip.ParsePrefix(within)
+				if err != nil {
+					return usageError{fmt.Errorf("--within %q: %w", within, err)}
+				}
+				flt.Within = p.Masked()
+			}
+			flt.Origin = origin
+			var page []ban.Ban
+			var total int
+			var counts api.Counts
+			now := time.Now()
+			ok, err := viaDaemon(socket, func(cl *api.Client) error {
+				l, err := cl.List(cmd.Context(), api.ListOptions{Within: within, Origin: origin, Offset: offset, Limit: limit})
+				if err == nil {
+					page, total, counts = l.Bans, l.Total, l.Counts
+				}
+				return err
+			})
+			if !ok {
+				err = withBans(cmd.Context(), &f, false, func(c *banctl.Controller) error {
+					c.View(func(s *ban.Set) {
+						page, total = s.List(now, flt, offset, limit)
+						counts = api.CountsOf(s.Counts(now))
+					})
+					return nil
+				})
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"bans": page, "total": total, "counts": counts})
+			}
+			printBans(cmd.OutOrStdout(), page, total, counts, now)
+			return nil
+		},
+	}
+	f.register(c)
+	c.Flags().StringVar(&within, "within", "", "only bans inside this prefix")
+	c.Flags().StringVar(&origin, "origin", "", "only bans from this origin")
+	c.Flags().IntVar(&offset, "offset", 0, "skip this many")
+	c.Flags().IntVar(&limit, "limit", 100, "show at most this many (0: all)")
+	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
+	return c
+}
+
+// banTargets parses the targets of ban and unban: arguments, and for "-"
+// the lines of stdin.
+func banTargets(args []string, stdin io.Reader) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for _, a := range args {
+		if a != "-" {
+			p, err := ban.ParsePrefix(a)
+			if err != nil {
+				return nil, usageError{err}
+			}
+			ps = append(ps, p)
+			continue
+		}
+		sc := bufio.NewScanner(stdin)
+		for line := 1; sc.Scan(); line++ {
+			t, _, _ := strings.Cut(sc.Text(), "#")
+			if t = strings.TrimSpace(t); t == "" {
+				continue
+			}
+			p, err := ban.ParsePrefix(t)
+			if err != nil {
+				return nil, fmt.Errorf("standard input line %d: %w", line, err)
+			}
+			ps = append(ps, p)
+		}
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+	}
+	return ps, nil
+}
+
+func printBans(w io.Writer, page []ban.Ban, total int, c api.Counts, now time.Time) {
+	fmt.Fprintf(w, "%d bans in force: %d IPv4 + %d IPv6 addresses, %d IPv4 + %d IPv6 prefixes\n",
+		c.Total, c.Addr4, c.Addr6, c.Net4, c.Net6)
+	for _, b := range page {
+		fmt.Fprintf(w, "  %-24s%s  %s %s\n", b.Prefix, describeExpiry(b, now), b.Origin, b.Reason)
+	}
+	if len(page) < total {
+		fmt.Fprintf(w, "(%d of %d shown; --offset, --limit)\n", len(page), total)
+	}
+}
+
+func describeExpiry(b ban.Ban, now time.Time) string {
+	if b.Expires.IsZero() {
+		return " for good"
+	}
+	return " for " + b.Remaining(now).Round(time.Second).String()
+}

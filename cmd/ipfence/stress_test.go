@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/stress"
+)
+
+// TestStressSmall runs a short `ipfence stress` (the daemon as a separate
+// process, built here): latency rows, bulk and sustained bans, a mixed
+// run of 13 workers, and the end check of the kernel's ban sets, which
+// must find nothing lost and nothing phantom.
+func TestStressSmall(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("kernel test needs root (CI=true: not skipping)")
+		}
+		t.Skip("kernel test needs root; skipping")
+	}
+	exe := filepath.Join(t.TempDir(), "ipfence")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building ipfence: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := stress.Run(ctx, stress.Options{Exe: exe, Existing: []int{0, 3000}, Clients: []int{1, 4},
+		Requests: 200, Duration: 5 * time.Second, Workers: 13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Mixed
+	if m == nil || m.Errors != 0 || m.Lost != 0 || m.Phantom != 0 || m.BansAtEnd < 3000 || m.Ops["ban"] == 0 || m.Ops["refresh"] == 0 {
+		t.Errorf("mixed run: %+v", m)
+	}
+	if len(rep.Latency) != 4 || rep.SustainedPerSec <= 0 || rep.CountAt == 0 {
+		t.Errorf("report: %+v", rep)
+	}
+}

@@ -1,0 +1,132 @@
+// Package api is the daemon's local API: HTTP/JSON over a Unix socket,
+// versioned under /v1, and a typed client for it.
+//
+//	POST   /v1/bans            {"prefix": "203.0.113.5", "ttl": "1h", "reason": "ssh"}
+//	                           or {"prefixes": [...], "ttl": ..., "reason": ..., "origin": ...}
+//	DELETE /v1/bans/{prefix}   e.g. /v1/bans/203.0.113.0/24
+//	GET    /v1/bans            ?within=PREFIX&origin=NAME&offset=N&limit=N
+//	GET    /v1/bans/count
+//	GET    /v1/status
+//	POST   /v1/reload
+//	GET    /v1/explain         ?addr=ADDR&proto=tcp&port=22
+//
+// Errors are 4xx/5xx responses with an Error body; nothing was changed.
+package api
+
+import (
+	"time"
+
+	"github.com/ipfence/ipfence/internal/ban"
+)
+
+// DefaultSocket is where the daemon listens unless told otherwise.
+const DefaultSocket = "/run/ipfence/api.sock"
+
+// BanRequest asks for one or more bans with the same TTL, reason and
+// origin. Prefix and Prefixes may both be given.
+type BanRequest struct {
+	Prefix   string   `json:"prefix,omitempty"`
+	Prefixes []string `json:"prefixes,omitempty"`
+	// TTL is a duration ("90s", "1h", "7d"); empty: for good.
+	TTL    string `json:"ttl,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Origin says who bans ("fail2ban", "crowdsec", ...); default "api".
+	Origin string `json:"origin,omitempty"`
+}
+
+// BanResponse lists the bans made.
+type BanResponse struct {
+	Banned []ban.Ban `json:"banned"`
+}
+
+// UnbanResponse lists the bans lifted (none when the prefix was not
+// banned).
+type UnbanResponse struct {
+	Unbanned []ban.Ban `json:"unbanned"`
+}
+
+// BanList is a page of bans.
+type BanList struct {
+	Bans   []ban.Ban `json:"bans"`
+	Total  int       `json:"total"` // matching bans before paging
+	Counts Counts    `json:"counts"`
+}
+
+// Counts counts the bans in force.
+type Counts struct {
+	Total    int            `json:"total"`
+	Addr4    int            `json:"addresses_ipv4"`
+	Addr6    int            `json:"addresses_ipv6"`
+	Net4     int            `json:"prefixes_ipv4"`
+	Net6     int            `json:"prefixes_ipv6"`
+	ByOrigin map[string]int `json:"by_origin"`
+}
+
+// CountsOf converts ban.Counts.
+func CountsOf(c ban.Counts) Counts {
+	return Counts{Total: c.Total(), Addr4: c.Addr4, Addr6: c.Addr6, Net4: c.Net4, Net6: c.Net6, ByOrigin: c.ByOrigin}
+}
+
+// Status is what the daemon runs.
+type Status struct {
+	Policy    string       `json:"policy"`
+	NetNS     string       `json:"netns,omitempty"`
+	Table     string       `json:"table"`
+	Started   time.Time    `json:"started"`
+	Applied   time.Time    `json:"applied"`
+	Rules     []RuleStatus `json:"rules"`
+	Sources   []Source     `json:"sources"`
+	Bans      Counts       `json:"bans"`
+	Elements  int          `json:"nft_elements"`
+	Drift     int          `json:"drift_repairs"`
+	LastError string       `json:"last_error,omitempty"`
+}
+
+// RuleStatus is one rule of the applied policy.
+type RuleStatus struct {
+	Name       string `json:"name"`
+	Action     string `json:"action"`
+	PrefixesV4 int    `json:"prefixes_ipv4"`
+	PrefixesV6 int    `json:"prefixes_ipv6"`
+}
+
+// Source is one source of the policy and how fresh it is.
+type Source struct {
+	Name       string    `json:"name"`
+	Loaded     time.Time `json:"loaded"`  // last load that went into the kernel
+	Checked    time.Time `json:"checked"` // last attempt
+	Refresh    string    `json:"refresh"`
+	Stale      bool      `json:"stale,omitempty"` // serving a cached copy
+	LastError  string    `json:"last_error,omitempty"`
+	PrefixesV4 int       `json:"prefixes_ipv4"`
+	PrefixesV6 int       `json:"prefixes_ipv6"`
+}
+
+// ReloadResponse says what a reload changed.
+type ReloadResponse struct {
+	Changed  bool   `json:"changed"`
+	Mode     string `json:"mode"` // "none", "update" (diff), "full"
+	Millis   int64  `json:"ms"`
+	Elements int    `json:"nft_elements"`
+}
+
+// Explanation says which rule decides a packet.
+type Explanation struct {
+	Addr    string   `json:"addr"`
+	Verdict string   `json:"verdict"`
+	Rule    string   `json:"rule,omitempty"`
+	Banned  *ban.Ban `json:"ban,omitempty"`
+	Detail  []string `json:"detail,omitempty"`
+}
+
+// Error is the body of an error response.
+type Error struct {
+	// Code is a stable word: "invalid", "too_broad", "protected",
+	// "own_address", "ttl", "bad_request", "not_found", "internal".
+	Code    string `json:"code"`
+	Message string `json:"error"`
+	// Status is the HTTP status (not sent; set by the client).
+	Status int `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Message }

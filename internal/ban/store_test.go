@@ -1,0 +1,253 @@
+package ban
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func openTemp(t testing.TB) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bans.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, path
+}
+
+// sameBans compares bans by value, times by instant.
+func sameBans(t *testing.T, got, want []Ban) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d bans %v, want %d %v", len(got), prefixes(got), len(want), prefixes(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Prefix != w.Prefix || !g.Expires.Equal(w.Expires) || !g.Created.Equal(w.Created) || g.Reason != w.Reason || g.Origin != w.Origin {
+			t.Errorf("ban %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// allBans lists every ban of s, live or not, in List order.
+func allBans(s *Set) []Ban {
+	page, _ := s.List(time.Time{}.Add(-time.Hour), Filter{}, 0, 0) // before any expiry
+	return page
+}
+
+func TestStoreRoundTrip(t *testing.T) {
+	st, path := openTemp(t)
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("store file: %v, %v; want mode 0600", fi, err)
+	}
+	created := time.Date(2026, 2, 3, 4, 5, 6, 789, time.FixedZone("CET", 3600))
+	bans := []Ban{
+		{Prefix: netip.MustParsePrefix("203.0.113.5/32"), Created: created, Reason: "sshd", Origin: "fail2ban", Expires: created.Add(time.Hour)},
+		{Prefix: netip.MustParsePrefix("198.51.100.0/24"), Created: created, Origin: "cli"},
+		{Prefix: netip.MustParsePrefix("2001:db8::/32"), Created: created, Expires: created.Add(-time.Hour)}, // expired: kept
+		{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Created: time.Now(), Reason: "ünïcode \"quoted\"\n"},
+	}
+	if err := st.Put(bans...); err != nil {
+		t.Fatal(err)
+	}
+	s, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Ban{bans[1], bans[0], bans[2], bans[3]}
+	sameBans(t, allBans(s), want)
+
+	// Replace one, delete two (one missing), put an unmasked prefix.
+	repl := bans[0]
+	repl.Reason = "again"
+	if err := st.Put(repl, Ban{Prefix: netip.MustParsePrefix("192.0.2.77/24"), Created: created}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(bans[2].Prefix, netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("198.51.100.1/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened, it still holds them.
+	st2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	s, err = st2.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []Ban{{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Created: created}, repl, bans[3]}
+	sameBans(t, allBans(s), want)
+
+	// Of several bans of one prefix in one call, the last wins.
+	first := Ban{Prefix: netip.MustParsePrefix("198.51.100.9/32"), Created: created, Reason: "first"}
+	last := first
+	last.Reason = "last"
+	if err := st2.Put(first, last); err != nil {
+		t.Fatal(err)
+	}
+	s, err = st2.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := s.Get(first.Prefix); b.Reason != "last" {
+		t.Errorf("after Put(first, last): %q", b.Reason)
+	}
+
+	// Empty calls are fine.
+	if err := st2.Put(); err != nil {
+		t.Error(err)
+	}
+	if err := st2.Delete(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestStoreInvalid(t *testing.T) {
+	st, _ := openTemp(t)
+	good := Ban{Prefix: netip.MustParsePrefix("192.0.2.1/32")}
+	if err := st.Put(good, Ban{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put of an invalid ban = %v, want ErrInvalid", err)
+	}
+	if err := st.Delete(netip.Prefix{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Delete of an invalid prefix = %v, want ErrInvalid", err)
+	}
+	s, err := st.Load()
+	if err != nil || s.Len() != 0 {
+		t.Errorf("after a failed Put: %d bans, %v; want none", s.Len(), err)
+	}
+}
+
+func TestStoreCorrupt(t *testing.T) {
+	st, path := openTemp(t)
+	st.Close()
+	// Write records by hand: bad JSON, and a key that is not its prefix.
+	for _, rec := range [][2]string{
+		{"192.0.2.1/32", "{not json"},
+		{"192.0.2.2/32", `{"prefix":"192.0.2.3/32","created":"2026-01-01T00:00:00Z"}`},
+	} {
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			bk := tx.Bucket(bucket)
+			if err := bk.ForEach(func(k, _ []byte) error { return bk.Delete(k) }); err != nil {
+				return err
+			}
+			return bk.Put([]byte(rec[0]), []byte(rec[1]))
+		})
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Load()
+		st.Close()
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Load of %q = %v, want ErrInvalid", rec[1], err)
+		}
+	}
+}
+
+func TestStoreLocked(t *testing.T) {
+	_, path := openTemp(t)
+	start := time.Now()
+	st, err := Open(path)
+	if err == nil {
+		st.Close()
+		t.Fatal("second Open of a held store succeeded")
+	}
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d < lockTimeout/2 {
+		t.Errorf("gave up after %v, before the %v timeout", d, lockTimeout)
+	}
+}
+
+func TestStoreOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(filepath.Join(dir, "missing", "bans.db")); err == nil || errors.Is(err, ErrLocked) {
+		t.Errorf("Open in a missing directory = %v", err)
+	}
+	junk := filepath.Join(dir, "junk.db")
+	if err := os.WriteFile(junk, make([]byte, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := Open(junk); err == nil {
+		st.Close()
+		t.Error("Open of a file that is not a database succeeded")
+	}
+}
+
+func TestStoreBigPut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100k bans")
+	}
+	st, path := openTemp(t)
+	bans := manyAddrBans(100_000)
+	start := time.Now()
+	if err := st.Put(bans...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Put of %d bans: %v", len(bans), time.Since(start))
+	if fi, err := os.Stat(path); err == nil {
+		t.Logf("store file: %d bytes", fi.Size())
+	}
+	s, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != len(bans) {
+		t.Fatalf("loaded %d bans, want %d", s.Len(), len(bans))
+	}
+	b, ok := s.Get(bans[12345].Prefix)
+	if !ok || !reflect.DeepEqual(b.Reason, bans[12345].Reason) || !b.Expires.Equal(bans[12345].Expires) {
+		t.Errorf("ban %v = %+v, %v", bans[12345].Prefix, b, ok)
+	}
+	// Deleting them all is one transaction too.
+	ps := make([]netip.Prefix, len(bans))
+	for i, b := range bans {
+		ps[i] = b.Prefix
+	}
+	if err := st.Delete(ps...); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := st.Load(); err != nil || s.Len() != 0 {
+		t.Fatalf("after deleting all: %d bans, %v", s.Len(), err)
+	}
+}
+
+// manyAddrBans returns n distinct IPv4 address bans in a scattered order,
+// with varied expiries, as a daemon would collect them.
+func manyAddrBans(n int) []Ban {
+	bans := make([]Ban, n)
+	for i := range bans {
+		x := uint32(i) * 2654435761 // Knuth's multiplicative hash: a bijection
+		a := netip.AddrFrom4([4]byte{byte(x >> 24), byte(x >> 16), byte(x >> 8), byte(x)})
+		bans[i] = Ban{
+			Prefix:  netip.PrefixFrom(a, 32),
+			Expires: t0.Add(time.Duration(1+i%1000) * time.Minute),
+			Created: t0,
+			Reason:  "sshd",
+			Origin:  "fail2ban",
+		}
+	}
+	return bans
+}

@@ -1,0 +1,380 @@
+// Package banctl applies bans (package ban) to ipfence's nftables table in
+// one namespace and keeps them on disk: the one place where a ban goes
+// from a request to the kernel, used by `ipfence ban` and the daemon.
+//
+// The desired state is a ban.Set, stored in a ban.Store. What the kernel
+// holds is never read back (listing a million elements takes a minute):
+// the Controller remembers the elements it put there, and each change
+// sends only the difference, in one transaction with the base-chain rules
+// that look the ban sets up (present only while a set is non-empty).
+package banctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/ban"
+)
+
+// Config says where a Controller works.
+type Config struct {
+	// NetNS is the target namespace ("" = current), as nft.ApplyOptions.
+	NetNS string
+	// Table is ipfence's table ("ipfence").
+	Table string
+	// Heads and Priority describe the loaded policy's base chain (see
+	// nft.BaseChain), which ban updates rewrite.
+	Heads    []nft.RuleHead
+	Priority int32
+	// Guard refuses bans of protected networks and own addresses.
+	Guard ban.Guard
+	// Store keeps the bans; the Controller does not close it.
+	Store *ban.Store
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Request is one ban to make.
+type Request struct {
+	Prefix netip.Prefix
+	TTL    time.Duration // 0: for good
+	Reason string
+	Origin string
+}
+
+// Controller bans and unbans. It is safe for concurrent use; changes are
+// serialized, each one transaction.
+type Controller struct {
+	cfg Config
+	mu  sync.Mutex
+	set *ban.Set
+	// What the kernel holds, as last sent: every single-address ban of
+	// set (an element each; addrs counts them per family), and nets.
+	addrs [2]int
+	nets  [2][]ban.Element
+}
+
+// Snapshot is what the four ban sets hold (in the order of nft.BanSets),
+// with absolute expiries.
+type Snapshot [4][]ban.Element
+
+// Nft is s as set elements with their time left at now; elements with
+// less than a millisecond left (the kernel's unit) are left out.
+func (s Snapshot) Nft(now time.Time) nft.Bans {
+	var out [4][]nft.Elem
+	for i, es := range s {
+		for _, e := range es {
+			if el, ok := elem(e, now); ok {
+				out[i] = append(out[i], el)
+			}
+		}
+	}
+	return nft.Bans{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
+}
+
+// Open loads the stored bans and drops expired ones. It assumes the
+// kernel holds what the store says (as after a successful change or an
+// apply); Load sends everything again.
+func Open(cfg Config) (*Controller, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	set, err := cfg.Store.Load()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{cfg: cfg, set: set}
+	if gone := set.Prune(c.cfg.Now()); len(gone) > 0 {
+		if err := cfg.Store.Delete(prefixes(gone)...); err != nil {
+			return nil, err
+		}
+	}
+	c.assume(c.desired(c.cfg.Now()))
+	return c, nil
+}
+
+// assume records that the kernel holds s.
+func (c *Controller) assume(s Snapshot) {
+	c.addrs = [2]int{len(s[0]), len(s[1])}
+	c.nets = [2][]ban.Element{s[2], s[3]}
+}
+
+// Snapshot returns what the ban sets must hold now, for a full load of
+// the table: nft.FromPlan(p, snap.Nft(now)). Tell the Controller with
+// Loaded once the load succeeded.
+func (c *Controller) Snapshot() (Snapshot, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.Now()
+	return c.desired(now), now
+}
+
+// Loaded tells the Controller that a full load put s in the kernel, for
+// a policy with these base-chain heads and priority.
+func (c *Controller) Loaded(s Snapshot, heads []nft.RuleHead, priority int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.assume(s)
+	c.cfg.Heads, c.cfg.Priority = heads, priority
+}
+
+// Set exposes the bans for reading (List, Counts); callers must not
+// change it and must hold no reference across Controller calls.
+func (c *Controller) View(fn func(s *ban.Set)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(c.set)
+}
+
+// Ban bans every request in one transaction, or none of them: a request
+// the guard refuses fails them all and changes nothing. Banning a prefix
+// that is banned already replaces its ban (new expiry, reason, origin).
+func (c *Controller) Ban(ctx context.Context, reqs []Request) ([]ban.Ban, error) {
+	now := c.cfg.Now()
+	bans := make([]ban.Ban, len(reqs))
+	for i, r := range reqs {
+		p := r.Prefix.Masked()
+		if err := c.cfg.Guard.Check(p); err != nil {
+			return nil, err
+		}
+		if r.TTL != 0 && (r.TTL < ban.MinTTL || r.TTL > ban.MaxTTL) {
+			return nil, fmt.Errorf("banning %s: %w: %v is outside %v to %v", p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
+		}
+		bans[i] = ban.Ban{Prefix: p, Created: now, Reason: r.Reason, Origin: r.Origin}
+		if r.TTL != 0 {
+			bans[i].Expires = now.Add(r.TTL)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ch change
+	var undo []func()
+	for _, b := range bans {
+		old, existed := c.set.Put(b)
+		undo = append(undo, func() {
+			if existed {
+				c.set.Put(old)
+			} else {
+				c.set.Delete(b.Prefix)
+			}
+		})
+		if !b.IsAddr() {
+			ch.nets = true
+			continue
+		}
+		f := family(b.Prefix)
+		if existed {
+			ch.del[f] = append(ch.del[f], ban.Element{Prefix: old.Prefix, Expires: old.Expires})
+		} else {
+			ch.n[f]++
+		}
+		ch.add[f] = append(ch.add[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+	}
+	if err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Put(bans...) }); err != nil {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return nil, err
+	}
+	return bans, nil
+}
+
+// change is what one transaction does to the ban sets: single-address
+// elements to delete and add, and the change in their number, per family
+// (0 IPv4, 1 IPv6); nets says the CIDR bans changed.
+type change struct {
+	add, del [2][]ban.Element
+	n        [2]int
+	nets     bool
+}
+
+func family(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 0
+	}
+	return 1
+}
+
+// Unban lifts the bans of ps (exactly these prefixes; one not banned is
+// no error) in one transaction, and returns the bans lifted.
+func (c *Controller) Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.Now()
+	var lifted []ban.Ban
+	var ch change
+	for _, p := range ps {
+		b, ok := c.set.Delete(p.Masked())
+		if !ok {
+			continue
+		}
+		lifted = append(lifted, b)
+		if !b.IsAddr() {
+			ch.nets = true
+			continue
+		}
+		f := family(b.Prefix)
+		ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+		ch.n[f]--
+	}
+	if len(lifted) == 0 {
+		return nil, nil
+	}
+	if err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(lifted)...) }); err != nil {
+		for _, b := range lifted {
+			c.set.Put(b)
+		}
+		return nil, err
+	}
+	return lifted, nil
+}
+
+// Expire forgets bans that have run out (the kernel removed their
+// elements itself) and drops the base-chain rules of ban sets that
+// became empty. The daemon calls it now and then.
+func (c *Controller) Expire(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.Now()
+	gone := c.set.Prune(now)
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	var ch change // the kernel removed their elements itself
+	for _, b := range gone {
+		if b.IsAddr() {
+			ch.n[family(b.Prefix)]--
+		} else {
+			ch.nets = true
+		}
+	}
+	return len(gone), c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) })
+}
+
+// commit sends ch (and, when the CIDR bans changed, the difference of
+// their disjoint pieces) in one transaction, with the base chain when a
+// ban set became empty or non-empty; then persists with save. If save
+// fails the kernel is put back as it was.
+func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save func() error) error {
+	oldAddrs, oldNets := c.addrs, c.nets
+	newAddrs := [2]int{c.addrs[0] + ch.n[0], c.addrs[1] + ch.n[1]}
+	newNets := oldNets
+	if ch.nets {
+		newNets = [2][]ban.Element{}
+		for _, e := range c.set.NetElements(now) {
+			f := family(e.Prefix)
+			newNets[f] = append(newNets[f], e)
+		}
+	}
+	// Per ban set: the elements to add and to delete.
+	var add, del [4][]ban.Element
+	for f := range 2 {
+		add[f], del[f] = ch.add[f], ch.del[f]
+		add[2+f], del[2+f] = ban.Diff(oldNets[f], newNets[f])
+	}
+	present := func(a [2]int, n [2][]ban.Element) [4]bool {
+		return [4]bool{a[0] > 0, a[1] > 0, len(n[0]) > 0, len(n[1]) > 0}
+	}
+	update := func(add, del [4][]ban.Element, p [4]bool, chain bool) *nft.Update {
+		u := &nft.Update{Table: c.cfg.Table}
+		for i, s := range nft.BanSets() {
+			u.Sets = append(u.Sets, nft.SetChange{Set: s, Add: elems(add[i], now), Del: elems(del[i], time.Time{})})
+		}
+		if chain {
+			u.Chains = []*nft.Chain{nft.BaseChain(c.cfg.Heads, c.cfg.Priority, presence(p))}
+		}
+		return u
+	}
+	chain := present(oldAddrs, oldNets) != present(newAddrs, newNets)
+	u := update(add, del, present(newAddrs, newNets), chain)
+	if _, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: c.cfg.NetNS}); err != nil {
+		return fmt.Errorf("updating the ban sets: %w", err)
+	}
+	if err := save(); err != nil {
+		back := update(del, add, present(oldAddrs, oldNets), chain)
+		if _, uerr := nft.ApplyUpdate(ctx, back, nft.ApplyOptions{NetNS: c.cfg.NetNS}); uerr != nil {
+			return errors.Join(err, fmt.Errorf("and putting the kernel back failed: %w", uerr))
+		}
+		return err
+	}
+	c.addrs, c.nets = newAddrs, newNets
+	return nil
+}
+
+// presence is a Bans value whose sets are non-empty where p says so: what
+// BaseChain needs to know.
+func presence(p [4]bool) nft.Bans {
+	one := []nft.Elem{{}}
+	var b nft.Bans
+	if p[0] {
+		b.Addrs4 = one
+	}
+	if p[1] {
+		b.Addrs6 = one
+	}
+	if p[2] {
+		b.Nets4 = one
+	}
+	if p[3] {
+		b.Nets6 = one
+	}
+	return b
+}
+
+// elems turns ban elements into set elements with their time left at now
+// (a zero now: no timeouts, for deletes, which match on the key alone).
+// Elements with less than a millisecond left are dropped.
+func elems(es []ban.Element, now time.Time) []nft.Elem {
+	out := make([]nft.Elem, 0, len(es))
+	for _, e := range es {
+		if el, ok := elem(e, now); ok {
+			out = append(out, el)
+		}
+	}
+	return out
+}
+
+// desired is what the ban sets must hold at now.
+func (c *Controller) desired(now time.Time) Snapshot {
+	addrs, nets := c.set.Elements(now)
+	var s Snapshot
+	for _, e := range addrs {
+		if e.Prefix.Addr().Is4() {
+			s[0] = append(s[0], e)
+		} else {
+			s[1] = append(s[1], e)
+		}
+	}
+	for _, e := range nets {
+		if e.Prefix.Addr().Is4() {
+			s[2] = append(s[2], e)
+		} else {
+			s[3] = append(s[3], e)
+		}
+	}
+	return s
+}
+
+// elem turns a ban element into a set element with its time left at now;
+// false when less than a millisecond is left. A zero now gives elements
+// without timeouts (for deletes, which match on the key).
+func elem(e ban.Element, now time.Time) (nft.Elem, bool) {
+	if e.Expires.IsZero() || now.IsZero() {
+		return nft.Elem{Key: e.Prefix}, true
+	}
+	left := e.Expires.Sub(now)
+	return nft.Elem{Key: e.Prefix, Timeout: left}, left >= time.Millisecond
+}
+
+func prefixes(bs []ban.Ban) []netip.Prefix {
+	ps := make([]netip.Prefix, len(bs))
+	for i, b := range bs {
+		ps[i] = b.Prefix
+	}
+	return ps
+}

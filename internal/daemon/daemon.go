@@ -1,0 +1,535 @@
+// Package daemon is `ipfence daemon`: it loads a policy into one
+// namespace, keeps its sources fresh on their schedules, takes bans over a
+// local API (coalesced into batched transactions), expires them, repairs
+// drift, and exports metrics.
+//
+// The kernel side is always one ipfence table. A full load replaces it in
+// one transaction; a feed refresh sends only what changed (nft.Diff) and
+// never touches the ban sets; bans are transactions of their own on the
+// ban sets (package banctl).
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/hostaddr"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/policy"
+	"github.com/ipfence/ipfence/internal/source"
+	"github.com/ipfence/ipfence/internal/state"
+)
+
+// Config configures a Daemon.
+type Config struct {
+	Policy   string // policy file
+	NetNS    string // "" = current namespace
+	StateDir string
+	Socket   string // API socket path
+	// Metrics is the address the Prometheus endpoint listens on
+	// ("127.0.0.1:9477"); "" turns it off.
+	Metrics string
+	Logger  *slog.Logger
+	// Tick is how often the daemon looks for due sources, expired bans
+	// and drift (default 10s).
+	Tick time.Duration
+	// DriftEvery is how often the kernel is checked against the desired
+	// state (default 1m).
+	DriftEvery time.Duration
+}
+
+// Daemon is a running `ipfence daemon`. Create it with New; Run runs it.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	started time.Time
+	metrics *metrics
+	bans    *banQueue
+
+	// mu guards what follows: the policy as loaded, and every full or
+	// diff load (bans take the Controller's own lock).
+	mu       sync.Mutex
+	loader   *source.Loader
+	pol      *policy.Policy
+	res      *policy.Resolved
+	plan     *plan.Plan
+	prog     *nft.Program // as loaded, ban sets empty
+	applied  time.Time
+	sources  map[string]*sourceState
+	ctl      *banctl.Controller
+	store    *ban.Store
+	guard    ban.Guard
+	drift    int
+	lastErr  string
+	elements int
+}
+
+// sourceState is what the daemon knows of one source.
+type sourceState struct {
+	refresh  time.Duration
+	loaded   time.Time // last load in the kernel
+	checked  time.Time // last attempt
+	stale    bool
+	lastErr  string
+	v4, v6   int
+	failures int
+}
+
+// New returns a daemon for cfg (nothing is started).
+func New(cfg Config) *Daemon {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 10 * time.Second
+	}
+	if cfg.DriftEvery <= 0 {
+		cfg.DriftEvery = time.Minute
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}}
+	d.metrics = newMetrics(d)
+	d.bans = newBanQueue(d)
+	return d
+}
+
+// Run loads the policy, serves the API and keeps everything fresh until
+// ctx is done. The ruleset stays in the kernel when Run returns: a
+// firewall must not open when its daemon stops.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.started = time.Now()
+	st := state.Dir{Path: d.cfg.StateDir}
+	unlock, err := st.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bans"), 0o700); err != nil {
+		return fmt.Errorf("creating the ban folder: %w", err)
+	}
+	store, err := ban.Open(BanStorePath(d.cfg.StateDir, d.cfg.NetNS))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	d.store = store
+	if err := d.start(ctx); err != nil {
+		return err
+	}
+
+	ln, err := listenUnix(d.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("API server: %w", err)
+		}
+	})
+	var msrv *http.Server
+	if d.cfg.Metrics != "" {
+		mln, err := net.Listen("tcp", d.cfg.Metrics)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		msrv = &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics server: %w", err)
+			}
+		})
+	}
+	bctx, stopBans := context.WithCancel(ctx)
+	wg.Go(func() { d.bans.run(bctx) })
+
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		d.log.Warn("notifying systemd", "err", err)
+	}
+	d.log.Info("ready", "socket", d.cfg.Socket, "netns", d.cfg.NetNS, "metrics", d.cfg.Metrics)
+	err = d.loop(ctx, errc)
+
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut)
+	if msrv != nil {
+		_ = msrv.Shutdown(shut)
+	}
+	stopBans()
+	wg.Wait()
+	return err
+}
+
+// loop runs the periodic work until ctx is done or a server fails.
+func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
+	tick := time.NewTicker(d.cfg.Tick)
+	defer tick.Stop()
+	var watchdog <-chan time.Time
+	if every, err := daemon.SdWatchdogEnabled(false); err == nil && every > 0 {
+		t := time.NewTicker(every / 3)
+		defer t.Stop()
+		watchdog = t.C
+	}
+	lastDrift := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-watchdog:
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		case now := <-tick.C:
+			if n, err := d.ctl.Expire(ctx); err != nil {
+				d.log.Warn("expiring bans", "err", err)
+			} else if n > 0 {
+				d.log.Debug("bans expired", "count", n)
+			}
+			if d.due(now) {
+				if _, err := d.Reload(ctx); err != nil {
+					d.log.Warn("refreshing sources; the last good ruleset stays", "err", err)
+				}
+			}
+			if now.Sub(lastDrift) >= d.cfg.DriftEvery {
+				lastDrift = now
+				if err := d.checkDrift(ctx); err != nil {
+					d.log.Warn("checking drift", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// start compiles the policy and loads it with the stored bans (a full
+// load: whatever the kernel held is replaced, which also repairs any
+// drift since the last run).
+func (d *Daemon) start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.loader = &source.Loader{StateDir: d.cfg.StateDir, Logger: d.log}
+	c, err := d.compile(ctx)
+	if err != nil {
+		return err
+	}
+	own, err := hostaddr.List(d.cfg.NetNS)
+	if err != nil {
+		return err
+	}
+	d.guard = ban.Guard{Protected: c.plan.ProtectSet(), Own: own}
+	ctl, err := banctl.Open(banctl.Config{NetNS: d.cfg.NetNS, Table: c.plan.Table, Heads: nft.Heads(c.plan),
+		Priority: c.plan.Priority, Guard: d.guard, Store: d.store})
+	if err != nil {
+		return err
+	}
+	d.ctl = ctl
+	return d.loadFull(ctx, c)
+}
+
+// compiled is a policy resolved and compiled, not yet loaded.
+type compiled struct {
+	pol  *policy.Policy
+	res  *policy.Resolved
+	plan *plan.Plan
+	prog *nft.Program
+}
+
+// compile reads the policy and its sources and compiles it; it records
+// per source when it was checked and what went wrong.
+func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
+	pol, err := policy.Load(d.cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	res, err := pol.Resolve(ctx, d.loader)
+	for _, sd := range pol.Sources {
+		ss := d.sources[sd.Spec.Name]
+		if ss == nil {
+			ss = &sourceState{}
+			d.sources[sd.Spec.Name] = ss
+		}
+		ss.refresh, ss.checked = refreshOf(sd.Spec), now
+	}
+	if err != nil {
+		d.sourceFailed(pol, err)
+		return nil, err
+	}
+	p, err := plan.Compile(res.Input, plan.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range p.Warnings {
+		d.log.Warn(w)
+	}
+	if err := hostaddr.CheckPlan(p, d.cfg.NetNS); err != nil {
+		return nil, err
+	}
+	return &compiled{pol: pol, res: res, plan: p, prog: nft.FromPlan(p, nft.Bans{})}, nil
+}
+
+// sourceFailed records err against the source it names (every source
+// when it names none).
+func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
+	for _, sd := range pol.Sources {
+		ss := d.sources[sd.Spec.Name]
+		if source.ErrorNames(err, sd.Spec.Name) {
+			ss.lastErr = err.Error()
+			ss.failures++
+			d.metrics.feedErrors.WithLabelValues(sd.Spec.Name).Inc()
+		}
+	}
+}
+
+// loadFull replaces the table with c and the current bans in one
+// transaction, then records c as loaded. Called with d.mu held.
+func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
+	t0 := time.Now()
+	prog := nft.FromPlan(c.plan, nft.Bans{})
+	snap, now := d.ctl.Snapshot()
+	heads := nft.Heads(c.plan)
+	nft.SetBans(prog, heads, c.plan.Priority, snap.Nft(now))
+	var err error
+	for try := 0; try < 3; try++ {
+		if _, err = nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: d.cfg.NetNS}); err == nil {
+			break
+		}
+		var cc *nft.ConcurrentChangeError
+		if !errors.As(err, &cc) {
+			break
+		}
+	}
+	if err != nil {
+		d.lastErr = err.Error()
+		return fmt.Errorf("loading the policy: %w", err)
+	}
+	d.ctl.Loaded(snap, heads, c.plan.Priority)
+	d.metrics.applySeconds.WithLabelValues("full").Observe(time.Since(t0).Seconds())
+	d.loaded(c)
+	return nil
+}
+
+// loaded records c as what the kernel holds: sources committed as last
+// good, state saved. Called with d.mu held.
+func (d *Daemon) loaded(c *compiled) {
+	d.pol, d.res, d.plan, d.prog = c.pol, c.res, c.plan, c.prog
+	d.applied = time.Now()
+	d.lastErr = ""
+	d.elements = 0
+	for _, s := range c.prog.Sets {
+		d.elements += len(s.Elems)
+	}
+	for name, src := range c.res.Sources {
+		if err := d.loader.Commit(src); err != nil {
+			d.log.Warn("recording last good source", "source", name, "err", err)
+		}
+		if ss := d.sources[name]; ss != nil {
+			ss.loaded, ss.lastErr = d.applied, ""
+			ss.stale, _ = src.Stale()
+			ss.v4, ss.v6 = src.Prefixes()
+		}
+	}
+	if err := (state.Dir{Path: d.cfg.StateDir}).SaveApplied(d.cfg.NetNS, state.Summarize(c.plan)); err != nil {
+		d.log.Warn("recording what was applied", "err", err)
+	}
+}
+
+// Reload reads the policy and its sources again and, if the ruleset
+// changed, sends the difference in one transaction (a full load when the
+// difference cannot be expressed as one). On any error the ruleset in
+// force stays.
+func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t0 := time.Now()
+	c, err := d.compile(ctx)
+	if err != nil {
+		d.lastErr = err.Error()
+		return ReloadResult{}, err
+	}
+	res := ReloadResult{Mode: "none"}
+	u, err := nft.DiffKeeping(d.prog, c.prog, isBanSet)
+	switch {
+	case errors.Is(err, nft.ErrNeedsReload) || (err == nil && !sameHeads(d.plan, c.plan)):
+		res.Mode = "full"
+		if err := d.loadFull(ctx, c); err != nil {
+			return res, err
+		}
+	case err != nil:
+		return res, err
+	case emptyUpdate(u):
+		d.loaded(c)
+	default:
+		res.Mode = "update"
+		ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
+		if err != nil {
+			d.lastErr = err.Error()
+			return res, fmt.Errorf("updating the ruleset: %w", err)
+		}
+		res.Added, res.Deleted = ur.Added, ur.Deleted
+		d.metrics.applySeconds.WithLabelValues("update").Observe(time.Since(t0).Seconds())
+		d.loaded(c)
+	}
+	res.Duration = time.Since(t0)
+	res.Changed = res.Mode != "none"
+	return res, nil
+}
+
+// emptyUpdate reports whether u changes nothing.
+func emptyUpdate(u *nft.Update) bool {
+	if len(u.Chains) > 0 || len(u.NewSets) > 0 || len(u.NewChains) > 0 || len(u.DelSets) > 0 || len(u.DelChains) > 0 {
+		return false
+	}
+	for _, sc := range u.Sets {
+		if len(sc.Add) > 0 || len(sc.Del) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ReloadResult says what a Reload did.
+type ReloadResult struct {
+	Changed        bool
+	Mode           string // "none", "update", "full"
+	Added, Deleted int
+	Duration       time.Duration
+}
+
+func isBanSet(name string) bool {
+	for _, s := range nft.BanSets() {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// sameHeads reports whether two plans have the same base chain.
+func sameHeads(a, b *plan.Plan) bool {
+	if a == nil || b == nil || a.Priority != b.Priority {
+		return false
+	}
+	ha, hb := nft.Heads(a), nft.Heads(b)
+	if len(ha) != len(hb) {
+		return false
+	}
+	for i := range ha {
+		if fmt.Sprint(ha[i]) != fmt.Sprint(hb[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// due reports whether a source's refresh interval has passed.
+func (d *Daemon) due(now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ss := range d.sources {
+		if ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshOf is how often a source is read again: its refresh setting, or
+// an hour for URLs and a minute for files; never for built-in data only.
+func refreshOf(s source.Spec) time.Duration {
+	switch {
+	case s.Refresh != 0:
+		return max(s.Refresh, 0)
+	case len(s.URLs) > 0:
+		return time.Hour
+	}
+	for _, p := range s.Paths {
+		if !source.IsBuiltin(p) {
+			return time.Minute
+		}
+	}
+	return 0
+}
+
+// checkDrift compares the kernel's table with what was loaded (chains,
+// sets, base rules: cheap, no elements read) and loads it all again when
+// they differ.
+func (d *Daemon) checkDrift(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ts, err := nft.Status(ctx, d.plan.Table, d.cfg.NetNS)
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, s := range d.prog.Sets {
+		want["set "+s.Name] = true
+	}
+	for _, c := range d.prog.Chains {
+		want["chain "+c.Name] = true
+	}
+	got := map[string]bool{}
+	for _, s := range ts.Sets {
+		got["set "+s.Name] = true
+	}
+	for _, c := range ts.Chains {
+		got["chain "+c.Name] = true
+	}
+	drift := !ts.Exists || len(got) != len(want)
+	for k := range want {
+		drift = drift || !got[k]
+	}
+	if !drift {
+		return nil
+	}
+	d.drift++
+	d.metrics.drift.Inc()
+	d.log.Warn("the kernel's ipfence table differs from what was loaded; loading it again", "exists", ts.Exists)
+	return d.loadFull(ctx, &compiled{pol: d.pol, res: d.res, plan: d.plan, prog: d.prog})
+}
+
+// BanStorePath is where the bans of a namespace are kept.
+func BanStorePath(stateDir, netns string) string {
+	if netns == "" {
+		netns = "_current"
+	}
+	return filepath.Join(stateDir, "bans", filepath.Base(netns)+".db")
+}
+
+// listenUnix listens on a root-only Unix socket at path, replacing a
+// stale socket file.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating the socket folder: %w", err)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another daemon listens on %s", path)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

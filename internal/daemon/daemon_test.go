@@ -1,0 +1,291 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen"
+)
+
+// running is a daemon started by a test.
+type running struct {
+	d    *Daemon
+	cl   *api.Client
+	stop func() error
+}
+
+func startDaemon(t *testing.T, cfg Config) *running {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if testing.Verbose() {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	}
+	d := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	cl := api.NewClient(cfg.Socket)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := cl.Status(context.Background()); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("daemon stopped while starting: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("daemon not ready after 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := &running{d: d, cl: cl}
+	stopped := false
+	r.stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		cl.Close()
+		return <-done
+	}
+	t.Cleanup(func() { _ = r.stop() })
+	return r
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// verdicts sends one UDP packet per source through the lab and returns
+// "p" (passed) or "d" (dropped) per source.
+func verdicts(t *testing.T, lab *netns.Lab, srcs ...string) string {
+	t.Helper()
+	as := make([]netip.Addr, len(srcs))
+	for i, s := range srcs {
+		as[i] = netip.MustParseAddr(s)
+	}
+	got, err := pktgen.Check(lab, as, 9999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, ok := range got {
+		b.WriteString(map[bool]string{true: "p", false: "d"}[ok])
+	}
+	return b.String()
+}
+
+// TestDaemon runs the daemon in a lab namespace and drives it through its
+// API: bans (good and bad), a feed refresh sent as a diff, a feed that
+// breaks, metrics, and a restart that brings the bans back.
+func TestDaemon(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	feed := filepath.Join(dir, "feed.txt")
+	writeFile(t, feed, "192.0.2.0/24\n2001:db8:1::/48\n")
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\nprotect: [198.18.0.0/15, 2001:2::/48]\n"+
+		"rules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
+	cfg := Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), Tick: 50 * time.Millisecond}
+	r := startDaemon(t, cfg)
+	ctx := context.Background()
+	srcs := []string{"192.0.2.1", "203.0.113.5", "100.64.1.1", "2001:db8:1::1", "2001:db8:2::1"}
+	if got := verdicts(t, lab, srcs...); got != "dppdp" {
+		t.Fatalf("verdicts at start %q", got)
+	}
+
+	// Bans.
+	if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: "203.0.113.5", TTL: "1h", Reason: "ssh"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.Ban(ctx, api.BanRequest{Prefixes: []string{"2001:db8:2::/48"}, Origin: "fail2ban"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddpdd" {
+		t.Errorf("verdicts with bans %q, want ddpdd", got)
+	}
+	l, err := r.cl.List(ctx, api.ListOptions{})
+	if err != nil || l.Total != 2 || l.Counts.ByOrigin["fail2ban"] != 1 || l.Bans[0].Reason != "ssh" {
+		t.Errorf("list: %+v, %v", l, err)
+	}
+
+	// Bad requests: 400 with a code, nothing changed.
+	before := netnstest.Ruleset(t, lab.FW)
+	for _, tc := range []struct {
+		body, code string
+	}{
+		{`{"prefix": "198.18.0.9"}`, "protected"},
+		{`{"prefix": "10.0.0.0/4"}`, "too_broad"},
+		{`{"prefix": "nonsense"}`, "invalid"},
+		{`{"prefix": "192.0.2.9", "ttl": "1000d"}`, "ttl"},
+		{`{"prefix": "192.0.2.9", "colour": "red"}`, "bad_request"},
+		{`{"prefix": `, "bad_request"},
+		{`{}`, "bad_request"},
+		{`{"prefixes": ["192.0.2.10", "198.18.0.1"]}`, "own_address"},
+	} {
+		resp := rawRequest(t, cfg.Socket, http.MethodPost, "/v1/bans", tc.body)
+		var e api.Error
+		_ = json.Unmarshal(resp.body, &e)
+		if resp.status != http.StatusBadRequest || e.Code != tc.code {
+			t.Errorf("POST %s: %d %s, want 400 %s", tc.body, resp.status, resp.body, tc.code)
+		}
+	}
+	if after := netnstest.Ruleset(t, lab.FW); after != before {
+		t.Errorf("refused bans changed the ruleset")
+	}
+
+	// Concurrent clients: every ban lands, in few transactions.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for c := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: fmt.Sprintf("100.%d.%d.1", 65+c, i), TTL: "10m", Origin: "load"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c, err := r.cl.Count(ctx); err != nil || c.ByOrigin["load"] != 400 {
+		t.Errorf("count after concurrent bans: %+v, %v", c, err)
+	}
+	if got := kernelCount(t, lab.FW, nft.BanAddrs4); got != 401 {
+		t.Errorf("bans_v4 holds %d elements, want 401", got)
+	}
+
+	// A feed refresh is a diff: the bans stay, the new prefixes drop.
+	writeFile(t, feed, "192.0.2.0/24\n2001:db8:1::/48\n100.64.0.0/16\n")
+	rr, err := r.cl.Reload(ctx)
+	if err != nil || rr.Mode != "update" {
+		t.Fatalf("reload: %+v, %v", rr, err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddddd" {
+		t.Errorf("verdicts after refresh %q, want ddddd", got)
+	}
+
+	// A broken feed keeps the last good ruleset, and says so.
+	writeFile(t, feed, "192.0.2.0/24\nthis is not an address\n")
+	if _, err := r.cl.Reload(ctx); err == nil {
+		t.Error("reload of a broken feed succeeded")
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddddd" {
+		t.Errorf("verdicts after a failed refresh %q, want ddddd", got)
+	}
+	st, err := r.cl.Status(ctx)
+	if err != nil || len(st.Sources) != 1 || st.Sources[0].LastError == "" {
+		t.Errorf("status after a failed refresh: %+v, %v", st, err)
+	}
+	rec := httptest.NewRecorder()
+	r.d.metrics.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{`ipfence_source_last_load_failed{source="feed"} 1`, `ipfence_bans_by_origin{origin="load"} 400`,
+		`ipfence_rule_packets_total{rule="ban"}`, `ipfence_ban_request_seconds_count`, `ipfence_apply_seconds_count{kind="update"} 1`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
+		}
+	}
+
+	// Unban, then restart: bans come back from the store.
+	if _, err := r.cl.Unban(ctx, "2001:db8:2::/48"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatalf("daemon stopped with %v", err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddddp" {
+		t.Errorf("verdicts with the daemon stopped %q, want ddddp (the ruleset stays)", got)
+	}
+	writeFile(t, feed, "192.0.2.0/24\n")
+	r = startDaemon(t, cfg)
+	if got := verdicts(t, lab, srcs...); got != "ddppp" {
+		t.Errorf("verdicts after restart %q, want ddppp", got)
+	}
+	if c, err := r.cl.Count(ctx); err != nil || c.Total != 401 {
+		t.Errorf("bans after restart: %+v, %v", c, err)
+	}
+}
+
+type rawResponse struct {
+	status int
+	body   []byte
+}
+
+func rawRequest(t *testing.T, socket, method, path, body string) rawResponse {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (netConn, error) {
+		return dialUnix(ctx, socket)
+	}}}
+	req, err := http.NewRequest(method, "http://ipfence"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return rawResponse{resp.StatusCode, b}
+}
+
+// kernelCount counts the elements of a (small) set in the kernel.
+func kernelCount(t *testing.T, ns, set string) int {
+	t.Helper()
+	out, err := netns.Exec(ns, "nft", "-j", "list", "set", "inet", "ipfence", set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Nftables []map[string]struct {
+			Elem []any `json:"elem"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(errors.Join(err, errors.New(string(out))))
+	}
+	n := 0
+	for _, o := range doc.Nftables {
+		n += len(o["set"].Elem)
+	}
+	return n
+}
+
+type netConn = net.Conn
+
+func dialUnix(ctx context.Context, socket string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", socket)
+}

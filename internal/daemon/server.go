@@ -1,0 +1,271 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// maxBody bounds a request body (a bulk ban of ~100k addresses).
+const maxBody = 8 << 20
+
+func (d *Daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/bans", d.handleBan)
+	mux.HandleFunc("DELETE /v1/bans/{prefix...}", d.handleUnban)
+	mux.HandleFunc("GET /v1/bans", d.handleList)
+	mux.HandleFunc("GET /v1/bans/count", d.handleCount)
+	mux.HandleFunc("GET /v1/status", d.handleStatus)
+	mux.HandleFunc("POST /v1/reload", d.handleReload)
+	mux.HandleFunc("GET /v1/explain", d.handleExplain)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s %s (see /v1/...)", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
+	var req api.BanRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON: "+err.Error())
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON: more than one object")
+		return
+	}
+	targets := req.Prefixes
+	if req.Prefix != "" {
+		targets = append([]string{req.Prefix}, targets...)
+	}
+	if len(targets) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", `nothing to ban: give "prefix" or "prefixes"`)
+		return
+	}
+	ttl, err := ban.ParseTTL(req.TTL)
+	if err != nil {
+		writeBanError(w, err)
+		return
+	}
+	origin := req.Origin
+	if origin == "" {
+		origin = "api"
+	}
+	op := &banOp{bans: make([]banctl.Request, len(targets))}
+	for i, t := range targets {
+		p, err := ban.ParsePrefix(t)
+		if err == nil {
+			err = d.guard.Check(p)
+		}
+		if err != nil {
+			writeBanError(w, err)
+			return
+		}
+		op.bans[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin}
+	}
+	done, err := d.bans.submit(r.Context(), op)
+	if err != nil {
+		writeBanError(w, err)
+		return
+	}
+	d.metrics.banSeconds.Observe(time.Since(t0).Seconds())
+	writeJSON(w, http.StatusCreated, api.BanResponse{Banned: done})
+}
+
+func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
+	p, err := ban.ParsePrefix(r.PathValue("prefix"))
+	if err != nil && !errors.Is(err, ban.ErrTooBroad) {
+		writeBanError(w, err)
+		return
+	}
+	lifted, err := d.bans.submit(r.Context(), &banOp{unbans: []netip.Prefix{p}})
+	if err != nil {
+		writeBanError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.UnbanResponse{Unbanned: lifted})
+}
+
+func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var f ban.Filter
+	if s := q.Get("within"); s != "" {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("within=%q is not a prefix", s))
+			return
+		}
+		f.Within = p.Masked()
+	}
+	f.Origin, f.Reason = q.Get("origin"), q.Get("reason")
+	offset, err1 := intParam(q.Get("offset"), 0)
+	limit, err2 := intParam(q.Get("limit"), 100)
+	if err := errors.Join(err1, err2); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	var out api.BanList
+	now := time.Now()
+	d.ctl.View(func(s *ban.Set) {
+		out.Bans, out.Total = s.List(now, f, offset, limit)
+		out.Counts = api.CountsOf(s.Tally())
+	})
+	if out.Bans == nil {
+		out.Bans = []ban.Ban{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleCount(w http.ResponseWriter, _ *http.Request) {
+	var c api.Counts
+	d.ctl.View(func(s *ban.Set) { c = api.CountsOf(s.Tally()) })
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (d *Daemon) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, d.Status())
+}
+
+// Status describes what the daemon runs.
+func (d *Daemon) Status() api.Status {
+	var c api.Counts
+	d.ctl.View(func(s *ban.Set) { c = api.CountsOf(s.Tally()) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := api.Status{Policy: d.cfg.Policy, NetNS: d.cfg.NetNS, Table: d.plan.Table, Started: d.started,
+		Applied: d.applied, Bans: c, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
+	for _, r := range d.plan.Rules {
+		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action)}
+		if r.V4.Kind != plan.KindEmpty {
+			rs.PrefixesV4 = r.V4.Prefixes
+		}
+		if r.V6.Kind != plan.KindEmpty {
+			rs.PrefixesV6 = r.V6.Prefixes
+		}
+		st.Rules = append(st.Rules, rs)
+	}
+	for _, sd := range d.pol.Sources {
+		ss := d.sources[sd.Spec.Name]
+		src := api.Source{Name: sd.Spec.Name, Loaded: ss.loaded, Checked: ss.checked, Stale: ss.stale,
+			LastError: ss.lastErr, PrefixesV4: ss.v4, PrefixesV6: ss.v6, Refresh: "never"}
+		if ss.refresh > 0 {
+			src.Refresh = ss.refresh.String()
+		}
+		st.Sources = append(st.Sources, src)
+	}
+	return st
+}
+
+func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
+	res, err := d.Reload(r.Context())
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "reload_failed", "reload failed, the ruleset in force stays: "+err.Error())
+		return
+	}
+	d.mu.Lock()
+	n := d.elements
+	d.mu.Unlock()
+	writeJSON(w, http.StatusOK, api.ReloadResponse{Changed: res.Changed, Mode: res.Mode, Millis: res.Duration.Milliseconds(), Elements: n})
+}
+
+func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	addr, err := netip.ParseAddr(q.Get("addr"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("addr=%q is not an IP address", q.Get("addr")))
+		return
+	}
+	port, err := intParam(q.Get("port"), 0)
+	if err != nil || port > 65535 {
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("port=%q is not a port", q.Get("port")))
+		return
+	}
+	proto := q.Get("proto")
+	if proto == "" {
+		proto = "tcp"
+	}
+	addr = addr.Unmap()
+	ex := api.Explanation{Addr: addr.String()}
+	now := time.Now()
+	d.ctl.View(func(s *ban.Set) {
+		if b, ok := s.Covering(addr, now); ok {
+			ex.Banned = &b
+		}
+	})
+	d.mu.Lock()
+	v := d.plan.Verdict(plan.Packet{Src: addr, Proto: proto, DPort: uint16(port)})
+	d.mu.Unlock()
+	ex.Verdict, ex.Rule = v.Verdict, v.Rule
+	if ex.Banned != nil && v.Verdict == "accept" && !d.allowlisted(v.Rule) {
+		ex.Verdict, ex.Rule = "drop", "ban"
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+// allowlisted reports whether rule is one of the policy's leading accept
+// rules, which bans do not override.
+func (d *Daemon) allowlisted(rule string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.plan.Rules {
+		if r.Action != plan.Accept {
+			return false
+		}
+		if r.Name == rule {
+			return true
+		}
+	}
+	return false
+}
+
+func intParam(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a non-negative number", s)
+	}
+	return n, nil
+}
+
+// writeBanError maps ban errors to 400 with a stable code; anything else
+// is a 500 (the kernel refused: nothing was changed).
+func writeBanError(w http.ResponseWriter, err error) {
+	for _, m := range []struct {
+		err  error
+		code string
+	}{
+		{ban.ErrInvalid, "invalid"}, {ban.ErrTooBroad, "too_broad"}, {ban.ErrProtected, "protected"},
+		{ban.ErrOwnAddress, "own_address"}, {ban.ErrTTL, "ttl"},
+	} {
+		if errors.Is(err, m.err) {
+			writeError(w, http.StatusBadRequest, m.code, err.Error())
+			return
+		}
+	}
+	writeError(w, http.StatusInternalServerError, "internal", err.Error())
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.Error{Code: code, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

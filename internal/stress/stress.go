@@ -1,0 +1,366 @@
+// Package stress measures the daemon's ban path and hammers it, in a
+// namespace of its own: ban latency through the API at several numbers of
+// existing bans and clients, bulk and sustained ban rates, count queries,
+// the daemon's memory, and a mixed run of many concurrent workers after
+// which the kernel's ban sets are read back and checked against the
+// daemon and the workers' own record (no lost, no phantom ban).
+//
+// The daemon runs as a separate process (Options.Exe daemon ...), so its
+// memory is its own.
+package stress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/netns"
+)
+
+// Options configure Run.
+type Options struct {
+	Exe      string        // the ipfence binary (runs "daemon")
+	Existing []int         // bans already in force for the latency rows (ascending)
+	Clients  []int         // concurrent clients for the latency rows
+	Requests int           // single-ban requests per latency row
+	Duration time.Duration // length of the mixed run (0: none)
+	Workers  int           // workers of the mixed run
+	Progress io.Writer
+}
+
+// LatencyRow is one latency measurement.
+type LatencyRow struct {
+	Existing int     `json:"existing_bans"`
+	Clients  int     `json:"clients"`
+	Requests int     `json:"requests"`
+	P50us    float64 `json:"p50_us"`
+	P99us    float64 `json:"p99_us"`
+	MaxUs    float64 `json:"max_us"`
+}
+
+// Report is what Run measured.
+type Report struct {
+	Latency         []LatencyRow `json:"ban_latency"`
+	BulkPerSec      float64      `json:"bulk_bans_per_sec"`
+	BulkElements    int          `json:"bulk_elements"`
+	SustainedPerSec float64      `json:"sustained_bans_per_sec"`
+	CountP50us      float64      `json:"count_p50_us"`
+	CountP99us      float64      `json:"count_p99_us"`
+	CountAt         int          `json:"count_at_bans"`
+	DaemonRSSMiB    float64      `json:"daemon_rss_mib"`
+	Mixed           *MixedResult `json:"mixed,omitempty"`
+}
+
+// MixedResult is the outcome of the mixed run.
+type MixedResult struct {
+	Seconds      float64        `json:"seconds"`
+	Workers      int            `json:"workers"`
+	Ops          map[string]int `json:"ops"`
+	Errors       int            `json:"errors"`
+	FirstError   string         `json:"first_error,omitempty"`
+	BansAtEnd    int            `json:"bans_at_end"`
+	KernelRanges int            `json:"kernel_ranges_read"`
+	KernelProbed int            `json:"kernel_addresses_probed"`
+	Lost         int            `json:"lost"`    // banned per the workers, missing in the daemon or kernel
+	Phantom      int            `json:"phantom"` // in the daemon or kernel, not banned per the workers
+	ReadBackSecs float64        `json:"kernel_read_back_seconds"`
+}
+
+// Run runs the measurements in a fresh lab namespace and removes it.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	say := func(f string, a ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, f+"\n", a...)
+		}
+	}
+	lab, err := netns.NewLab(fmt.Sprintf("stress%d", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+	dir, err := os.MkdirTemp("", "ipfence-stress-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := writeFeed(dir, 0); err != nil {
+		return nil, err
+	}
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte("sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\n"+
+		"protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n"), 0o644); err != nil {
+		return nil, err
+	}
+	d, err := startDaemon(ctx, o.Exe, dir, pol, lab.FW)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	cl := api.NewClient(d.socket)
+	defer cl.Close()
+	rep := &Report{}
+	m := newModel()
+
+	// Latency at each number of existing bans; the preload is the bulk
+	// rate (chunks of 50k addresses per request, 11.0.0.0 up).
+	have := 0
+	var bulkTime time.Duration
+	next := uint32(100 << 24) // latency bans: 100.0.0.0 up
+	for _, n := range o.Existing {
+		if n > have {
+			say("loading %d bans", n-have)
+			t0 := time.Now()
+			for have < n {
+				k := min(50000, n-have)
+				req := api.BanRequest{TTL: "6h", Origin: "bulk"}
+				for i := range k {
+					req.Prefixes = append(req.Prefixes, addr(11<<24+uint32(have+i)).String())
+				}
+				if _, err := cl.Ban(ctx, req); err != nil {
+					return nil, fmt.Errorf("bulk ban: %w", err)
+				}
+				for _, p := range req.Prefixes {
+					m.ban(netip.MustParsePrefix(p + "/32"))
+				}
+				have += k
+			}
+			bulkTime += time.Since(t0)
+			rep.BulkElements = have
+		}
+		for _, c := range o.Clients {
+			say("ban latency: %d existing, %d clients", n, c)
+			lat, err := latency(ctx, cl, c, o.Requests, &next, m)
+			if err != nil {
+				return nil, err
+			}
+			rep.Latency = append(rep.Latency, LatencyRow{Existing: n, Clients: c, Requests: o.Requests,
+				P50us: us(percentile(lat, 50)), P99us: us(percentile(lat, 99)), MaxUs: us(percentile(lat, 100))})
+		}
+	}
+	if bulkTime > 0 {
+		rep.BulkPerSec = float64(rep.BulkElements) / bulkTime.Seconds()
+	}
+
+	say("count queries")
+	var cnt []time.Duration
+	for range 200 {
+		t0 := time.Now()
+		if _, err := cl.Count(ctx); err != nil {
+			return nil, err
+		}
+		cnt = append(cnt, time.Since(t0))
+	}
+	rep.CountP50us, rep.CountP99us, rep.CountAt = us(percentile(cnt, 50)), us(percentile(cnt, 99)), m.len()
+
+	say("sustained bans: 8 clients, 256 addresses per request, 5 s")
+	if rep.SustainedPerSec, err = sustained(ctx, cl, 8, 256, 5*time.Second, m); err != nil {
+		return nil, err
+	}
+	rep.DaemonRSSMiB = rssMiB(d.cmd.Process.Pid)
+
+	if o.Duration > 0 {
+		say("mixed run: %d workers for %v", o.Workers, o.Duration)
+		mr, err := mixed(ctx, cl, d, dir, lab.FW, o, m)
+		if err != nil {
+			return nil, err
+		}
+		rep.Mixed = mr
+		rep.DaemonRSSMiB = max(rep.DaemonRSSMiB, rssMiB(d.cmd.Process.Pid))
+	}
+	if err := d.stop(); err != nil {
+		return rep, fmt.Errorf("the daemon did not stop cleanly: %w", err)
+	}
+	return rep, nil
+}
+
+// daemonProc is the daemon under test.
+type daemonProc struct {
+	cmd     *exec.Cmd
+	socket  string
+	metrics string
+	done    chan error
+	once    sync.Once
+	err     error
+}
+
+func startDaemon(ctx context.Context, exe, dir, pol, ns string) (*daemonProc, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	maddr := ln.Addr().String()
+	ln.Close()
+	d := &daemonProc{socket: filepath.Join(dir, "api.sock"), metrics: maddr, done: make(chan error, 1)}
+	logf, err := os.Create(filepath.Join(dir, "daemon.log"))
+	if err != nil {
+		return nil, err
+	}
+	d.cmd = exec.Command(exe, "daemon", "--policy", pol, "--netns", ns, "--state", filepath.Join(dir, "state"),
+		"--socket", d.socket, "--metrics", maddr, "--tick", "1s")
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if err := d.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting the daemon: %w", err)
+	}
+	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
+	cl := api.NewClient(d.socket)
+	defer cl.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := cl.Status(ctx); err == nil {
+			return d, nil
+		}
+		select {
+		case err := <-d.done:
+			log, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
+			return nil, fmt.Errorf("the daemon exited while starting (%v): %s", err, log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, errors.New("the daemon was not ready after 30 s")
+		}
+	}
+}
+
+// stop sends SIGTERM and waits (SIGKILL after 10 s).
+func (d *daemonProc) stop() error {
+	d.once.Do(func() {
+		_ = d.cmd.Process.Signal(os.Interrupt)
+		select {
+		case d.err = <-d.done:
+		case <-time.After(10 * time.Second):
+			_ = d.cmd.Process.Kill()
+			d.err = errors.Join(errors.New("killed after 10 s"), <-d.done)
+		}
+	})
+	return d.err
+}
+
+// latency sends requests single-address bans from clients concurrent
+// clients and returns their durations.
+func latency(ctx context.Context, cl *api.Client, clients, requests int, next *uint32, m *model) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var out []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	per := max(requests/clients, 1)
+	base := *next
+	*next += uint32(per * clients)
+	for c := range clients {
+		wg.Go(func() {
+			for i := range per {
+				p := netip.PrefixFrom(addr(base+uint32(c*per+i)), 32)
+				t0 := time.Now()
+				_, err := cl.Ban(ctx, api.BanRequest{Prefix: p.Addr().String(), TTL: "6h", Origin: "latency"})
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				out = append(out, d)
+				mu.Unlock()
+				if err == nil {
+					m.ban(p)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
+// sustained bans as fast as clients can for d, batch addresses per
+// request, and returns bans per second.
+func sustained(ctx context.Context, cl *api.Client, clients, batch int, d time.Duration, m *model) (float64, error) {
+	var mu sync.Mutex
+	var n int
+	var firstErr error
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	t0 := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			base := uint32(102+c) << 24
+			for i := 0; time.Now().Before(end); i++ {
+				req := api.BanRequest{TTL: "6h", Origin: "sustained"}
+				for k := range batch {
+					req.Prefixes = append(req.Prefixes, addr(base+uint32(i*batch+k)).String())
+				}
+				_, err := cl.Ban(ctx, req)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				n += batch
+				mu.Unlock()
+				for _, p := range req.Prefixes {
+					m.ban(netip.MustParsePrefix(p + "/32"))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(t0).Seconds(), firstErr
+}
+
+// writeFeed writes the policy's feed: 2000 /24s in 60.0.0.0/8, shifted
+// by gen so that every refresh changes some of them.
+func writeFeed(dir string, gen int) error {
+	var b strings.Builder
+	for i := range 2000 {
+		j := (i + gen*37) % 4000
+		fmt.Fprintf(&b, "60.%d.%d.0/24\n", j/256, j%256)
+	}
+	return os.WriteFile(filepath.Join(dir, "feed.txt"), []byte(b.String()), 0o644)
+}
+
+func addr(v uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// rssMiB is the resident memory of process pid.
+func rssMiB(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.Fields(rest)[0])
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
