@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,10 +20,7 @@ func TestStressSmall(t *testing.T) {
 		}
 		t.Skip("kernel test needs root; skipping")
 	}
-	exe := filepath.Join(t.TempDir(), "ipfence")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building ipfence: %v\n%s", err, out)
-	}
+	exe := buildIpfence(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := stress.Run(ctx, stress.Options{Exe: exe, Existing: []int{0, 3000}, Clients: []int{1, 4},
