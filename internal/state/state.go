@@ -193,7 +193,7 @@ func (d Dir) ForgetApplied(netns string) error {
 }
 
 // ErrLocked is returned by Lock when another ipfence holds the state.
-var ErrLocked = errors.New("another ipfence is applying with this state folder")
+var ErrLocked = errors.New("another ipfence (an apply, or the daemon) holds this state folder")
 
 // Lock takes the state folder's lock (an flock on its "lock" file) so that
 // two applies or flushes never interleave; unlock releases it. It does not
@@ -209,7 +209,7 @@ func (d Dir) Lock() (unlock func(), err error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w; try again when it is done", d.Path, ErrLocked)
+			return nil, fmt.Errorf("%s: %w; try again when it is done (with ipfence daemon running, edit the policy and run ipfence reload, and ban through it)", d.Path, ErrLocked)
 		}
 		return nil, fmt.Errorf("locking %s: %w", d.Path, err)
 	}
