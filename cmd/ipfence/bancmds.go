@@ -95,12 +95,14 @@ func ensureBanSets(ctx context.Context, f *kernelFlags, c *banctl.Controller, ap
 		}
 		return fmt.Errorf("table inet %s has no ban sets (loaded by an older ipfence): run ipfence apply again", f.table)
 	}
-	snap, now := c.Snapshot()
-	prog := nft.FromPlan(&plan.Plan{Table: f.table, Priority: applied.Priority}, snap.Nft(now))
-	if _, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: f.netns}); err != nil {
+	err = c.Load(heads, applied.Priority, func(bans nft.Bans) error {
+		prog := nft.FromPlan(&plan.Plan{Table: f.table, Priority: applied.Priority}, bans)
+		_, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: f.netns})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("creating table inet %s for the bans: %w", f.table, err)
 	}
-	c.Loaded(snap, heads, applied.Priority)
 	return state.Dir{Path: f.stateDir}.SaveApplied(f.netns, applied)
 }
 

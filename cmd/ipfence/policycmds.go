@@ -184,14 +184,16 @@ changed against the last apply.`,
 					return err
 				}
 				defer closeBans()
-				snap, now := bc.Snapshot()
 				heads := nft.Heads(c.plan)
-				nft.SetBans(c.prog, heads, c.plan.Priority, snap.Nft(now))
-				r, err := applyRetrying(ctx, c.prog, netns, g)
+				var r nft.ApplyResult
+				err = bc.Load(heads, c.plan.Priority, func(bans nft.Bans) (err error) {
+					nft.SetBans(c.prog, heads, c.plan.Priority, bans)
+					r, err = applyRetrying(ctx, c.prog, netns, g)
+					return err
+				})
 				if err != nil {
 					return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
 				}
-				bc.Loaded(snap, heads, c.plan.Priority)
 				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
 				for _, src := range c.res.Sources {
 					if err := c.loader.Commit(src); err != nil {

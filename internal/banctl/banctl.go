@@ -104,23 +104,22 @@ func (c *Controller) assume(s Snapshot) {
 	c.nets = [2][]ban.Element{s[2], s[3]}
 }
 
-// Snapshot returns what the ban sets must hold now, for a full load of
-// the table: nft.FromPlan(p, snap.Nft(now)). Tell the Controller with
-// Loaded once the load succeeded.
-func (c *Controller) Snapshot() (Snapshot, time.Time) {
+// Load runs a full load of the table: load gets the bans in force now
+// (for nft.FromPlan or nft.SetBans) and loads the table with them, for a
+// policy with these base-chain heads and priority. No ban or unban runs
+// meanwhile (one made between reading the bans and loading them would be
+// lost from the kernel). If load fails, nothing is recorded.
+func (c *Controller) Load(heads []nft.RuleHead, priority int32, load func(nft.Bans) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
-	return c.desired(now), now
-}
-
-// Loaded tells the Controller that a full load put s in the kernel, for
-// a policy with these base-chain heads and priority.
-func (c *Controller) Loaded(s Snapshot, heads []nft.RuleHead, priority int32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	s := c.desired(now)
+	if err := load(s.Nft(now)); err != nil {
+		return err
+	}
 	c.assume(s)
 	c.cfg.Heads, c.cfg.Priority = heads, priority
+	return nil
 }
 
 // Set exposes the bans for reading (List, Counts); callers must not

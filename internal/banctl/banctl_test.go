@@ -115,11 +115,13 @@ func TestControllerAgainstModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, now := c.Snapshot()
-	if _, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, snap.Nft(now)), nft.ApplyOptions{NetNS: lab.FW}); err != nil {
+	err = c.Load(nil, -300, func(bans nft.Bans) error {
+		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, bans), nft.ApplyOptions{NetNS: lab.FW})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	c.Loaded(snap, nil, -300)
 
 	r := rand.New(rand.NewPCG(3, 4))
 	randPrefix := func() netip.Prefix {

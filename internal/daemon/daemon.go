@@ -302,24 +302,25 @@ func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
 func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
 	t0 := time.Now()
 	prog := nft.FromPlan(c.plan, nft.Bans{})
-	snap, now := d.ctl.Snapshot()
 	heads := nft.Heads(c.plan)
-	nft.SetBans(prog, heads, c.plan.Priority, snap.Nft(now))
-	var err error
-	for try := 0; try < 3; try++ {
-		if _, err = nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: d.cfg.NetNS}); err == nil {
-			break
+	err := d.ctl.Load(heads, c.plan.Priority, func(bans nft.Bans) error {
+		nft.SetBans(prog, heads, c.plan.Priority, bans)
+		var err error
+		for try := 0; try < 3; try++ {
+			if _, err = nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: d.cfg.NetNS}); err == nil {
+				return nil
+			}
+			var cc *nft.ConcurrentChangeError
+			if !errors.As(err, &cc) {
+				return err
+			}
 		}
-		var cc *nft.ConcurrentChangeError
-		if !errors.As(err, &cc) {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		d.lastErr = err.Error()
 		return fmt.Errorf("loading the policy: %w", err)
 	}
-	d.ctl.Loaded(snap, heads, c.plan.Priority)
 	d.metrics.applySeconds.WithLabelValues("full").Observe(time.Since(t0).Seconds())
 	d.loaded(c)
 	return nil

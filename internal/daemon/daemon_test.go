@@ -289,3 +289,55 @@ func dialUnix(ctx context.Context, socket string) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", socket)
 }
+
+// TestBansDuringFullReloads bans while the policy's rules change (each
+// reload a full load of the table, bans included): no ban may be lost
+// between reading the bans and loading them.
+func TestBansDuringFullReloads(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "feed.txt"), "192.0.2.0/24\n")
+	pol := filepath.Join(dir, "policy.yaml")
+	policies := []string{
+		"sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n",
+		"sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}, ports: [tcp/22]}\n",
+	}
+	writeFile(t, pol, policies[0])
+	r := startDaemon(t, Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), Tick: time.Hour})
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		for i := range 300 {
+			if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: fmt.Sprintf("100.64.%d.%d", i/250, i%250+1), TTL: "1h"}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	full := 0
+	for i := 0; ; i++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if full < 2 {
+				t.Errorf("only %d full reloads ran during the bans", full)
+			}
+			if n := kernelCount(t, lab.FW, nft.BanAddrs4); n != 300 {
+				t.Errorf("bans_v4 holds %d elements after 300 bans and %d full reloads", n, full)
+			}
+			return
+		default:
+		}
+		writeFile(t, pol, policies[i%2])
+		rr, err := r.cl.Reload(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr.Mode == "full" {
+			full++
+		}
+	}
+}
