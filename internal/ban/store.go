@@ -2,6 +2,7 @@ package ban
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,11 +93,7 @@ func (st *Store) Put(bans ...Ban) error {
 			return fmt.Errorf("storing ban %d of %d: %w: prefix %v is not valid", i+1, len(bans), ErrInvalid, b.Prefix)
 		}
 		b.Prefix = b.Prefix.Masked()
-		val, err := json.Marshal(b)
-		if err != nil {
-			return fmt.Errorf("storing ban %v: encoding: %w", b.Prefix, err)
-		}
-		recs[i] = record{storeKey(b.Prefix), val}
+		recs[i] = record{storeKey(b.Prefix), encodeBan(b)}
 	}
 	// bbolt writes sorted keys much faster: each page is touched once.
 	// Stable, so that the last of several bans of one prefix wins.
@@ -154,8 +151,8 @@ func (st *Store) Load() (*Set, error) {
 	s := NewSet()
 	err := st.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			var b Ban
-			if err := json.Unmarshal(v, &b); err != nil {
+			b, err := decodeBan(k, v)
+			if err != nil {
 				return fmt.Errorf("ban %q: %w: %v", k, ErrInvalid, err)
 			}
 			if !b.Prefix.IsValid() || !bytes.Equal(storeKey(b.Prefix), k) {
@@ -169,4 +166,67 @@ func (st *Store) Load() (*Set, error) {
 		return nil, fmt.Errorf("loading bans from %s: %w", st.path, err)
 	}
 	return s, nil
+}
+
+// Records are binary: a version byte (1), then the expiry and the
+// creation time as Unix nanoseconds (varints; 0: the zero time, for an
+// expiry permanent), then
+// reason and origin, each a length (uvarint) and its bytes. The prefix is
+// the key. A record starting with '{' is the JSON of a Ban (the format of
+// earlier versions), still read.
+const recordV1 = 1
+
+func encodeBan(b Ban) []byte {
+	buf := make([]byte, 0, 1+2*binary.MaxVarintLen64+2+len(b.Reason)+len(b.Origin))
+	buf = append(buf, recordV1)
+	for _, t := range []time.Time{b.Expires, b.Created} {
+		var n int64 // the zero time (a permanent ban's expiry) as 0
+		if !t.IsZero() {
+			n = t.UnixNano()
+		}
+		buf = binary.AppendVarint(buf, n)
+	}
+	for _, s := range []string{b.Reason, b.Origin} {
+		buf = binary.AppendUvarint(buf, uint64(len(s)))
+		buf = append(buf, s...)
+	}
+	return buf
+}
+
+func decodeBan(key, v []byte) (Ban, error) {
+	var b Ban
+	if len(v) > 0 && v[0] == '{' {
+		err := json.Unmarshal(v, &b)
+		return b, err
+	}
+	if len(v) == 0 || v[0] != recordV1 {
+		return b, errors.New("unknown record format")
+	}
+	p, err := netip.ParsePrefix(string(key))
+	if err != nil {
+		return b, err
+	}
+	b.Prefix = p
+	r := v[1:]
+	var ns [2]int64
+	for i := range ns {
+		n, k := binary.Varint(r)
+		if k <= 0 {
+			return b, errors.New("truncated record")
+		}
+		ns[i], r = n, r[k:]
+	}
+	for i, t := range []*time.Time{&b.Expires, &b.Created} {
+		if ns[i] != 0 {
+			*t = time.Unix(0, ns[i])
+		}
+	}
+	for _, dst := range []*string{&b.Reason, &b.Origin} {
+		n, k := binary.Uvarint(r)
+		if k <= 0 || uint64(len(r)-k) < n {
+			return b, errors.New("truncated record")
+		}
+		*dst, r = string(r[k:k+int(n)]), r[k+int(n):]
+	}
+	return b, nil
 }

@@ -1,6 +1,7 @@
 package ban
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -250,4 +251,32 @@ func manyAddrBans(n int) []Ban {
 		}
 	}
 	return bans
+}
+
+// TestStoreRecords: the binary record round-trips every field, and a JSON
+// record (the format of earlier versions) still loads.
+func TestStoreRecords(t *testing.T) {
+	now := time.Unix(1_800_000_000, 123456789)
+	for _, b := range []Ban{
+		{Prefix: netip.MustParsePrefix("192.0.2.7/32"), Expires: now.Add(time.Hour), Created: now, Reason: "ssh brute force", Origin: "fail2ban"},
+		{Prefix: netip.MustParsePrefix("2001:db8::/48"), Created: now},
+		{Prefix: netip.MustParsePrefix("198.51.100.0/24")},
+	} {
+		got, err := decodeBan(storeKey(b.Prefix), encodeBan(b))
+		if err != nil || got.Prefix != b.Prefix || !got.Expires.Equal(b.Expires) || !got.Created.Equal(b.Created) ||
+			got.Expires.IsZero() != b.Expires.IsZero() || got.Reason != b.Reason || got.Origin != b.Origin {
+			t.Errorf("round trip of %+v: %+v, %v", b, got, err)
+		}
+	}
+	old := Ban{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Expires: now, Created: now, Origin: "cli"}
+	js, _ := json.Marshal(old)
+	got, err := decodeBan(storeKey(old.Prefix), js)
+	if err != nil || got.Prefix != old.Prefix || !got.Expires.Equal(old.Expires) || got.Origin != "cli" {
+		t.Errorf("JSON record: %+v, %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, {recordV1}, {recordV1, 2}, {9, 0, 0}, append(encodeBan(old)[:5:5], 0x7f)} {
+		if _, err := decodeBan(storeKey(old.Prefix), bad); err == nil {
+			t.Errorf("record %x decoded", bad)
+		}
+	}
 }
