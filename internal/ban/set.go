@@ -137,49 +137,74 @@ func (f Filter) match(b Ban) bool {
 // (limit <= 0: all) after skipping offset (offset < 0 counts as 0). total
 // is how many f selects, before paging.
 func (s *Set) List(now time.Time, f Filter, offset, limit int) (page []Ban, total int) {
+	k := s.Match(now, f)
+	k.Sort()
+	return s.Page(k, offset, limit), k.Len()
+}
+
+// Keys are the sorting keys of a selection of bans: List in three steps,
+// so that a caller who locks the Set holds the lock only while Match
+// walks the bans and Page fetches a page, not while Sort sorts (a second
+// or so for millions).
+type Keys struct {
+	k4 []uint64
+	k6 []key6
+}
+
+// Match returns the keys of the live bans at now that f selects.
+func (s *Set) Match(now time.Time, f Filter) Keys {
 	f.Within = f.Within.Masked()
-	// Sort packed keys (address and length), not the bigger bans, then
-	// look up the page.
-	var (
-		k4 []uint64
-		k6 []key6
-	)
+	var k Keys
 	for _, m := range []map[netip.Prefix]Ban{s.addrs, s.nets} {
 		for p, b := range m {
 			if !b.Live(now) || !f.match(b) {
 				continue
 			}
 			if a := p.Addr(); a.Is4() {
-				k4 = append(k4, key4(a, uint32(p.Bits())))
+				k.k4 = append(k.k4, key4(a, uint32(p.Bits())))
 			} else {
-				k6 = append(k6, newKey6(a, uint32(p.Bits())))
+				k.k6 = append(k.k6, newKey6(a, uint32(p.Bits())))
 			}
 		}
 	}
-	total = len(k4) + len(k6)
+	return k
+}
+
+// Len is the number of keys.
+func (k Keys) Len() int { return len(k.k4) + len(k.k6) }
+
+// Sort sorts the keys in List's order. It does not touch the Set.
+func (k Keys) Sort() {
+	radixSort(k.k4, 0)
+	slices.SortFunc(k.k6, compareKey6)
+}
+
+// Page returns the bans of sorted keys offset to offset+limit (limit <=
+// 0: to the end); a ban deleted since Match is left out.
+func (s *Set) Page(k Keys, offset, limit int) []Ban {
+	total := k.Len()
 	offset = max(offset, 0)
 	n := total - min(offset, total)
 	if limit > 0 {
 		n = min(n, limit)
 	}
 	if n == 0 {
-		return nil, total
+		return nil
 	}
-	radixSort(k4, 0)
-	slices.SortFunc(k6, compareKey6)
-	page = make([]Ban, 0, n)
+	page := make([]Ban, 0, n)
 	for i := offset; i < offset+n; i++ {
 		var p netip.Prefix
-		if i < len(k4) {
-			p = netip.PrefixFrom(addr4(k4[i]), int(uint32(k4[i])))
+		if i < len(k.k4) {
+			p = netip.PrefixFrom(addr4(k.k4[i]), int(uint32(k.k4[i])))
 		} else {
-			k := k6[i-len(k4)]
-			p = netip.PrefixFrom(k.addr(), int(k.tail))
+			kk := k.k6[i-len(k.k4)]
+			p = netip.PrefixFrom(kk.addr(), int(kk.tail))
 		}
-		b, _ := s.Get(p)
-		page = append(page, b)
+		if b, ok := s.Get(p); ok {
+			page = append(page, b)
+		}
 	}
-	return page, total
+	return page
 }
 
 // Counts counts live bans.

@@ -275,3 +275,30 @@ func TestCovering(t *testing.T) {
 		}
 	}
 }
+
+// TestListInSteps: Match, Sort and Page give List's result, and a ban
+// deleted between Match and Page is left out of the page.
+func TestListInSteps(t *testing.T) {
+	s := NewSet()
+	for i := range 100 {
+		s.Put(Ban{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 32)})
+	}
+	s.Put(Ban{Prefix: netip.MustParsePrefix("2001:db8::/32")})
+	now := time.Now()
+	want, total := s.List(now, Filter{}, 10, 20)
+	k := s.Match(now, Filter{})
+	k.Sort()
+	if got := s.Page(k, 10, 20); !reflect.DeepEqual(got, want) || k.Len() != total || total != 101 {
+		t.Errorf("steps gave %d bans of %d, List %d of %d", len(got), k.Len(), len(want), total)
+	}
+	s.Delete(netip.MustParsePrefix("10.0.0.15/32"))
+	got := s.Page(k, 10, 20)
+	if len(got) != 19 {
+		t.Errorf("page after a delete has %d bans, want 19", len(got))
+	}
+	for _, b := range got {
+		if b.Prefix == netip.MustParsePrefix("10.0.0.15/32") {
+			t.Error("deleted ban listed")
+		}
+	}
+}

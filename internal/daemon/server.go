@@ -118,11 +118,14 @@ func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out api.BanList
-	now := time.Now()
+	var keys ban.Keys
 	d.ctl.View(func(s *ban.Set) {
-		out.Bans, out.Total = s.List(now, f, offset, limit)
+		keys = s.Match(time.Now(), f)
 		out.Counts = api.CountsOf(s.Tally())
 	})
+	keys.Sort() // without the lock: bans go on meanwhile
+	d.ctl.View(func(s *ban.Set) { out.Bans = s.Page(keys, offset, limit) })
+	out.Total = keys.Len()
 	if out.Bans == nil {
 		out.Bans = []ban.Ban{}
 	}
