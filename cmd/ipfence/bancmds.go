@@ -123,6 +123,10 @@ func prefixStrings(s *netipx.IPSet) []string {
 	return out
 }
 
+// bulkQuiet: a ban of more targets than this asks the daemon for a count
+// only, not the list of bans made.
+const bulkQuiet = 1000
+
 const socketHelp = "the daemon's API socket: used when a daemon listens there, else the kernel and state are changed directly"
 
 // viaDaemon calls fn with a client of the daemon on socket. ok is false
@@ -189,14 +193,15 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 				reqs[i] = banctl.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin}
 			}
 			var done []ban.Ban
+			count := -1 // from the daemon when it answers with a count only
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
-				req := api.BanRequest{TTL: ttl, Reason: reason, Origin: origin}
+				req := api.BanRequest{TTL: ttl, Reason: reason, Origin: origin, Quiet: len(targets) > bulkQuiet}
 				for _, p := range targets {
 					req.Prefixes = append(req.Prefixes, p.String())
 				}
 				resp, err := cl.Ban(cmd.Context(), req)
 				if err == nil {
-					done = resp.Banned
+					done, count = resp.Banned, resp.Count
 				}
 				return err
 			})
@@ -209,8 +214,14 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 			if err != nil {
 				return err
 			}
+			if count < 0 || len(done) > 0 {
+				count = len(done)
+			}
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"banned": done})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"banned": done, "count": count})
+			}
+			if len(done) < count {
+				fmt.Fprintf(cmd.OutOrStdout(), "banned %d prefixes\n", count)
 			}
 			for _, b := range done {
 				fmt.Fprintf(cmd.OutOrStdout(), "banned %s%s\n", b.Prefix, describeExpiry(b, time.Now()))

@@ -2,7 +2,8 @@
 // versioned under /v1, and a typed client for it.
 //
 //	POST   /v1/bans            {"prefix": "203.0.113.5", "ttl": "1h", "reason": "ssh"}
-//	                           or {"prefixes": [...], "ttl": ..., "reason": ..., "origin": ...}
+//	                           or {"prefixes": [...], "ttl": ..., "reason": ..., "origin": ...,
+//	                               "quiet": true (answer with the count only)}
 //	DELETE /v1/bans/{prefix}   e.g. /v1/bans/203.0.113.0/24
 //	GET    /v1/bans            ?within=PREFIX&origin=NAME&offset=N&limit=N
 //	GET    /v1/bans/count
@@ -32,11 +33,15 @@ type BanRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// Origin says who bans ("fail2ban", "crowdsec", ...); default "api".
 	Origin string `json:"origin,omitempty"`
+	// Quiet asks for the count of bans made only, not the list (for bulk
+	// loads: the list of 50,000 bans costs more to encode than to make).
+	Quiet bool `json:"quiet,omitempty"`
 }
 
-// BanResponse lists the bans made.
+// BanResponse lists the bans made (none with Quiet) and counts them.
 type BanResponse struct {
-	Banned []ban.Ban `json:"banned"`
+	Banned []ban.Ban `json:"banned,omitempty"`
+	Count  int       `json:"count"`
 }
 
 // UnbanResponse lists the bans lifted (none when the prefix was not

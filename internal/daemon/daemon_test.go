@@ -186,6 +186,22 @@ func TestDaemon(t *testing.T) {
 	if got := kernelCount(t, lab.FW, nft.BanAddrs4); got != 401 {
 		t.Errorf("bans_v4 holds %d elements, want 401", got)
 	}
+	// A quiet bulk ban answers with the count only.
+	bulk := api.BanRequest{TTL: "10m", Origin: "bulk", Quiet: true}
+	for i := range 100 {
+		bulk.Prefixes = append(bulk.Prefixes, fmt.Sprintf("100.99.0.%d", i+1))
+	}
+	if resp, err := r.cl.Ban(ctx, bulk); err != nil || resp.Count != 100 || len(resp.Banned) != 0 {
+		t.Errorf("quiet bulk ban: %+v, %v", resp, err)
+	}
+	if _, err := r.cl.Unban(ctx, "100.99.0.0/24"); err != nil { // not banned as such: no error
+		t.Error(err)
+	}
+	for i := range 100 {
+		if _, err := r.cl.Unban(ctx, fmt.Sprintf("100.99.0.%d", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// A feed refresh is a diff: the bans stay, the new prefixes drop.
 	writeFile(t, feed, "192.0.2.0/24\n2001:db8:1::/48\n100.64.0.0/16\n")

@@ -82,7 +82,11 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.metrics.banSeconds.Observe(time.Since(t0).Seconds())
-	writeJSON(w, http.StatusCreated, api.BanResponse{Banned: done})
+	resp := api.BanResponse{Banned: done, Count: len(done)}
+	if req.Quiet {
+		resp.Banned = nil
+	}
+	writeJSON(w, http.StatusCreated, resp)
 }
 
 func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {

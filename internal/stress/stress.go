@@ -125,7 +125,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			t0 := time.Now()
 			for have < n {
 				k := min(50000, n-have)
-				req := api.BanRequest{TTL: "6h", Origin: "bulk"}
+				req := api.BanRequest{TTL: "6h", Origin: "bulk", Quiet: true}
 				for i := range k {
 					req.Prefixes = append(req.Prefixes, addr(11<<24+uint32(have+i)).String())
 				}
@@ -296,7 +296,7 @@ func sustained(ctx context.Context, cl *api.Client, clients, batch int, d time.D
 		wg.Go(func() {
 			base := uint32(102+c) << 24
 			for i := 0; time.Now().Before(end); i++ {
-				req := api.BanRequest{TTL: "6h", Origin: "sustained"}
+				req := api.BanRequest{TTL: "6h", Origin: "sustained", Quiet: true}
 				for k := range batch {
 					req.Prefixes = append(req.Prefixes, addr(base+uint32(i*batch+k)).String())
 				}
