@@ -1,16 +1,23 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
@@ -75,5 +82,134 @@ func TestKillDuringApply(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("after SIGKILL: %v", seen)
+}
+
+// normalizedRuleset is `nft -j list ruleset` of ns with set elements
+// sorted and handles and counting-down expiries dropped: equal for equal
+// rulesets however they were loaded.
+func normalizedRuleset(t *testing.T, ns string) string {
+	t.Helper()
+	out, err := netns.Exec(ns, "nft", "-j", "list", "ruleset")
+	if err != nil {
+		t.Fatalf("nft -j list ruleset: %v\n%s", err, out)
+	}
+	var doc struct {
+		Nftables []map[string]map[string]any `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, obj := range doc.Nftables {
+		for kind, body := range obj {
+			delete(body, "handle")
+			if elems, ok := body["elem"].([]any); ok {
+				var es []string
+				for _, e := range elems {
+					j, _ := json.Marshal(e)
+					es = append(es, regexp.MustCompile(`,?"expires":[0-9]+`).ReplaceAllString(string(j), ""))
+				}
+				slices.Sort(es)
+				body["elem"] = es
+			}
+			j, _ := json.Marshal(body)
+			parts = append(parts, kind+" "+string(j))
+		}
+	}
+	slices.Sort(parts)
+	return fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(parts, "\n"))))
+}
+
+// TestKillDaemonDuringRefresh kills the daemon with SIGKILL while it
+// sends a big feed refresh (a diff of some 50k elements): the kernel
+// holds the ruleset before the refresh or after it, never a mix, and a
+// restarted daemon carries on.
+func TestKillDaemonDuringRefresh(t *testing.T) {
+	lab := netnstest.New(t)
+	exe := buildIpfence(t)
+	dir := t.TempDir()
+	small := "192.0.2.0/24\n2001:db8:1::/48\n"
+	var b strings.Builder
+	b.WriteString(small)
+	for i := range 50000 { // every other /24 from 60.0.0.0: 50k prefixes that do not merge
+		v := 60<<24 + uint32(i)*512
+		fmt.Fprintf(&b, "%d.%d.%d.0/24\n", v>>24, v>>16&255, v>>8&255)
+	}
+	big := b.String()
+	write(t, dir, "feed.txt", small)
+	write(t, dir, "p.yaml", "sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\n"+
+		"protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
+	socket := filepath.Join(dir, "api.sock")
+	start := func() *exec.Cmd {
+		t.Helper()
+		cmd := exec.Command(exe, "daemon", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW,
+			"--state", filepath.Join(dir, "state"), "--socket", socket, "--metrics", "", "--tick", "1h")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cl := api.NewClient(socket)
+		defer cl.Close()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if _, err := cl.Status(context.Background()); err == nil {
+				return cmd
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				t.Fatal("daemon not ready")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	reload := func() error {
+		cl := api.NewClient(socket)
+		defer cl.Close()
+		_, err := cl.Reload(context.Background())
+		return err
+	}
+	d := start()
+	before := normalizedRuleset(t, lab.FW)
+	write(t, dir, "feed.txt", big)
+	t0 := time.Now()
+	if err := reload(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(t0)
+	t.Logf("the big refresh takes %v", took)
+	after := normalizedRuleset(t, lab.FW)
+	write(t, dir, "feed.txt", small)
+	if err := reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := normalizedRuleset(t, lab.FW); got != before {
+		t.Fatal("a refresh there and back does not give the ruleset back")
+	}
+
+	r := rand.New(rand.NewPCG(2, 2))
+	seen := map[string]int{}
+	for i := range 8 {
+		write(t, dir, "feed.txt", big)
+		go func() { _ = reload() }()
+		// Kill somewhere in the refresh (read, compile, diff, one
+		// transaction), whose time the first refresh measured.
+		time.Sleep(time.Duration(r.Int64N(int64(took) * 3 / 2)))
+		_ = d.Process.Signal(syscall.SIGKILL)
+		_ = d.Wait()
+		switch normalizedRuleset(t, lab.FW) {
+		case before:
+			seen["before"]++
+		case after:
+			seen["after"]++
+		default:
+			t.Fatalf("kill %d: the kernel holds neither the ruleset before the refresh nor the one after it", i)
+		}
+		write(t, dir, "feed.txt", small)
+		d = start()
+		if got := normalizedRuleset(t, lab.FW); got != before {
+			t.Fatalf("kill %d: the restarted daemon did not load the small feed", i)
+		}
+	}
+	_ = d.Process.Signal(syscall.SIGTERM)
+	_ = d.Wait()
 	t.Logf("after SIGKILL: %v", seen)
 }
