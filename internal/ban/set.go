@@ -92,6 +92,16 @@ func (s *Set) Covering(addr netip.Addr, now time.Time) (Ban, bool) {
 	return best, found
 }
 
+// EachAddr calls fn for single-address bans, in no particular order (a
+// different one each time), until fn returns false.
+func (s *Set) EachAddr(fn func(Ban) bool) {
+	for _, b := range s.addrs {
+		if !fn(b) {
+			return
+		}
+	}
+}
+
 // Len returns the number of bans, live or not.
 func (s *Set) Len() int { return len(s.addrs) + len(s.nets) }
 

@@ -377,3 +377,89 @@ func prefixes(bs []ban.Ban) []netip.Prefix {
 	}
 	return ps
 }
+
+// Verify checks the kernel's ban sets against what the Controller put
+// there and repairs the difference: up to sample single-address bans
+// must be there (a different sample each time, asked for key by key,
+// since dumping a big set costs the kernel time quadratic in its size),
+// and the prefix pieces, read back whole (they are few), must be exactly
+// what was sent. It returns how many elements it added or removed.
+func (c *Controller) Verify(ctx context.Context, sample int) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.Now()
+	var probe [2][]ban.Element
+	n := 0
+	c.set.EachAddr(func(b ban.Ban) bool {
+		if b.Live(now) && b.Remaining(now) != 0 && b.Remaining(now) < time.Second {
+			return true // may expire in the kernel while we look
+		}
+		if b.Live(now) {
+			f := family(b.Prefix)
+			probe[f] = append(probe[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+			n++
+		}
+		return n < sample
+	})
+	sets := nft.BanSets()
+	u := &nft.Update{Table: c.cfg.Table}
+	repaired := 0
+	for f := range 2 {
+		keys := make([]netip.Addr, len(probe[f]))
+		for i, e := range probe[f] {
+			keys[i] = e.Prefix.Addr()
+		}
+		present, err := nft.Present(ctx, c.cfg.Table, c.cfg.NetNS, sets[f].Name, keys)
+		if err != nil {
+			return 0, err
+		}
+		var add []ban.Element
+		for i, ok := range present {
+			if !ok {
+				add = append(add, probe[f][i])
+			}
+		}
+		repaired += len(add)
+		u.Sets = append(u.Sets, nft.SetChange{Set: sets[f], Add: elems(add, now)})
+	}
+	for f := range 2 {
+		rs, err := nft.ReadSet(ctx, c.cfg.Table, c.cfg.NetNS, sets[2+f].Name)
+		if err != nil {
+			return 0, err
+		}
+		have := make(map[netip.Prefix]bool, len(rs))
+		var del []ban.Element
+		want := make(map[netip.Prefix]bool, len(c.nets[f]))
+		for _, e := range c.nets[f] {
+			want[e.Prefix] = true
+		}
+		for _, r := range rs {
+			p, ok := r.Prefix()
+			switch {
+			case !ok: // not one of ours: every piece is a prefix
+				for _, q := range r.Prefixes() {
+					del = append(del, ban.Element{Prefix: q})
+				}
+			case !want[p]:
+				del = append(del, ban.Element{Prefix: p})
+			default:
+				have[p] = true
+			}
+		}
+		var add []ban.Element
+		for _, e := range c.nets[f] {
+			if !have[e.Prefix] && (e.Expires.IsZero() || e.Expires.Sub(now) > time.Second) {
+				add = append(add, e)
+			}
+		}
+		repaired += len(add) + len(del)
+		u.Sets = append(u.Sets, nft.SetChange{Set: sets[2+f], Add: elems(add, now), Del: elems(del, time.Time{})})
+	}
+	if repaired == 0 {
+		return 0, nil
+	}
+	if _, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: c.cfg.NetNS}); err != nil {
+		return 0, fmt.Errorf("repairing the ban sets: %w", err)
+	}
+	return repaired, nil
+}

@@ -189,3 +189,57 @@ func TestControllerAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyRepairs: elements deleted behind the Controller's back, and
+// a prefix element added behind it, are found and repaired.
+func TestVerifyRepairs(t *testing.T) {
+	lab := netnstest.New(t)
+	ctx := context.Background()
+	store, err := ban.Open(filepath.Join(t.TempDir(), "bans.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	c, err := Open(Config{NetNS: lab.FW, Table: "ipfence", Priority: -300, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Load(nil, -300, func(bans nft.Bans) error {
+		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, bans), nft.ApplyOptions{NetNS: lab.FW})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []Request
+	for i := range 50 {
+		reqs = append(reqs, Request{Prefix: netip.MustParsePrefix(fmt.Sprintf("10.0.0.%d/32", i+1)), TTL: time.Hour})
+	}
+	reqs = append(reqs, Request{Prefix: netip.MustParsePrefix("10.1.0.0/16")}, Request{Prefix: netip.MustParsePrefix("2001:db8::/48")})
+	if _, err := c.Ban(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Verify(ctx, 1000); err != nil || n != 0 {
+		t.Fatalf("Verify of an untouched kernel: %d repairs, %v", n, err)
+	}
+	for _, args := range [][]string{
+		{"delete", "element", "inet", "ipfence", nft.BanAddrs4, "{ 10.0.0.7, 10.0.0.9 }"},
+		{"delete", "element", "inet", "ipfence", nft.BanNets6, "{ 2001:db8::/48 }"},
+		{"add", "element", "inet", "ipfence", nft.BanNets4, "{ 10.2.0.0/16 }"},
+	} {
+		if out, err := netns.Exec(lab.FW, append([]string{"nft"}, args...)...); err != nil {
+			t.Fatalf("nft %v: %v\n%s", args, err, out)
+		}
+	}
+	if n, err := c.Verify(ctx, 1000); err != nil || n != 4 {
+		t.Errorf("Verify: %d repairs, %v; want 4", n, err)
+	}
+	var want map[string][]string
+	c.View(func(s *ban.Set) { want = modelSets(s, time.Now()) })
+	got := kernelSets(t, lab.FW)
+	for _, s := range nft.BanSets() {
+		if !slices.Equal(got[s.Name], want[s.Name]) {
+			t.Errorf("after Verify, set %s holds %q, want %q", s.Name, got[s.Name], want[s.Name])
+		}
+	}
+}

@@ -468,9 +468,13 @@ func refreshOf(s source.Spec) time.Duration {
 	return 0
 }
 
-// checkDrift compares the kernel's table with what was loaded (chains,
-// sets, base rules: cheap, no elements read) and loads it all again when
-// they differ.
+// verifySample is how many address bans each drift check asks the kernel
+// for.
+const verifySample = 2000
+
+// checkDrift compares the kernel's table with what was loaded (chains and
+// sets, no elements read) and loads it all again when they differ;
+// otherwise it checks the ban sets' elements and repairs them.
 func (d *Daemon) checkDrift(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -497,6 +501,17 @@ func (d *Daemon) checkDrift(ctx context.Context) error {
 		drift = drift || !got[k]
 	}
 	if !drift {
+		// The structure is there; check the bans' elements (a sample of
+		// the addresses, all prefix pieces) and put back what is off.
+		n, err := d.ctl.Verify(ctx, verifySample)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			d.drift++
+			d.metrics.drift.Inc()
+			d.log.Warn("ban elements were missing from the kernel or not ours; repaired", "elements", n)
+		}
 		return nil
 	}
 	d.drift++

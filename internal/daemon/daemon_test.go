@@ -357,3 +357,41 @@ func TestBansDuringFullReloads(t *testing.T) {
 		}
 	}
 }
+
+// TestDriftRepair: a ban element deleted behind the daemon's back, and
+// the whole table flushed, are put back by the drift check.
+func TestDriftRepair(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "feed.txt"), "192.0.2.0/24\n")
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
+	r := startDaemon(t, Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"),
+		Tick: 20 * time.Millisecond, DriftEvery: 20 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := r.cl.Ban(ctx, api.BanRequest{Prefixes: []string{"203.0.113.5", "203.0.113.6"}, TTL: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not repaired after 10 s", what)
+			}
+		}
+	}
+	if out, err := netns.Exec(lab.FW, "nft", "delete", "element", "inet", "ipfence", nft.BanAddrs4, "{ 203.0.113.5 }"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	waitFor("a deleted ban element", func() bool { return kernelCount(t, lab.FW, nft.BanAddrs4) == 2 })
+	if out, err := netns.Exec(lab.FW, "nft", "delete", "table", "inet", "ipfence"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	waitFor("a deleted table", func() bool {
+		out, err := netns.Exec(lab.FW, "nft", "list", "tables")
+		return err == nil && strings.Contains(string(out), "ipfence") && kernelCount(t, lab.FW, nft.BanAddrs4) == 2
+	})
+	if st, err := r.cl.Status(ctx); err != nil || st.Drift < 2 {
+		t.Errorf("status after two repairs: %+v, %v", st, err)
+	}
+}
