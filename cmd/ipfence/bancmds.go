@@ -76,7 +76,7 @@ func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *banctl.Contr
 			return nil, nil, err
 		}
 	}
-	return c, func() { store.Close() }, nil
+	return c, func() { c.Close(); store.Close() }, nil
 }
 
 // ensureBanSets loads a table holding only the ban sets when the

@@ -57,6 +57,36 @@ type Controller struct {
 	// set (an element each; addrs counts them per family), and nets.
 	addrs [2]int
 	nets  [2][]ban.Element
+	up    *nft.Updater // the open netlink connection, nil until used
+}
+
+// apply sends u on the Controller's connection, opening it when needed
+// and dropping it after an error (the next call opens a fresh one).
+// Called with c.mu held.
+func (c *Controller) apply(ctx context.Context, u *nft.Update) error {
+	if c.up == nil {
+		up, err := nft.NewUpdater(c.cfg.NetNS)
+		if err != nil {
+			return err
+		}
+		c.up = up
+	}
+	if _, err := c.up.Apply(ctx, u); err != nil {
+		c.up.Close()
+		c.up = nil
+		return err
+	}
+	return nil
+}
+
+// Close closes the Controller's netlink connection (not the Store).
+func (c *Controller) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.up != nil {
+		c.up.Close()
+		c.up = nil
+	}
 }
 
 // Snapshot is what the four ban sets hold (in the order of nft.BanSets),
@@ -291,12 +321,12 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	}
 	chain := present(oldAddrs, oldNets) != present(newAddrs, newNets)
 	u := update(add, del, present(newAddrs, newNets), chain)
-	if _, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: c.cfg.NetNS}); err != nil {
+	if err := c.apply(ctx, u); err != nil {
 		return fmt.Errorf("updating the ban sets: %w", err)
 	}
 	if err := save(); err != nil {
 		back := update(del, add, present(oldAddrs, oldNets), chain)
-		if _, uerr := nft.ApplyUpdate(ctx, back, nft.ApplyOptions{NetNS: c.cfg.NetNS}); uerr != nil {
+		if uerr := c.apply(ctx, back); uerr != nil {
 			return errors.Join(err, fmt.Errorf("and putting the kernel back failed: %w", uerr))
 		}
 		return err
@@ -458,7 +488,7 @@ func (c *Controller) Verify(ctx context.Context, sample int) (int, error) {
 	if repaired == 0 {
 		return 0, nil
 	}
-	if _, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: c.cfg.NetNS}); err != nil {
+	if err := c.apply(ctx, u); err != nil {
 		return 0, fmt.Errorf("repairing the ban sets: %w", err)
 	}
 	return repaired, nil

@@ -129,6 +129,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
+	defer d.ctl.Close()
 
 	ln, err := listenUnix(d.cfg.Socket)
 	if err != nil {

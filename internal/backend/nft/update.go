@@ -120,6 +120,38 @@ type UpdateResult struct {
 // transaction, and the error says which message failed and what that
 // usually means.
 func ApplyUpdate(ctx context.Context, u *Update, opts ApplyOptions) (UpdateResult, error) {
+	up, err := NewUpdater(opts.NetNS)
+	if err != nil {
+		return UpdateResult{}, fmt.Errorf("updating table %s: %w", u.Table, err)
+	}
+	defer up.Close()
+	return up.Apply(ctx, u)
+}
+
+// Updater sends Updates to one namespace over a netlink connection it
+// keeps open, which saves opening one per transaction (a tenth of a
+// millisecond: a good part of a ban). It is not safe for concurrent use.
+type Updater struct {
+	netns     string
+	c         *nftables.Conn
+	nsfd      int
+	closeConn func()
+}
+
+// NewUpdater opens the connection (see ApplyOptions.NetNS).
+func NewUpdater(netns string) (*Updater, error) {
+	c, closeConn, nsfd, err := dial(netns)
+	if err != nil {
+		return nil, err
+	}
+	return &Updater{netns: netns, c: c, nsfd: nsfd, closeConn: closeConn}, nil
+}
+
+// Close closes the connection.
+func (up *Updater) Close() { up.closeConn() }
+
+// Apply is ApplyUpdate on the Updater's connection.
+func (up *Updater) Apply(ctx context.Context, u *Update) (UpdateResult, error) {
 	var res UpdateResult
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -127,16 +159,11 @@ func ApplyUpdate(ctx context.Context, u *Update, opts ApplyOptions) (UpdateResul
 	if err := u.validate(); err != nil {
 		return res, err
 	}
-	c, closeConn, nsfd, err := dial(opts.NetNS)
+	idx, err := ifindexes(iifNames(&Program{Chains: slices.Concat(u.NewChains, u.Chains)}), up.nsfd, up.netns)
 	if err != nil {
 		return res, fmt.Errorf("updating table %s: %w", u.Table, err)
 	}
-	defer closeConn()
-	idx, err := ifindexes(iifNames(&Program{Chains: slices.Concat(u.NewChains, u.Chains)}), nsfd, opts.NetNS)
-	if err != nil {
-		return res, fmt.Errorf("updating table %s: %w", u.Table, err)
-	}
-	b := &batch{c: c, ifindex: idx, res: &ApplyResult{},
+	b := &batch{c: up.c, ifindex: idx, res: &ApplyResult{},
 		table: &nftables.Table{Family: nftables.TableFamilyINet, Name: u.Table},
 		sets:  map[string]*nftables.Set{}}
 	if err := b.queueUpdate(u, &res); err != nil {
@@ -146,7 +173,7 @@ func ApplyUpdate(ctx context.Context, u *Update, opts ApplyOptions) (UpdateResul
 		return res, err
 	}
 	start := time.Now()
-	err = c.Flush()
+	err = up.c.Flush()
 	res.Flush = time.Since(start)
 	if err != nil {
 		return res, fmt.Errorf("updating table %s: kernel rejected the transaction, nothing was changed%s: %w",
