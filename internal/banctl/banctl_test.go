@@ -96,32 +96,41 @@ func modelSets(s *ban.Set, now time.Time) map[string][]string {
 	return out
 }
 
-// TestControllerAgainstModel bans and unbans at random (overlapping
-// prefixes, mixed lifetimes, re-bans, refused requests) and checks after
-// every step that the kernel's ban sets hold exactly what the model says:
-// no lost and no phantom element.
-func TestControllerAgainstModel(t *testing.T) {
+// newLoaded returns a lab, a ban store and a Controller on them that has
+// loaded a table with no policy rules, only the (empty) ban sets.
+func newLoaded(t *testing.T, g ban.Guard) (*netns.Lab, *ban.Store, *Controller) {
+	t.Helper()
 	lab := netnstest.New(t)
-	ctx := context.Background()
 	store, err := ban.Open(filepath.Join(t.TempDir(), "bans.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	var pb netipx.IPSetBuilder
-	pb.AddPrefix(netip.MustParsePrefix("10.9.0.0/16"))
-	protect, _ := pb.IPSet()
-	c, err := Open(Config{NetNS: lab.FW, Table: "ipfence", Priority: -300, Guard: ban.Guard{Protected: protect}, Store: store})
+	t.Cleanup(func() { store.Close() })
+	c, err := Open(Config{NetNS: lab.FW, Table: "ipfence", Priority: -300, Guard: g, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	err = c.Load(nil, -300, func(bans nft.Bans) error {
-		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, bans), nft.ApplyOptions{NetNS: lab.FW})
+		_, err := nft.Apply(context.Background(), nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, bans), nft.ApplyOptions{NetNS: lab.FW})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lab, store, c
+}
+
+// TestControllerAgainstModel bans and unbans at random (overlapping
+// prefixes, mixed lifetimes, re-bans, refused requests) and checks after
+// every step that the kernel's ban sets hold exactly what the model says:
+// no lost and no phantom element.
+func TestControllerAgainstModel(t *testing.T) {
+	var pb netipx.IPSetBuilder
+	pb.AddPrefix(netip.MustParsePrefix("10.9.0.0/16"))
+	protect, _ := pb.IPSet()
+	lab, store, c := newLoaded(t, ban.Guard{Protected: protect})
+	ctx := context.Background()
 
 	r := rand.New(rand.NewPCG(3, 4))
 	randPrefix := func() netip.Prefix {
@@ -193,24 +202,8 @@ func TestControllerAgainstModel(t *testing.T) {
 // TestVerifyRepairs: elements deleted behind the Controller's back, and
 // a prefix element added behind it, are found and repaired.
 func TestVerifyRepairs(t *testing.T) {
-	lab := netnstest.New(t)
+	lab, _, c := newLoaded(t, ban.Guard{})
 	ctx := context.Background()
-	store, err := ban.Open(filepath.Join(t.TempDir(), "bans.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	c, err := Open(Config{NetNS: lab.FW, Table: "ipfence", Priority: -300, Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Load(nil, -300, func(bans nft.Bans) error {
-		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, bans), nft.ApplyOptions{NetNS: lab.FW})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var reqs []Request
 	for i := range 50 {
 		reqs = append(reqs, Request{Prefix: netip.MustParsePrefix(fmt.Sprintf("10.0.0.%d/32", i+1)), TTL: time.Hour})
