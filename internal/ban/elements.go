@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/radix"
 )
 
 // Element is what a kernel set holds: a prefix and when it expires (zero:
@@ -56,7 +58,7 @@ func (s *Set) addrElements(now time.Time) []Element {
 			k6 = append(k6, newKey6(a, i))
 		}
 	}
-	radixSort(k4, 32) // addresses are unique: the index does not matter
+	radix.Sort(k4, 32) // addresses are unique: the index does not matter
 	slices.SortFunc(k6, compareKey6)
 	out := make([]Element, 0, len(exps))
 	for _, k := range k4 {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ipfence/ipfence/internal/radix"
 )
 
 // Set is the desired state of all bans, in memory: at most one ban per
@@ -185,7 +187,7 @@ func (k Keys) Len() int { return len(k.k4) + len(k.k6) }
 
 // Sort sorts the keys in List's order. It does not touch the Set.
 func (k Keys) Sort() {
-	radixSort(k.k4, 0)
+	radix.Sort(k.k4, 0)
 	slices.SortFunc(k.k6, compareKey6)
 }
 

@@ -1,39 +1,11 @@
 package ban
 
 import (
-	"cmp"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
 )
-
-// TestRadixSort checks radixSort against slices.SortStableFunc on the same
-// bits, on inputs below and above radixMin, with few and many distinct
-// digits.
-func TestRadixSort(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
-	for _, n := range []int{0, 1, 2, 100, radixMin - 1, radixMin, 50_000} {
-		for _, lowBit := range []uint{0, 16, 32, 48} {
-			for _, mask := range []uint64{^uint64(0), 0xff00_00ff_0000_ff0f, 0xffff_0000_0000_0000} {
-				keys := make([]uint64, n)
-				for i := range keys {
-					keys[i] = r.Uint64() & mask
-				}
-				want := slices.Clone(keys)
-				if n < radixMin {
-					slices.Sort(want) // all bits, as documented
-				} else {
-					slices.SortStableFunc(want, func(a, b uint64) int { return cmp.Compare(a>>lowBit, b>>lowBit) })
-				}
-				radixSort(keys, lowBit)
-				if !slices.Equal(keys, want) {
-					t.Fatalf("n=%d lowBit=%d mask=%x: radixSort differs", n, lowBit, mask)
-				}
-			}
-		}
-	}
-}
 
 func TestKeys(t *testing.T) {
 	for _, s := range []string{"0.0.0.0", "10.1.2.3", "255.255.255.255"} {

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/radix"
 )
 
 // Builder builds an *netipx.IPSet from many addresses, prefixes and ranges
@@ -203,49 +205,10 @@ func merge4(v []uint64) []span {
 	return out
 }
 
-// radixMin is the length from which sort4 uses a radix sort: below it,
-// pdqsort is as fast and needs no scratch space.
-const radixMin = 1 << 12
-
-// sort4 sorts packed IPv4 ranges by first address (ranges with the same
-// first address in any order). On large inputs it uses an LSD radix sort on
-// the first address, a byte at a time, skipping bytes all entries share:
-// several times faster than pdqsort there (BenchmarkSort4).
-func sort4(v []uint64) {
-	if len(v) < radixMin {
-		slices.Sort(v)
-		return
-	}
-	var counts [4][256]int
-	for _, x := range v {
-		counts[0][x>>32&0xff]++
-		counts[1][x>>40&0xff]++
-		counts[2][x>>48&0xff]++
-		counts[3][x>>56]++
-	}
-	src, dst := v, make([]uint64, len(v))
-	for pass := range 4 {
-		c := &counts[pass]
-		shift := 32 + 8*pass
-		if c[src[0]>>shift&0xff] == len(src) {
-			continue // every entry has this byte: nothing to do
-		}
-		sum := 0
-		for i, n := range c {
-			c[i] = sum
-			sum += n
-		}
-		for _, x := range src {
-			k := x >> shift & 0xff
-			dst[c[k]] = x
-			c[k]++
-		}
-		src, dst = dst, src
-	}
-	if &src[0] != &v[0] {
-		copy(v, src)
-	}
-}
+// sort4 sorts packed IPv4 ranges by first address (the upper 32 bits;
+// ranges with the same first address in any order): a radix sort on large
+// inputs, several times faster than pdqsort there (BenchmarkSort4).
+func sort4(v []uint64) { radix.Sort(v, 32) }
 
 // pack4 appends IPv4 spans to dst in Builder's packed form.
 func pack4(dst []uint64, ss []span) []uint64 {
