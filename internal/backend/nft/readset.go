@@ -24,15 +24,11 @@ func ReadSet(ctx context.Context, table, netns, name string) ([]netipx.IPRange, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, closeConn, nsfd, err := dial(netns)
+	_, s, nsfd, closeConn, err := openSet(netns, table, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading set %s: %w", name, err)
 	}
 	defer closeConn()
-	s, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, name)
-	if err != nil {
-		return nil, fmt.Errorf("reading set %s: %w", name, err)
-	}
 	elems, err := dumpKeys(nsfd, table, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading elements of set %s: %w", name, err)
@@ -50,6 +46,21 @@ func ReadSet(ctx context.Context, table, netns, name string) ([]netipx.IPRange, 
 		return out, nil
 	}
 	return intervalsOf(name, elems)
+}
+
+// openSet connects to nftables in netns and looks set name of the inet
+// table up; closeConn closes the connection.
+func openSet(netns, table, name string) (c *nftables.Conn, s *nftables.Set, nsfd int, closeConn func(), err error) {
+	c, closeConn, nsfd, err = dial(netns)
+	if err != nil {
+		return nil, nil, -1, nil, err
+	}
+	s, err = c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, name)
+	if err != nil {
+		closeConn()
+		return nil, nil, -1, nil, err
+	}
+	return c, s, nsfd, closeConn, nil
 }
 
 // dumpKeys dumps the elements of set name with NFT_MSG_GETSETELEM and
@@ -183,15 +194,11 @@ func intervalsOf(name string, elems []nftables.SetElement) ([]netipx.IPRange, er
 // request, each a hash lookup), not dumping the set: for checking big sets,
 // whose dump costs the kernel time quadratic in their size.
 func Present(ctx context.Context, table, netns, name string, keys []netip.Addr) ([]bool, error) {
-	c, closeConn, _, err := dial(netns)
+	c, s, _, closeConn, err := openSet(netns, table, name)
 	if err != nil {
 		return nil, fmt.Errorf("probing set %s: %w", name, err)
 	}
 	defer closeConn()
-	s, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, name)
-	if err != nil {
-		return nil, fmt.Errorf("probing set %s: %w", name, err)
-	}
 	out := make([]bool, len(keys))
 	probe := func(from, to int) error {
 		es := make([]nftables.SetElement, to-from)
