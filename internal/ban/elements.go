@@ -34,13 +34,14 @@ func compareElement(a, b Element) int { return comparePrefix(a.Prefix, b.Prefix)
 //
 // Both lists are sorted by prefix, IPv4 first.
 func (s *Set) Elements(now time.Time) (addrs, nets []Element) {
-	return s.addrElements(now), s.NetElements(now)
+	return s.AddrElements(now), s.NetElements(now)
 }
 
-// addrElements returns the live single-address bans, sorted. It sorts
-// packed keys (address and an index into a table of expiries), not
-// Elements: several times faster with millions of bans.
-func (s *Set) addrElements(now time.Time) []Element {
+// AddrElements returns the addrs of Elements alone: the live
+// single-address bans, sorted. It sorts packed keys (address and an index
+// into a table of expiries), not Elements: several times faster with
+// millions of bans.
+func (s *Set) AddrElements(now time.Time) []Element {
 	var (
 		k4   = make([]uint64, 0, len(s.addrs))
 		k6   []key6

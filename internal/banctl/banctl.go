@@ -124,7 +124,11 @@ func Open(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	c.assume(c.desired(c.cfg.Now()))
+	// What the kernel holds: counted, not listed (sorting a million
+	// addresses on every `ipfence ban` would be wasted).
+	t := set.Tally()
+	c.addrs = [2]int{t.Addr4, t.Addr6}
+	c.nets = c.netPieces(c.cfg.Now())
 	return c, nil
 }
 
@@ -294,11 +298,7 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	newAddrs := [2]int{c.addrs[0] + ch.n[0], c.addrs[1] + ch.n[1]}
 	newNets := oldNets
 	if ch.nets {
-		newNets = [2][]ban.Element{}
-		for _, e := range c.set.NetElements(now) {
-			f := family(e.Prefix)
-			newNets[f] = append(newNets[f], e)
-		}
+		newNets = c.netPieces(now)
 	}
 	// Per ban set: the elements to add and to delete.
 	var add, del [4][]ban.Element
@@ -370,23 +370,24 @@ func elems(es []ban.Element, now time.Time) []nft.Elem {
 
 // desired is what the ban sets must hold at now.
 func (c *Controller) desired(now time.Time) Snapshot {
-	addrs, nets := c.set.Elements(now)
 	var s Snapshot
-	for _, e := range addrs {
-		if e.Prefix.Addr().Is4() {
-			s[0] = append(s[0], e)
-		} else {
-			s[1] = append(s[1], e)
-		}
+	for _, e := range c.set.AddrElements(now) {
+		f := family(e.Prefix)
+		s[f] = append(s[f], e)
 	}
-	for _, e := range nets {
-		if e.Prefix.Addr().Is4() {
-			s[2] = append(s[2], e)
-		} else {
-			s[3] = append(s[3], e)
-		}
-	}
+	nets := c.netPieces(now)
+	s[2], s[3] = nets[0], nets[1]
 	return s
+}
+
+// netPieces is what the prefix ban sets must hold at now, per family.
+func (c *Controller) netPieces(now time.Time) [2][]ban.Element {
+	var out [2][]ban.Element
+	for _, e := range c.set.NetElements(now) {
+		f := family(e.Prefix)
+		out[f] = append(out[f], e)
+	}
+	return out
 }
 
 // elem turns a ban element into a set element with its time left at now;
