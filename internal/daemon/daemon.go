@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"time"
 
@@ -425,19 +426,7 @@ func isBanSet(name string) bool {
 
 // sameHeads reports whether two plans have the same base chain.
 func sameHeads(a, b *plan.Plan) bool {
-	if a == nil || b == nil || a.Priority != b.Priority {
-		return false
-	}
-	ha, hb := nft.Heads(a), nft.Heads(b)
-	if len(ha) != len(hb) {
-		return false
-	}
-	for i := range ha {
-		if fmt.Sprint(ha[i]) != fmt.Sprint(hb[i]) {
-			return false
-		}
-	}
-	return true
+	return a != nil && b != nil && a.Priority == b.Priority && reflect.DeepEqual(nft.Heads(a), nft.Heads(b))
 }
 
 // due reports whether a source's refresh interval has passed.
