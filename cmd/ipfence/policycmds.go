@@ -187,8 +187,7 @@ changed against the last apply.`,
 				heads := nft.Heads(c.plan)
 				var r nft.ApplyResult
 				err = bc.Load(heads, c.plan.Priority, func(bans nft.Bans) (err error) {
-					nft.SetBans(c.prog, heads, c.plan.Priority, bans)
-					r, err = applyRetrying(ctx, c.prog, netns, g)
+					r, err = applyRetrying(ctx, nft.WithBans(c.prog, heads, c.plan.Priority, bans), netns, g)
 					return err
 				})
 				if err != nil {

@@ -303,10 +303,9 @@ func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
 // transaction, then records c as loaded. Called with d.mu held.
 func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
 	t0 := time.Now()
-	prog := nft.FromPlan(c.plan, nft.Bans{})
 	heads := nft.Heads(c.plan)
 	err := d.ctl.Load(heads, c.plan.Priority, func(bans nft.Bans) error {
-		nft.SetBans(prog, heads, c.plan.Priority, bans)
+		prog := nft.WithBans(c.prog, heads, c.plan.Priority, bans)
 		var err error
 		for try := 0; try < 3; try++ {
 			if _, err = nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: d.cfg.NetNS}); err == nil {

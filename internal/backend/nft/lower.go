@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 
 	"github.com/ipfence/ipfence/internal/plan"
 )
@@ -85,22 +86,27 @@ func (b Bans) of(i int) []Elem {
 	return [][]Elem{b.Addrs4, b.Addrs6, b.Nets4, b.Nets6}[i]
 }
 
-// SetBans puts b into the ban sets of a Program made by FromPlan and
-// rewrites its base chain (heads and priority as FromPlan had them) to
-// look up the non-empty ones.
-func SetBans(prog *Program, heads []RuleHead, priority int32, b Bans) {
-	for _, s := range prog.Sets {
+// WithBans returns a copy of a Program made by FromPlan whose ban sets
+// hold b and whose base chain (heads and priority as FromPlan had them)
+// looks up the non-empty ones. The copy shares every other set and chain
+// with prog, which is left as it was.
+func WithBans(prog *Program, heads []RuleHead, priority int32, b Bans) *Program {
+	out := &Program{Table: prog.Table, Sets: slices.Clone(prog.Sets), Chains: slices.Clone(prog.Chains)}
+	for j, s := range out.Sets {
 		for i, bs := range BanSets() {
 			if s.Name == bs.Name {
-				s.Elems = b.of(i)
+				cp := *s
+				cp.Elems = b.of(i)
+				out.Sets[j] = &cp
 			}
 		}
 	}
-	for i, c := range prog.Chains {
+	for i, c := range out.Chains {
 		if c.Name == BaseChainName {
-			prog.Chains[i] = BaseChain(heads, priority, b)
+			out.Chains[i] = BaseChain(heads, priority, b)
 		}
 	}
+	return out
 }
 
 // RuleHead is what the base chain needs to know of a policy rule.

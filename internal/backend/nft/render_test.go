@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
+
+	"github.com/ipfence/ipfence/internal/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -249,5 +251,29 @@ func BenchmarkRender(b *testing.B) {
 	b.ReportMetric(float64(programElements(p)), "elements")
 	for b.Loop() {
 		_ = Render(p)
+	}
+}
+
+// TestWithBans: the copy holds the bans and looks them up; the Program it
+// was made from keeps empty ban sets and its base chain.
+func TestWithBans(t *testing.T) {
+	p := FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, Bans{})
+	before := Render(p)
+	b := Bans{Addrs4: []Elem{{Key: pfx("192.0.2.7/32")}}, Nets6: []Elem{{Key: pfx("2001:db8::/48")}}}
+	q := WithBans(p, nil, -300, b)
+	if Render(p) != before {
+		t.Error("WithBans changed the Program it copied")
+	}
+	if err := q.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := Render(q)
+	for _, want := range []string{"192.0.2.7", "2001:db8::/48", "ip saddr @" + BanAddrs4 + " goto " + BanChain, "ip6 saddr @" + BanNets6 + " goto " + BanChain} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the copy lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "@"+BanAddrs6) || strings.Contains(got, "@"+BanNets4) {
+		t.Errorf("the copy looks up empty ban sets:\n%s", got)
 	}
 }
