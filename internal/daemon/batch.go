@@ -28,7 +28,8 @@ type banResult struct {
 // while the previous transaction committed goes into the next one, so a
 // lone ban costs one transaction and a burst costs few. Calls are
 // applied in arrival order; consecutive calls of the same kind share a
-// transaction. A transaction the kernel refuses is retried call by call,
+// transaction. A batch that fails (a call the guard refuses, or the
+// kernel refusing the transaction) is retried call by call,
 // so that one bad call does not fail the others.
 type banQueue struct {
 	d  *Daemon

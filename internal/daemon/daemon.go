@@ -72,7 +72,6 @@ type Daemon struct {
 	sources  map[string]*sourceState
 	ctl      *banctl.Controller
 	store    *ban.Store
-	guard    ban.Guard
 	drift    int
 	lastErr  string
 	elements int
@@ -234,9 +233,8 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.guard = ban.Guard{Protected: c.plan.ProtectSet(), Own: own}
 	ctl, err := banctl.Open(banctl.Config{NetNS: d.cfg.NetNS, Table: c.plan.Table, Heads: nft.Heads(c.plan),
-		Priority: c.plan.Priority, Guard: d.guard, Store: d.store})
+		Priority: c.plan.Priority, Guard: ban.Guard{Protected: c.plan.ProtectSet(), Own: own}, Store: d.store})
 	if err != nil {
 		return err
 	}
