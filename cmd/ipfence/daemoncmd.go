@@ -45,6 +45,7 @@ It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
 	c.Flags().StringVar(&cfg.StateDir, "state", state.DefaultDir, "state folder: bans, feed caches, last good loads")
 	c.Flags().StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket")
 	c.Flags().StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
+	c.Flags().BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on the metrics address (debugging)")
 	c.Flags().DurationVar(&cfg.Tick, "tick", 10*time.Second, "how often to look for due sources and expired bans")
 	return c
 }

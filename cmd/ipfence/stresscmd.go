@@ -57,6 +57,7 @@ The host's firewall is never touched.`,
 		},
 	}
 	c.Flags().StringVar(&existing, "existing", "0,100000,1000000", "numbers of bans in force for the latency rows")
+	c.Flags().StringArrayVar(&o.DaemonArgs, "daemon-arg", nil, "add an argument to the daemon's command line (repeatable; e.g. --daemon-arg=--pprof)")
 	c.Flags().StringVar(&clients, "clients", "1,8", "concurrent clients for the latency rows")
 	c.Flags().IntVar(&o.Requests, "requests", 2000, "single-ban requests per latency row")
 	c.Flags().DurationVar(&o.Duration, "duration", 3*time.Minute, "length of the mixed run (0: none)")

@@ -42,31 +42,32 @@ func (s *Set) Elements(now time.Time) (addrs, nets []Element) {
 // into a table of expiries), not Elements: several times faster with
 // millions of bans.
 func (s *Set) AddrElements(now time.Time) []Element {
+	t := nowNanos(now)
 	var (
-		k4   = make([]uint64, 0, len(s.addrs))
-		k6   []key6
-		exps = make([]time.Time, 0, len(s.addrs))
+		k4   = make([]uint64, 0, len(s.a4))
+		k6   = make([]key6, 0, len(s.a6))
+		exps = make([]int64, 0, len(s.a4)+len(s.a6))
 	)
-	for p, b := range s.addrs {
-		if !b.Live(now) {
-			continue
+	for a, r := range s.a4 {
+		if r.live(t) {
+			k4 = append(k4, uint64(a)<<32|uint64(len(exps)))
+			exps = append(exps, r.expires)
 		}
-		i := uint32(len(exps))
-		exps = append(exps, b.Expires)
-		if a := p.Addr(); a.Is4() {
-			k4 = append(k4, key4(a, i))
-		} else {
-			k6 = append(k6, newKey6(a, i))
+	}
+	for a, r := range s.a6 {
+		if r.live(t) {
+			k6 = append(k6, newKey6(netip.AddrFrom16(a), uint32(len(exps))))
+			exps = append(exps, r.expires)
 		}
 	}
 	radix.Sort(k4, 32) // addresses are unique: the index does not matter
 	slices.SortFunc(k6, compareKey6)
 	out := make([]Element, 0, len(exps))
 	for _, k := range k4 {
-		out = append(out, Element{netip.PrefixFrom(addr4(k), 32), exps[uint32(k)]})
+		out = append(out, Element{netip.PrefixFrom(addr4(k), 32), fromNanos(exps[uint32(k)])})
 	}
 	for _, k := range k6 {
-		out = append(out, Element{netip.PrefixFrom(k.addr(), 128), exps[k.tail]})
+		out = append(out, Element{netip.PrefixFrom(k.addr(), 128), fromNanos(exps[k.tail])})
 	}
 	return out
 }
@@ -75,10 +76,11 @@ func (s *Set) AddrElements(now time.Time) []Element {
 // disjoint prefixes. It does not look at the single-address bans, so it
 // costs what the (usually few) CIDR bans cost.
 func (s *Set) NetElements(now time.Time) []Element {
+	t := nowNanos(now)
 	cidrs := make([]Element, 0, len(s.nets))
-	for p, b := range s.nets {
-		if b.Live(now) {
-			cidrs = append(cidrs, Element{p, b.Expires})
+	for k, r := range s.nets {
+		if r.live(t) {
+			cidrs = append(cidrs, Element{k.prefix(), fromNanos(r.expires)})
 		}
 	}
 	slices.SortFunc(cidrs, compareElement)

@@ -266,8 +266,8 @@ func TestElementsAddrsSorted(t *testing.T) {
 		t.Fatal("addrs not sorted")
 	}
 	live := 0
-	for _, b := range s.addrs {
-		if b.Live(t0) {
+	for _, b := range allBans(s) {
+		if b.IsAddr() && b.Live(t0) {
 			live++
 			if !b.Expires.IsZero() {
 				i, ok := slices.BinarySearchFunc(addrs, Element{Prefix: b.Prefix}, compareElement)

@@ -14,27 +14,91 @@ import (
 // prefix. Bans that are no longer live stay until Prune removes them, but
 // List, Counts and Elements ignore them.
 //
+// A Set holds millions of bans without pointers (see rec), so the garbage
+// collector does not walk them: single addresses keyed by their bytes,
+// CIDR bans apart (Elements walks the few CIDR bans without scanning the
+// addresses), reasons and origins interned.
+//
 // A Set is not safe for concurrent use; callers lock.
 type Set struct {
-	// Single-address bans and CIDR bans apart: Elements walks the few
-	// CIDR bans without scanning the (possibly millions of) addresses.
-	addrs map[netip.Prefix]Ban
-	nets  map[netip.Prefix]Ban
+	a4   map[uint32]rec   // IPv4 addresses, big endian
+	a6   map[[16]byte]rec // IPv6 addresses
+	nets map[pkey]rec     // CIDR prefixes
+	strs strtab
 	// tally counts what the maps hold, for Tally.
 	tally Counts
 }
 
 // NewSet returns an empty set.
 func NewSet() *Set {
-	return &Set{addrs: make(map[netip.Prefix]Ban), nets: make(map[netip.Prefix]Ban), tally: Counts{ByOrigin: map[string]int{}}}
+	return &Set{a4: make(map[uint32]rec), a6: make(map[[16]byte]rec), nets: make(map[pkey]rec), tally: Counts{ByOrigin: map[string]int{}}}
 }
 
-// mapFor returns the map that holds bans of prefix p (masked).
-func (s *Set) mapFor(p netip.Prefix) map[netip.Prefix]Ban {
-	if p.IsSingleIP() {
-		return s.addrs
+// get returns the record of prefix p (masked).
+func (s *Set) get(p netip.Prefix) (rec, bool) {
+	var r rec
+	var ok bool
+	switch a := p.Addr(); {
+	case !p.IsSingleIP():
+		r, ok = s.nets[prefixKey(p)]
+	case a.Is4():
+		r, ok = s.a4[addrKey4(a)]
+	default:
+		r, ok = s.a6[a.As16()]
 	}
-	return s.nets
+	return r, ok
+}
+
+// set stores r as the record of p (masked).
+func (s *Set) set(p netip.Prefix, r rec) {
+	switch a := p.Addr(); {
+	case !p.IsSingleIP():
+		s.nets[prefixKey(p)] = r
+	case a.Is4():
+		s.a4[addrKey4(a)] = r
+	default:
+		s.a6[a.As16()] = r
+	}
+}
+
+// del removes the record of p (masked).
+func (s *Set) del(p netip.Prefix) {
+	switch a := p.Addr(); {
+	case !p.IsSingleIP():
+		delete(s.nets, prefixKey(p))
+	case a.Is4():
+		delete(s.a4, addrKey4(a))
+	default:
+		delete(s.a6, a.As16())
+	}
+}
+
+// eachAddr calls fn for every single-address record until it returns
+// false, and reports whether it got to the end.
+func (s *Set) eachAddr(fn func(netip.Prefix, rec) bool) bool {
+	for k, r := range s.a4 {
+		if !fn(netip.PrefixFrom(addrOf4(k), 32), r) {
+			return false
+		}
+	}
+	for k, r := range s.a6 {
+		if !fn(netip.PrefixFrom(netip.AddrFrom16(k), 128), r) {
+			return false
+		}
+	}
+	return true
+}
+
+// each calls fn for every record until it returns false.
+func (s *Set) each(fn func(netip.Prefix, rec) bool) {
+	if !s.eachAddr(fn) {
+		return
+	}
+	for k, r := range s.nets {
+		if !fn(k.prefix(), r) {
+			return
+		}
+	}
 }
 
 // Put inserts b, or replaces the ban of the same prefix, which it returns
@@ -45,35 +109,52 @@ func (s *Set) Put(b Ban) (old Ban, existed bool) {
 		panic(fmt.Sprintf("ban: Set.Put of invalid prefix %v", b.Prefix))
 	}
 	b.Prefix = b.Prefix.Masked()
-	m := s.mapFor(b.Prefix)
-	old, existed = m[b.Prefix]
-	if existed {
-		s.count(old, -1)
+	r := rec{expires: nanos(b.Expires), created: nanos(b.Created), reason: s.strs.ref(b.Reason), origin: s.strs.ref(b.Origin)}
+	if o, ok := s.get(b.Prefix); ok {
+		old, existed = s.ban(b.Prefix, o), true
+		s.drop(old, o)
 	}
-	m[b.Prefix] = b
+	s.set(b.Prefix, r)
 	s.count(b, 1)
 	return old, existed
+}
+
+// drop releases what record r of ban b holds: its strings, its count.
+func (s *Set) drop(b Ban, r rec) {
+	s.count(b, -1)
+	s.strs.unref(r.reason)
+	s.strs.unref(r.origin)
 }
 
 // Delete removes the ban of prefix p (masked) and returns it, or reports
 // false if there is none (an invalid p has none).
 func (s *Set) Delete(p netip.Prefix) (Ban, bool) {
-	p = p.Masked()
-	m := s.mapFor(p)
-	b, ok := m[p]
-	if ok {
-		delete(m, p)
-		s.count(b, -1)
+	if !p.IsValid() {
+		return Ban{}, false
 	}
-	return b, ok
+	p = p.Masked()
+	r, ok := s.get(p)
+	if !ok {
+		return Ban{}, false
+	}
+	b := s.ban(p, r)
+	s.del(p)
+	s.drop(b, r)
+	return b, true
 }
 
 // Get returns the ban of prefix p (masked), live or not, or reports false
 // if there is none.
 func (s *Set) Get(p netip.Prefix) (Ban, bool) {
+	if !p.IsValid() {
+		return Ban{}, false
+	}
 	p = p.Masked()
-	b, ok := s.mapFor(p)[p]
-	return b, ok
+	r, ok := s.get(p)
+	if !ok {
+		return Ban{}, false
+	}
+	return s.ban(p, r), true
 }
 
 // Covering returns a live ban at now whose prefix contains addr: the
@@ -81,44 +162,47 @@ func (s *Set) Get(p netip.Prefix) (Ban, bool) {
 // the address up and walks the CIDR bans only (not the addresses).
 func (s *Set) Covering(addr netip.Addr, now time.Time) (Ban, bool) {
 	addr = addr.Unmap()
-	if b, ok := s.addrs[netip.PrefixFrom(addr, addr.BitLen())]; ok && b.Live(now) {
-		return b, true
+	t := nowNanos(now)
+	own := netip.PrefixFrom(addr, addr.BitLen())
+	if r, ok := s.get(own); ok && r.live(t) {
+		return s.ban(own, r), true
 	}
-	var best Ban
-	found := false
-	for p, b := range s.nets {
-		if p.Contains(addr) && b.Live(now) && (!found || p.Bits() > best.Prefix.Bits()) {
-			best, found = b, true
+	var best netip.Prefix
+	var bestRec rec
+	for k, r := range s.nets {
+		p := k.prefix()
+		if p.Contains(addr) && r.live(t) && (!best.IsValid() || p.Bits() > best.Bits()) {
+			best, bestRec = p, r
 		}
 	}
-	return best, found
+	if !best.IsValid() {
+		return Ban{}, false
+	}
+	return s.ban(best, bestRec), true
 }
 
 // EachAddr calls fn for single-address bans, in no particular order (a
 // different one each time), until fn returns false.
 func (s *Set) EachAddr(fn func(Ban) bool) {
-	for _, b := range s.addrs {
-		if !fn(b) {
-			return
-		}
-	}
+	s.eachAddr(func(p netip.Prefix, r rec) bool { return fn(s.ban(p, r)) })
 }
 
 // Len returns the number of bans, live or not.
-func (s *Set) Len() int { return len(s.addrs) + len(s.nets) }
+func (s *Set) Len() int { return len(s.a4) + len(s.a6) + len(s.nets) }
 
 // Prune removes the bans that are no longer live at now and returns them,
 // sorted by prefix as List sorts.
 func (s *Set) Prune(now time.Time) []Ban {
+	t := nowNanos(now)
 	var gone []Ban
-	for _, m := range []map[netip.Prefix]Ban{s.addrs, s.nets} {
-		for p, b := range m {
-			if !b.Live(now) {
-				gone = append(gone, b)
-				delete(m, p)
-				s.count(b, -1)
-			}
+	s.each(func(p netip.Prefix, r rec) bool {
+		if !r.live(t) {
+			gone = append(gone, s.ban(p, r))
 		}
+		return true
+	})
+	for _, b := range gone {
+		s.Delete(b.Prefix)
 	}
 	slices.SortFunc(gone, func(a, b Ban) int { return comparePrefix(a.Prefix, b.Prefix) })
 	return gone
@@ -166,19 +250,19 @@ type Keys struct {
 // Match returns the keys of the live bans at now that f selects.
 func (s *Set) Match(now time.Time, f Filter) Keys {
 	f.Within = f.Within.Masked()
+	t := nowNanos(now)
 	var k Keys
-	for _, m := range []map[netip.Prefix]Ban{s.addrs, s.nets} {
-		for p, b := range m {
-			if !b.Live(now) || !f.match(b) {
-				continue
-			}
-			if a := p.Addr(); a.Is4() {
-				k.k4 = append(k.k4, key4(a, uint32(p.Bits())))
-			} else {
-				k.k6 = append(k.k6, newKey6(a, uint32(p.Bits())))
-			}
+	s.each(func(p netip.Prefix, r rec) bool {
+		if !r.live(t) || !f.match(s.ban(p, r)) {
+			return true
 		}
-	}
+		if a := p.Addr(); a.Is4() {
+			k.k4 = append(k.k4, key4(a, uint32(p.Bits())))
+		} else {
+			k.k6 = append(k.k6, newKey6(a, uint32(p.Bits())))
+		}
+		return true
+	})
 	return k
 }
 
@@ -261,23 +345,23 @@ func (s *Set) Tally() Counts {
 // Counts counts the live bans at now by family and by origin.
 func (s *Set) Counts(now time.Time) Counts {
 	c := Counts{ByOrigin: make(map[string]int)}
-	for _, m := range []map[netip.Prefix]Ban{s.addrs, s.nets} {
-		for p, b := range m {
-			if !b.Live(now) {
-				continue
-			}
-			c.ByOrigin[b.Origin]++
-			switch single, v4 := p.IsSingleIP(), p.Addr().Is4(); {
-			case single && v4:
-				c.Addr4++
-			case single:
-				c.Addr6++
-			case v4:
-				c.Net4++
-			default:
-				c.Net6++
-			}
+	t := nowNanos(now)
+	s.each(func(p netip.Prefix, r rec) bool {
+		if !r.live(t) {
+			return true
 		}
-	}
+		c.ByOrigin[s.strs.str(r.origin)]++
+		switch single, v4 := p.IsSingleIP(), p.Addr().Is4(); {
+		case single && v4:
+			c.Addr4++
+		case single:
+			c.Addr6++
+		case v4:
+			c.Net4++
+		default:
+			c.Net6++
+		}
+		return true
+	})
 	return c
 }

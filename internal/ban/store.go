@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"slices"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,7 +18,8 @@ import (
 )
 
 // bucket is the bbolt bucket holding bans: key the canonical prefix
-// ("203.0.113.5/32", "2001:db8::/32"), value the Ban as JSON.
+// ("203.0.113.5/32", "2001:db8::/32"), value the Ban as a record (see
+// encodeBan).
 var bucket = []byte("bans")
 
 // lockTimeout is how long Open waits for another process to release the
@@ -30,13 +34,24 @@ const lockTimeout = time.Second
 // of about 100k bans, and stays modest on 32-bit systems.
 const initialMmapSize = 64 << 20
 
-// Store keeps bans on disk in a bbolt file, so that they survive restarts.
-// Every Put and Delete is one transaction, synced to disk before it
-// returns. A Store is safe for concurrent use; only one process can hold
-// the file at a time.
+// Store keeps bans on disk, so that they survive restarts: a bbolt file
+// and, in front of it, a journal (see journal.go). Every Put and Delete is
+// one journal frame, synced to disk before it returns; closed journal
+// segments are folded into the bbolt file in the background. A Store is
+// safe for concurrent use; only one process can hold the file at a time.
 type Store struct {
 	db   *bolt.DB
 	path string
+
+	mu     sync.Mutex // held through a write and its sync
+	cur    *segment   // the segment being written; nil until a write needs it
+	next   uint64     // the number of the next segment
+	closed bool
+
+	fold    sync.Mutex    // held while folding segments, and by Load
+	kick    chan struct{} // wakes the folder
+	stopped chan struct{} // closed when the folder has returned
+	foldErr error         // the folder's last error (under fold)
 }
 
 // Open opens the ban store at path, creating the file (mode 0600) and its
@@ -52,27 +67,196 @@ func Open(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening ban store %s: %w", path, err)
 	}
+	var folded uint64
 	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucket)
-		return err
+		if _, err := tx.CreateBucketIfNotExists(bucket); err != nil {
+			return err
+		}
+		mb, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		folded = foldedThrough(mb)
+		return nil
 	})
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("opening ban store %s: creating bucket: %w", path, err)
+		return nil, fmt.Errorf("opening ban store %s: creating buckets: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	segs, err := segments(path)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening ban store %s: listing its journal: %w", path, err)
+	}
+	st := &Store{db: db, path: path, next: folded + 1, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	if len(segs) > 0 {
+		// Writes go to a fresh segment; the old ones (perhaps ending in
+		// a torn frame) are only read.
+		st.next = max(st.next, segs[len(segs)-1]+1)
+		st.kick <- struct{}{}
+	}
+	go st.folder()
+	return st, nil
 }
 
-// Close releases the file. Using the store afterwards fails.
+// foldedThrough reads the number of the last segment folded into the file.
+func foldedThrough(mb *bolt.Bucket) uint64 {
+	if v := mb.Get(journalDone); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+// Close folds the journal into the bbolt file and releases the file.
+// Using the store afterwards fails.
 func (st *Store) Close() error {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil
+	}
+	st.closed = true
+	var errs []error
+	if st.cur != nil {
+		errs = append(errs, st.cur.f.Close())
+		st.cur = nil
+	}
+	close(st.kick)
+	st.mu.Unlock()
+	<-st.stopped
+	errs = append(errs, st.foldSealed())
 	if err := st.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("closing ban store %s: %w", st.path, err)
 	}
 	return nil
 }
 
-// record is one encoded ban.
-type record struct{ key, val []byte }
+// write appends f to the journal and syncs it; a full segment is closed
+// and handed to the folder.
+func (st *Store) write(f *frame) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return errClosed
+	}
+	if st.cur == nil {
+		seg, err := createSegment(st.path, st.next)
+		if err != nil {
+			return fmt.Errorf("creating a journal segment: %w", err)
+		}
+		st.cur = seg
+		st.next++
+	}
+	if err := st.cur.append(f.bytes()); err != nil {
+		// Start a fresh segment next time: this one may end in a torn
+		// frame, after which nothing would be replayed.
+		st.cur.f.Close()
+		st.cur = nil
+		st.signal()
+		return err
+	}
+	if st.cur.size >= compactAt {
+		err := st.cur.f.Close()
+		st.cur = nil
+		st.signal()
+		if err != nil {
+			return fmt.Errorf("closing a journal segment: %w", err)
+		}
+	}
+	return nil
+}
+
+// signal wakes the folder (with st.mu held, before Close).
+func (st *Store) signal() {
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// folder folds closed segments into the bbolt file whenever woken.
+func (st *Store) folder() {
+	defer close(st.stopped)
+	for range st.kick {
+		_ = st.foldSealed() // kept in foldErr; the next wake retries
+	}
+}
+
+// foldSealed folds every closed segment into the bbolt file, oldest
+// first, one transaction each (which also records the segment's number,
+// so a crash before its file is removed does not replay it again), and
+// removes them.
+func (st *Store) foldSealed() error {
+	st.fold.Lock()
+	defer st.fold.Unlock()
+	// Segments below open are closed: a segment created later gets a
+	// higher number.
+	st.mu.Lock()
+	open := st.next
+	if st.cur != nil {
+		open = st.cur.n
+	}
+	st.mu.Unlock()
+	segs, err := segments(st.path)
+	if err == nil {
+		for _, n := range segs {
+			if n >= open {
+				break
+			}
+			if err = st.foldSegment(n); err != nil {
+				break
+			}
+		}
+	}
+	st.foldErr = err
+	return err
+}
+
+func (st *Store) foldSegment(n uint64) error {
+	path := segmentPath(st.path, n)
+	last := map[string][]byte{} // key → record, nil: deleted
+	err := readSegment(path, func(e entry) error {
+		last[string(e.key)] = e.val
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(last))
+	for k := range last {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // bbolt writes sorted keys much faster
+	err = st.db.Update(func(tx *bolt.Tx) error {
+		mb := tx.Bucket(metaBucket)
+		if foldedThrough(mb) >= n {
+			return nil // folded before a crash kept the file
+		}
+		bk := tx.Bucket(bucket)
+		for _, k := range keys {
+			var err error
+			if v := last[k]; v != nil {
+				err = bk.Put([]byte(k), v)
+			} else {
+				err = bk.Delete([]byte(k))
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+		return mb.Put(journalDone, binary.BigEndian.AppendUint64(nil, n))
+	})
+	if err != nil {
+		return fmt.Errorf("folding journal segment %d into %s: %w", n, st.path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
 
 // storeKey is the key of prefix p: its canonical masked form.
 func storeKey(p netip.Prefix) []byte {
@@ -87,27 +271,16 @@ func (st *Store) Put(bans ...Ban) error {
 	if len(bans) == 0 {
 		return nil
 	}
-	recs := make([]record, len(bans))
+	f := newFrame(len(bans) * 40)
+	var key [64]byte
 	for i, b := range bans {
 		if !b.Prefix.IsValid() {
 			return fmt.Errorf("storing ban %d of %d: %w: prefix %v is not valid", i+1, len(bans), ErrInvalid, b.Prefix)
 		}
 		b.Prefix = b.Prefix.Masked()
-		recs[i] = record{storeKey(b.Prefix), encodeBan(b)}
+		f.put(b.Prefix.AppendTo(key[:0]), encodeBan(b))
 	}
-	// bbolt writes sorted keys much faster: each page is touched once.
-	// Stable, so that the last of several bans of one prefix wins.
-	slices.SortStableFunc(recs, func(a, b record) int { return bytes.Compare(a.key, b.key) })
-	err := st.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucket)
-		for _, r := range recs {
-			if err := bk.Put(r.key, r.val); err != nil {
-				return fmt.Errorf("%s: %w", r.key, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := st.write(f); err != nil {
 		return fmt.Errorf("storing %d bans in %s: %w", len(bans), st.path, err)
 	}
 	return nil
@@ -120,24 +293,15 @@ func (st *Store) Delete(ps ...netip.Prefix) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	keys := make([][]byte, len(ps))
+	f := newFrame(len(ps) * 20)
+	var key [64]byte
 	for i, p := range ps {
 		if !p.IsValid() {
 			return fmt.Errorf("deleting ban %d of %d: %w: prefix %v is not valid", i+1, len(ps), ErrInvalid, p)
 		}
-		keys[i] = storeKey(p)
+		f.delete(p.Masked().AppendTo(key[:0]))
 	}
-	slices.SortFunc(keys, bytes.Compare)
-	err := st.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucket)
-		for _, k := range keys {
-			if err := bk.Delete(k); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := st.write(f); err != nil {
 		return fmt.Errorf("deleting %d bans from %s: %w", len(ps), st.path, err)
 	}
 	return nil
@@ -148,24 +312,58 @@ func (st *Store) Delete(ps ...netip.Prefix) error {
 // the load with an error wrapping ErrInvalid that names the key (delete
 // it, or the file, to recover).
 func (st *Store) Load() (*Set, error) {
+	st.fold.Lock()
+	defer st.fold.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	s := NewSet()
+	var folded uint64
 	err := st.db.View(func(tx *bolt.Tx) error {
+		folded = foldedThrough(tx.Bucket(metaBucket))
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			b, err := decodeBan(k, v)
-			if err != nil {
-				return fmt.Errorf("ban %q: %w: %v", k, ErrInvalid, err)
-			}
-			if !b.Prefix.IsValid() || !bytes.Equal(storeKey(b.Prefix), k) {
-				return fmt.Errorf("ban %q: %w: its prefix is %v", k, ErrInvalid, b.Prefix)
-			}
-			s.Put(b)
-			return nil
+			return loadRecord(s, k, v)
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loading bans from %s: %w", st.path, err)
 	}
+	segs, err := segments(st.path)
+	if err != nil {
+		return nil, fmt.Errorf("loading bans from %s: listing its journal: %w", st.path, err)
+	}
+	for _, n := range segs {
+		if n <= folded {
+			continue
+		}
+		err := readSegment(segmentPath(st.path, n), func(e entry) error {
+			if e.val != nil {
+				return loadRecord(s, e.key, e.val)
+			}
+			p, err := netip.ParsePrefix(string(e.key))
+			if err != nil {
+				return fmt.Errorf("ban %q: %w: %v", e.key, ErrInvalid, err)
+			}
+			s.Delete(p)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("loading bans from %s: %w", st.path, err)
+		}
+	}
 	return s, nil
+}
+
+// loadRecord decodes one stored ban into s.
+func loadRecord(s *Set, k, v []byte) error {
+	b, err := decodeBan(k, v)
+	if err != nil {
+		return fmt.Errorf("ban %q: %w: %v", k, ErrInvalid, err)
+	}
+	if !b.Prefix.IsValid() || !bytes.Equal(storeKey(b.Prefix), k) {
+		return fmt.Errorf("ban %q: %w: its prefix is %v", k, ErrInvalid, b.Prefix)
+	}
+	s.Put(b)
+	return nil
 }
 
 // Records are binary: a version byte (1), then the expiry and the

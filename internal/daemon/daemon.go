@@ -43,7 +43,10 @@ type Config struct {
 	// Metrics is the address the Prometheus endpoint listens on
 	// ("127.0.0.1:9477"); "" turns it off.
 	Metrics string
-	Logger  *slog.Logger
+	// Pprof also serves Go's profiler (/debug/pprof/) on the metrics
+	// address, for debugging.
+	Pprof  bool
+	Logger *slog.Logger
 	// Tick is how often the daemon looks for due sources, expired bans
 	// and drift (default 10s).
 	Tick time.Duration
@@ -150,7 +153,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			srv.Close()
 			return fmt.Errorf("metrics listener: %w", err)
 		}
-		msrv = &http.Server{Handler: d.metrics.handler(), ReadHeaderTimeout: 10 * time.Second}
+		msrv = &http.Server{Handler: d.metrics.handler(d.cfg.Pprof), ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("metrics server: %w", err)

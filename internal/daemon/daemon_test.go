@@ -226,7 +226,7 @@ func TestDaemon(t *testing.T) {
 		t.Errorf("status after a failed refresh: %+v, %v", st, err)
 	}
 	rec := httptest.NewRecorder()
-	r.d.metrics.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	r.d.metrics.handler(false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, want := range []string{`ipfence_source_last_load_failed{source="feed"} 1`, `ipfence_bans_by_origin{origin="load"} 400`,
 		`ipfence_rule_packets_total{rule="ban"}`, `ipfence_ban_request_seconds_count`, `ipfence_apply_seconds_count{kind="update"} 1`} {
 		if !strings.Contains(rec.Body.String(), want) {

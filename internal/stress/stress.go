@@ -38,6 +38,8 @@ type Options struct {
 	Requests int           // single-ban requests per latency row
 	Duration time.Duration // length of the mixed run (0: none)
 	Workers  int           // workers of the mixed run
+	// DaemonArgs are added to the daemon's command line (e.g. --pprof).
+	DaemonArgs []string
 	Progress io.Writer
 }
 
@@ -104,11 +106,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		"protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n"), 0o644); err != nil {
 		return nil, err
 	}
-	d, err := startDaemon(ctx, o.Exe, dir, pol, lab.FW)
+	d, err := startDaemon(ctx, o.Exe, dir, pol, lab.FW, o.DaemonArgs)
 	if err != nil {
 		return nil, err
 	}
 	defer d.stop()
+	say("daemon: pid %d, metrics on %s", d.cmd.Process.Pid, d.metrics)
 	cl := api.NewClient(d.socket)
 	defer cl.Close()
 	rep := &Report{}
@@ -196,7 +199,7 @@ type daemonProc struct {
 	err     error
 }
 
-func startDaemon(ctx context.Context, exe, dir, pol, ns string) (*daemonProc, error) {
+func startDaemon(ctx context.Context, exe, dir, pol, ns string, extra []string) (*daemonProc, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -208,8 +211,9 @@ func startDaemon(ctx context.Context, exe, dir, pol, ns string) (*daemonProc, er
 	if err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(exe, "daemon", "--policy", pol, "--netns", ns, "--state", filepath.Join(dir, "state"),
-		"--socket", d.socket, "--metrics", maddr, "--tick", "1s")
+	args := []string{"daemon", "--policy", pol, "--netns", ns, "--state", filepath.Join(dir, "state"),
+		"--socket", d.socket, "--metrics", maddr, "--tick", "1s"}
+	d.cmd = exec.Command(exe, append(args, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		logf.Close()
