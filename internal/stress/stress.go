@@ -40,7 +40,7 @@ type Options struct {
 	Workers  int           // workers of the mixed run
 	// DaemonArgs are added to the daemon's command line (e.g. --pprof).
 	DaemonArgs []string
-	Progress io.Writer
+	Progress   io.Writer
 }
 
 // LatencyRow is one latency measurement.
