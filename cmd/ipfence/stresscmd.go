@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 func newStressCmd(g *globals) *cobra.Command {
 	var o stress.Options
-	var existing, clients string
+	var existing, clients, cpuprofile string
 	c := &cobra.Command{
 		Use:   "stress [--existing 0,100000,1000000] [--clients 1,8] [--duration 3m]",
 		Short: "Measure and hammer the daemon's ban path in a namespace of its own",
@@ -42,6 +43,17 @@ The host's firewall is never touched.`,
 				}
 			}
 			o.Progress = cmd.ErrOrStderr()
+			if cpuprofile != "" {
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := stress.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -57,6 +69,7 @@ The host's firewall is never touched.`,
 		},
 	}
 	c.Flags().StringVar(&existing, "existing", "0,100000,1000000", "numbers of bans in force for the latency rows")
+	c.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write the client side's CPU profile to this file (debugging)")
 	c.Flags().StringArrayVar(&o.DaemonArgs, "daemon-arg", nil, "add an argument to the daemon's command line (repeatable; e.g. --daemon-arg=--pprof)")
 	c.Flags().StringVar(&clients, "clients", "1,8", "concurrent clients for the latency rows")
 	c.Flags().IntVar(&o.Requests, "requests", 2000, "single-ban requests per latency row")
@@ -84,7 +97,7 @@ func printStress(w io.Writer, r *stress.Report) {
 	for _, l := range r.Latency {
 		fmt.Fprintf(w, "  %13d  %7d  %8d  %7.0f µs %7.0f µs %7.0f µs\n", l.Existing, l.Clients, l.Requests, l.P50us, l.P99us, l.MaxUs)
 	}
-	fmt.Fprintf(w, "bulk load: %d bans at %.0f bans/s (requests of 50k addresses)\n", r.BulkElements, r.BulkPerSec)
+	fmt.Fprintf(w, "bulk load: %d bans at %.0f bans/s (requests of %dk addresses, %d in flight)\n", r.BulkElements, r.BulkPerSec, stress.BulkChunk/1000, stress.BulkInFlight)
 	fmt.Fprintf(w, "sustained: %.0f bans/s (8 clients, 256 addresses per request)\n", r.SustainedPerSec)
 	fmt.Fprintf(w, "count query at %d bans: p50 %.0f µs, p99 %.0f µs\n", r.CountAt, r.CountP50us, r.CountP99us)
 	fmt.Fprintf(w, "daemon RSS: %.0f MiB\n", r.DaemonRSSMiB)

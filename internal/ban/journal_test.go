@@ -20,6 +20,7 @@ func crash(t *testing.T, st *Store) {
 		st.cur = nil
 	}
 	close(st.kick)
+	close(st.quit)
 	st.mu.Unlock()
 	<-st.stopped
 	if err := st.db.Close(); err != nil {
@@ -66,9 +67,9 @@ func sameMap(t *testing.T, what string, got, want map[netip.Prefix]string) {
 // reopens the store at random, with segments small enough to be folded
 // often, and checks every load against a map.
 func TestJournalModel(t *testing.T) {
-	old := compactAt
-	compactAt = 4 << 10
-	t.Cleanup(func() { compactAt = old })
+	old, idle := compactAt, foldIdle
+	compactAt, foldIdle = 4<<10, 0 // fold often, concurrently with writes
+	t.Cleanup(func() { compactAt, foldIdle = old, idle })
 	path := filepath.Join(t.TempDir(), "bans.db")
 	st := mustOpen(t, path)
 	model := map[netip.Prefix]string{}

@@ -43,13 +43,16 @@ type Store struct {
 	db   *bolt.DB
 	path string
 
-	mu     sync.Mutex // held through a write and its sync
-	cur    *segment   // the segment being written; nil until a write needs it
-	next   uint64     // the number of the next segment
-	closed bool
+	mu        sync.Mutex // held through a write and its sync
+	cur       *segment   // the segment being written; nil until a write needs it
+	next      uint64     // the number of the next segment
+	closed    bool
+	lastWrite time.Time
+	sealed    int // closed segments not folded yet (about)
 
 	fold    sync.Mutex    // held while folding segments, and by Load
 	kick    chan struct{} // wakes the folder
+	quit    chan struct{} // closed by Close
 	stopped chan struct{} // closed when the folder has returned
 	foldErr error         // the folder's last error (under fold)
 }
@@ -88,7 +91,7 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("opening ban store %s: listing its journal: %w", path, err)
 	}
-	st := &Store{db: db, path: path, next: folded + 1, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	st := &Store{db: db, path: path, next: folded + 1, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 	if len(segs) > 0 {
 		// Writes go to a fresh segment; the old ones (perhaps ending in
 		// a torn frame) are only read.
@@ -122,6 +125,7 @@ func (st *Store) Close() error {
 		st.cur = nil
 	}
 	close(st.kick)
+	close(st.quit)
 	st.mu.Unlock()
 	<-st.stopped
 	errs = append(errs, st.foldSealed())
@@ -158,9 +162,11 @@ func (st *Store) write(f *frame) error {
 		st.signal()
 		return err
 	}
+	st.lastWrite = time.Now()
 	if st.cur.size >= compactAt {
 		err := st.cur.f.Close()
 		st.cur = nil
+		st.sealed++
 		st.signal()
 		if err != nil {
 			return fmt.Errorf("closing a journal segment: %w", err)
@@ -177,10 +183,36 @@ func (st *Store) signal() {
 	}
 }
 
-// folder folds closed segments into the bbolt file whenever woken.
+// Folding costs CPU and disk time that bans under attack need more: the
+// folder waits until no write came for foldIdle, unless maxSealed
+// segments wait to be folded (which bounds the journal, and the time a
+// restart spends replaying it, to about 256 MiB).
+// (Variables for tests.)
+var (
+	foldIdle  = time.Second
+	maxSealed = 32
+)
+
+// folder folds closed segments into the bbolt file when woken, once the
+// store is idle.
 func (st *Store) folder() {
 	defer close(st.stopped)
 	for range st.kick {
+		for {
+			st.mu.Lock()
+			wait := foldIdle - time.Since(st.lastWrite)
+			if st.closed || st.sealed >= maxSealed {
+				wait = 0
+			}
+			st.mu.Unlock()
+			if wait <= 0 {
+				break
+			}
+			select {
+			case <-time.After(wait):
+			case <-st.quit:
+			}
+		}
 		_ = st.foldSealed() // kept in foldErr; the next wake retries
 	}
 }
@@ -209,6 +241,9 @@ func (st *Store) foldSealed() error {
 			if err = st.foldSegment(n); err != nil {
 				break
 			}
+			st.mu.Lock()
+			st.sealed = max(st.sealed-1, 0)
+			st.mu.Unlock()
 		}
 	}
 	st.foldErr = err

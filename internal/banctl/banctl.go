@@ -186,16 +186,14 @@ func (c *Controller) Ban(ctx context.Context, reqs []Request) ([]ban.Ban, error)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ch change
-	var undo []func()
-	for _, b := range bans {
+	type prior struct {
+		old     ban.Ban
+		existed bool
+	}
+	olds := make([]prior, len(bans))
+	for i, b := range bans {
 		old, existed := c.set.Put(b)
-		undo = append(undo, func() {
-			if existed {
-				c.set.Put(old)
-			} else {
-				c.set.Delete(b.Prefix)
-			}
-		})
+		olds[i] = prior{old, existed}
 		if !b.IsAddr() {
 			ch.nets = true
 			continue
@@ -208,9 +206,26 @@ func (c *Controller) Ban(ctx context.Context, reqs []Request) ([]ban.Ban, error)
 		}
 		ch.add[f] = append(ch.add[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
 	}
-	if err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Put(bans...) }); err != nil {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+	save := func() error { return c.cfg.Store.Put(bans...) }
+	unsave := func() error { // the store as it was
+		var put []ban.Ban
+		var del []netip.Prefix
+		for i, o := range olds {
+			if o.existed {
+				put = append(put, o.old)
+			} else {
+				del = append(del, bans[i].Prefix)
+			}
+		}
+		return errors.Join(c.cfg.Store.Delete(del...), c.cfg.Store.Put(put...))
+	}
+	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
+		for i := len(bans) - 1; i >= 0; i-- {
+			if olds[i].existed {
+				c.set.Put(olds[i].old)
+			} else {
+				c.set.Delete(bans[i].Prefix)
+			}
 		}
 		return nil, err
 	}
@@ -258,7 +273,9 @@ func (c *Controller) Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, e
 	if len(lifted) == 0 {
 		return nil, nil
 	}
-	if err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(lifted)...) }); err != nil {
+	save := func() error { return c.cfg.Store.Delete(prefixes(lifted)...) }
+	unsave := func() error { return c.cfg.Store.Put(lifted...) }
+	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
 		for _, b := range lifted {
 			c.set.Put(b)
 		}
@@ -286,14 +303,19 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 			ch.nets = true
 		}
 	}
-	return len(gone), c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) })
+	// Expired bans stay expired: if the kernel refuses, they need not
+	// come back to the store.
+	return len(gone), c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) }, nil)
 }
 
 // commit sends ch (and, when the CIDR bans changed, the difference of
 // their disjoint pieces) in one transaction, with the base chain when a
-// ban set became empty or non-empty; then persists with save. If save
-// fails the kernel is put back as it was.
-func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save func() error) error {
+// ban set became empty or non-empty, and meanwhile persists the change
+// with save (a journal sync and a kernel transaction take about as long;
+// the call returns when both are done). If save fails the kernel is put
+// back as it was; if the kernel refuses, unsave (when not nil) puts the
+// store back.
+func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save, unsave func() error) error {
 	oldAddrs, oldNets := c.addrs, c.nets
 	newAddrs := [2]int{c.addrs[0] + ch.n[0], c.addrs[1] + ch.n[1]}
 	newNets := oldNets
@@ -321,15 +343,24 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	}
 	chain := present(oldAddrs, oldNets) != present(newAddrs, newNets)
 	u := update(add, del, present(newAddrs, newNets), chain)
-	if err := c.apply(ctx, u); err != nil {
-		return fmt.Errorf("updating the ban sets: %w", err)
-	}
-	if err := save(); err != nil {
+	saved := make(chan error, 1)
+	go func() { saved <- save() }()
+	kerr := c.apply(ctx, u)
+	serr := <-saved
+	switch {
+	case kerr != nil && serr == nil && unsave != nil:
+		if uerr := unsave(); uerr != nil {
+			return errors.Join(fmt.Errorf("updating the ban sets: %w", kerr), fmt.Errorf("and putting the ban store back failed: %w", uerr))
+		}
+		fallthrough
+	case kerr != nil:
+		return fmt.Errorf("updating the ban sets: %w", kerr)
+	case serr != nil:
 		back := update(del, add, present(oldAddrs, oldNets), chain)
 		if uerr := c.apply(ctx, back); uerr != nil {
-			return errors.Join(err, fmt.Errorf("and putting the kernel back failed: %w", uerr))
+			return errors.Join(serr, fmt.Errorf("and putting the kernel back failed: %w", uerr))
 		}
-		return err
+		return serr
 	}
 	c.addrs, c.nets = newAddrs, newNets
 	return nil

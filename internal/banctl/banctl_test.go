@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
@@ -234,5 +235,77 @@ func TestVerifyRepairs(t *testing.T) {
 		if !slices.Equal(got[s.Name], want[s.Name]) {
 			t.Errorf("after Verify, set %s holds %q, want %q", s.Name, got[s.Name], want[s.Name])
 		}
+	}
+}
+
+// storedReasons loads store as prefix → reason.
+func storedReasons(t *testing.T, store *ban.Store) map[netip.Prefix]string {
+	t.Helper()
+	s, err := store.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[netip.Prefix]string{}
+	page, _ := s.List(time.Now(), ban.Filter{}, 0, 0)
+	for _, b := range page {
+		out[b.Prefix] = b.Reason
+	}
+	return out
+}
+
+// TestCommitFailures: the kernel and the store change together or not at
+// all. A transaction the kernel refuses leaves the store as it was (the
+// journal write ran alongside and is undone); a store that cannot write
+// leaves the kernel as it was.
+func TestCommitFailures(t *testing.T) {
+	lab, store, c := newLoaded(t, ban.Guard{})
+	ctx := context.Background()
+	a := netip.MustParsePrefix("10.0.0.1/32")
+	b := netip.MustParsePrefix("10.0.0.2/32")
+	if _, err := c.Ban(ctx, []Request{{Prefix: a, TTL: time.Hour, Reason: "first"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := storedReasons(t, store)
+
+	// The kernel refuses: ipfence's table is gone.
+	if out, err := netns.Exec(lab.FW, "nft", "delete", "table", "inet", "ipfence"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	_, err := c.Ban(ctx, []Request{{Prefix: a, TTL: time.Hour, Reason: "second"}, {Prefix: b, Reason: "new"}})
+	if err == nil {
+		t.Fatal("Ban into a missing table succeeded")
+	}
+	if got := storedReasons(t, store); !maps.Equal(got, before) {
+		t.Errorf("store after a refused transaction = %v, want %v", got, before)
+	}
+	c.View(func(s *ban.Set) {
+		if g, _ := s.Get(a); g.Reason != "first" || s.Len() != 1 {
+			t.Errorf("set after a refused transaction: %d bans, %v = %+v", s.Len(), a, g)
+		}
+	})
+	if _, err := c.Unban(ctx, []netip.Prefix{a}); err == nil {
+		t.Fatal("Unban in a missing table succeeded")
+	}
+	if got := storedReasons(t, store); !maps.Equal(got, before) {
+		t.Errorf("store after a refused unban = %v, want %v", got, before)
+	}
+
+	// The store cannot write: the kernel goes back.
+	err = c.Load(nil, -300, func(bans nft.Bans) error {
+		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, bans), nft.ApplyOptions{NetNS: lab.FW})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel := kernelSets(t, lab.FW)
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ban(ctx, []Request{{Prefix: b, TTL: time.Hour}}); err == nil {
+		t.Fatal("Ban with a closed store succeeded")
+	}
+	if got := kernelSets(t, lab.FW); !maps.EqualFunc(got, kernel, slices.Equal) {
+		t.Errorf("kernel after a failed store write = %v, want %v", got, kernel)
 	}
 }

@@ -118,29 +118,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	m := newModel()
 
 	// Latency at each number of existing bans; the preload is the bulk
-	// rate (chunks of 50k addresses per request, 11.0.0.0 up).
+	// rate (11.0.0.0 up, see bulkLoad).
 	have := 0
 	var bulkTime time.Duration
 	next := uint32(100 << 24) // latency bans: 100.0.0.0 up
 	for _, n := range o.Existing {
 		if n > have {
 			say("loading %d bans", n-have)
-			t0 := time.Now()
-			for have < n {
-				k := min(50000, n-have)
-				req := api.BanRequest{TTL: "6h", Origin: "bulk", Quiet: true}
-				for i := range k {
-					req.Prefixes = append(req.Prefixes, addr(11<<24+uint32(have+i)).String())
-				}
-				if _, err := cl.Ban(ctx, req); err != nil {
-					return nil, fmt.Errorf("bulk ban: %w", err)
-				}
-				for _, p := range req.Prefixes {
-					m.ban(netip.MustParsePrefix(p + "/32"))
-				}
-				have += k
+			d, err := bulkLoad(ctx, cl, 11<<24+uint32(have), n-have, m)
+			if err != nil {
+				return nil, err
 			}
-			bulkTime += time.Since(t0)
+			bulkTime += d
+			have = n
 			rep.BulkElements = have
 		}
 		for _, c := range o.Clients {
@@ -254,6 +244,54 @@ func (d *daemonProc) stop() error {
 	return d.err
 }
 
+// Bulk loads send requests of BulkChunk addresses, BulkInFlight at a time:
+// while the daemon commits one request, it reads and checks the next.
+const (
+	BulkChunk    = 50000
+	BulkInFlight = 2
+)
+
+// bulkLoad bans n addresses from first up and returns how long the
+// requests took (building them and recording them in m come before and
+// after).
+func bulkLoad(ctx context.Context, cl *api.Client, first uint32, n int, m *model) (time.Duration, error) {
+	var reqs []api.BanRequest
+	for i := 0; i < n; i += BulkChunk {
+		req := api.BanRequest{TTL: "6h", Origin: "bulk", Quiet: true}
+		for k := i; k < min(i+BulkChunk, n); k++ {
+			req.Prefixes = append(req.Prefixes, addr(first+uint32(k)).String())
+		}
+		reqs = append(reqs, req)
+	}
+	work := make(chan api.BanRequest, len(reqs))
+	for _, r := range reqs {
+		work <- r
+	}
+	close(work)
+	var wg sync.WaitGroup
+	errs := make([]error, BulkInFlight)
+	t0 := time.Now()
+	for w := range BulkInFlight {
+		wg.Go(func() {
+			for r := range work {
+				if _, err := cl.Ban(ctx, r); err != nil {
+					errs[w] = fmt.Errorf("bulk ban: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	for k := range n {
+		m.ban(netip.PrefixFrom(addr(first+uint32(k)), 32))
+	}
+	return d, nil
+}
+
 // latency sends requests single-address bans from clients concurrent
 // clients and returns their durations.
 func latency(ctx context.Context, cl *api.Client, clients, requests int, next *uint32, m *model) ([]time.Duration, error) {
@@ -296,6 +334,7 @@ func sustained(ctx context.Context, cl *api.Client, clients, batch int, d time.D
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
 	t0 := time.Now()
+	made := make([]int, clients) // requests that succeeded, per client
 	for c := range clients {
 		wg.Go(func() {
 			base := uint32(102+c) << 24
@@ -315,14 +354,18 @@ func sustained(ctx context.Context, cl *api.Client, clients, batch int, d time.D
 				}
 				n += batch
 				mu.Unlock()
-				for _, p := range req.Prefixes {
-					m.ban(netip.MustParsePrefix(p + "/32"))
-				}
+				made[c]++
 			}
 		})
 	}
 	wg.Wait()
-	return float64(n) / time.Since(t0).Seconds(), firstErr
+	rate := float64(n) / time.Since(t0).Seconds()
+	for c, k := range made {
+		for i := range k * batch {
+			m.ban(netip.PrefixFrom(addr(uint32(102+c)<<24+uint32(i)), 32))
+		}
+	}
+	return rate, firstErr
 }
 
 // writeFeed writes the policy's feed: 2000 /24s in 60.0.0.0/8, shifted
