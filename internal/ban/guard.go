@@ -34,7 +34,12 @@ func (g Guard) Check(p netip.Prefix) error {
 			return fmt.Errorf("checking ban %v: %w %v (banning it would cut this host off; ban a narrower prefix)", p, ErrOwnAddress, a)
 		}
 	}
-	if g.Protected == nil || !g.Protected.OverlapsPrefix(p) {
+	if g.Protected == nil {
+		return nil
+	}
+	// A single address: a binary search (OverlapsPrefix walks every
+	// protected range), for bulk bans of millions.
+	if p.IsSingleIP() && !g.Protected.Contains(p.Addr()) || !p.IsSingleIP() && !g.Protected.OverlapsPrefix(p) {
 		return nil
 	}
 	r := netipx.RangeOfPrefix(p)

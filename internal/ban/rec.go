@@ -92,12 +92,17 @@ type strtab struct {
 	refs []int
 	ids  map[string]uint32
 	free []uint32
+	last uint32 // the index ref returned last: bulk bans share strings
 }
 
 // ref returns the index of str, adding a reference.
 func (t *strtab) ref(str string) uint32 {
 	if str == "" {
 		return 0
+	}
+	if id := t.last; id != 0 && t.refs[id] > 0 && t.strs[id] == str {
+		t.refs[id]++
+		return id
 	}
 	id, ok := t.ids[str]
 	if !ok {
@@ -115,6 +120,7 @@ func (t *strtab) ref(str string) uint32 {
 		t.ids[str] = id
 	}
 	t.refs[id]++
+	t.last = id
 	return id
 }
 

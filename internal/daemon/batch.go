@@ -16,11 +16,13 @@ const maxBatch = 65536
 type banOp struct {
 	bans   []banctl.Request
 	unbans []netip.Prefix
+	quiet  bool // the caller wants the count only, not the bans
 	done   chan banResult
 }
 
 type banResult struct {
 	bans []ban.Ban
+	n    int // how many bans were made or lifted
 	err  error
 }
 
@@ -41,19 +43,19 @@ func newBanQueue(d *Daemon) *banQueue {
 }
 
 // submit queues op and waits for its result.
-func (q *banQueue) submit(ctx context.Context, op *banOp) ([]ban.Ban, error) {
+func (q *banQueue) submit(ctx context.Context, op *banOp) (banResult, error) {
 	op.done = make(chan banResult, 1)
 	select {
 	case q.ch <- op:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return banResult{}, ctx.Err()
 	}
 	select {
 	case r := <-op.done:
-		return r.bans, r.err
+		return r, r.err
 	case <-ctx.Done():
 		// The transaction goes ahead; the caller no longer waits.
-		return nil, ctx.Err()
+		return banResult{}, ctx.Err()
 	}
 }
 
@@ -112,6 +114,10 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 	}
 	q.d.metrics.banBatch.Observe(float64(len(reqs) + len(ps)))
 	q.d.metrics.applySeconds.WithLabelValues("ban").Observe(time.Since(t0).Seconds())
+	if len(ops) == 1 { // the common case: a lone call, or a bulk one
+		ops[0].done <- banResult{bans: done, n: len(done), err: err}
+		return
+	}
 	byPrefix := make(map[netip.Prefix]ban.Ban, len(done))
 	for _, b := range done {
 		byPrefix[b.Prefix] = b
@@ -120,7 +126,10 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 		r := banResult{err: err}
 		for _, p := range op.prefixes() {
 			if b, ok := byPrefix[p]; ok {
-				r.bans = append(r.bans, b)
+				r.n++
+				if !op.quiet {
+					r.bans = append(r.bans, b)
+				}
 			}
 		}
 		op.done <- r

@@ -64,7 +64,7 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 	if origin == "" {
 		origin = "api"
 	}
-	op := &banOp{bans: make([]banctl.Request, len(targets))}
+	op := &banOp{bans: make([]banctl.Request, len(targets)), quiet: req.Quiet}
 	for i, t := range targets {
 		p, err := ban.ParsePrefix(t)
 		if err != nil {
@@ -79,7 +79,7 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.metrics.banSeconds.Observe(time.Since(t0).Seconds())
-	resp := api.BanResponse{Banned: done, Count: len(done)}
+	resp := api.BanResponse{Banned: done.bans, Count: done.n}
 	if req.Quiet {
 		resp.Banned = nil
 	}
@@ -97,7 +97,7 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 		writeBanError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.UnbanResponse{Unbanned: lifted})
+	writeJSON(w, http.StatusOK, api.UnbanResponse{Unbanned: lifted.bans})
 }
 
 func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {
