@@ -100,7 +100,10 @@ func printStress(w io.Writer, r *stress.Report) {
 	fmt.Fprintf(w, "bulk load: %d bans at %.0f bans/s (requests of %dk addresses, %d in flight)\n", r.BulkElements, r.BulkPerSec, stress.BulkChunk/1000, stress.BulkInFlight)
 	fmt.Fprintf(w, "sustained: %.0f bans/s (8 clients, 256 addresses per request)\n", r.SustainedPerSec)
 	fmt.Fprintf(w, "count query at %d bans: p50 %.0f µs, p99 %.0f µs\n", r.CountAt, r.CountP50us, r.CountP99us)
-	fmt.Fprintf(w, "daemon RSS: %.0f MiB\n", r.DaemonRSSMiB)
+	fmt.Fprintf(w, "daemon RSS: %.0f MiB at %d bans\n", r.DaemonRSSMiB, r.RSSAtBans)
+	if r.MixedRSSMiB > 0 {
+		fmt.Fprintf(w, "daemon RSS after the mixed run: %.0f MiB\n", r.MixedRSSMiB)
+	}
 	if m := r.Mixed; m != nil {
 		fmt.Fprintf(w, "mixed run: %d workers, %.0f s, ops %v, %d errors %s\n", m.Workers, m.Seconds, m.Ops, m.Errors, m.FirstError)
 		fmt.Fprintf(w, "  at the end: %d bans; kernel checked (%d ranges read, %d addresses probed, %.0f s): %d lost, %d phantom\n",

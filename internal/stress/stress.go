@@ -62,7 +62,9 @@ type Report struct {
 	CountP50us      float64      `json:"count_p50_us"`
 	CountP99us      float64      `json:"count_p99_us"`
 	CountAt         int          `json:"count_at_bans"`
-	DaemonRSSMiB    float64      `json:"daemon_rss_mib"`
+	DaemonRSSMiB    float64      `json:"daemon_rss_mib"`     // after the sustained run
+	RSSAtBans       int          `json:"daemon_rss_at_bans"` // bans in force then
+	MixedRSSMiB     float64      `json:"mixed_daemon_rss_mib,omitempty"`
 	Mixed           *MixedResult `json:"mixed,omitempty"`
 }
 
@@ -162,7 +164,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.SustainedPerSec, err = sustained(ctx, cl, 8, 256, 5*time.Second, m); err != nil {
 		return nil, err
 	}
-	rep.DaemonRSSMiB = rssMiB(d.cmd.Process.Pid)
+	rep.DaemonRSSMiB, rep.RSSAtBans = rssMiB(d.cmd.Process.Pid), m.len()
 
 	if o.Duration > 0 {
 		say("mixed run: %d workers for %v", o.Workers, o.Duration)
@@ -171,7 +173,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		rep.Mixed = mr
-		rep.DaemonRSSMiB = max(rep.DaemonRSSMiB, rssMiB(d.cmd.Process.Pid))
+		rep.MixedRSSMiB = rssMiB(d.cmd.Process.Pid)
 	}
 	if err := d.stop(); err != nil {
 		return rep, fmt.Errorf("the daemon did not stop cleanly: %w", err)
