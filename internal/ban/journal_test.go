@@ -217,3 +217,40 @@ func TestJournalFoldedNotReplayed(t *testing.T) {
 	defer st.Close()
 	sameMap(t, "with a folded segment left over", loadMap(t, st), map[netip.Prefix]string{})
 }
+
+// TestJournalFoldsWhenIdle: closed segments are folded into the bbolt
+// file in the background once writes pause, without waiting for Close.
+func TestJournalFoldsWhenIdle(t *testing.T) {
+	old, idle := compactAt, foldIdle
+	compactAt, foldIdle = 1<<10, 50*time.Millisecond
+	t.Cleanup(func() { compactAt, foldIdle = old, idle })
+	path := filepath.Join(t.TempDir(), "bans.db")
+	st := mustOpen(t, path)
+	defer st.Close()
+	bans := manyAddrBans(200)
+	for _, b := range bans {
+		if err := st.Put(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		segs, err := segments(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.mu.Lock()
+		open := st.cur != nil
+		st.mu.Unlock()
+		if len(segs) == 0 || len(segs) == 1 && open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segments %v still there after 10 s idle", segs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m := loadMap(t, st); len(m) != len(bans) {
+		t.Fatalf("after folding: %d bans, want %d", len(m), len(bans))
+	}
+}
