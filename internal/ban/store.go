@@ -164,13 +164,12 @@ func (st *Store) write(f *frame) error {
 	}
 	st.lastWrite = time.Now()
 	if st.cur.size >= compactAt {
-		err := st.cur.f.Close()
+		// The frame is on disk: an error closing the file does not undo
+		// it, and must not make the caller think it failed.
+		_ = st.cur.f.Close()
 		st.cur = nil
 		st.sealed++
 		st.signal()
-		if err != nil {
-			return fmt.Errorf("closing a journal segment: %w", err)
-		}
 	}
 	return nil
 }
