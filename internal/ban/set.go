@@ -126,14 +126,21 @@ func (s *Set) drop(b Ban, r rec) {
 	s.strs.unref(r.origin)
 }
 
-// Delete removes the ban of prefix p (masked) and returns it, or reports
-// false if there is none (an invalid p has none).
-func (s *Set) Delete(p netip.Prefix) (Ban, bool) {
+// lookup returns p masked and its record; false if p is invalid or has
+// no ban.
+func (s *Set) lookup(p netip.Prefix) (netip.Prefix, rec, bool) {
 	if !p.IsValid() {
-		return Ban{}, false
+		return p, rec{}, false
 	}
 	p = p.Masked()
 	r, ok := s.get(p)
+	return p, r, ok
+}
+
+// Delete removes the ban of prefix p (masked) and returns it, or reports
+// false if there is none (an invalid p has none).
+func (s *Set) Delete(p netip.Prefix) (Ban, bool) {
+	p, r, ok := s.lookup(p)
 	if !ok {
 		return Ban{}, false
 	}
@@ -146,11 +153,7 @@ func (s *Set) Delete(p netip.Prefix) (Ban, bool) {
 // Get returns the ban of prefix p (masked), live or not, or reports false
 // if there is none.
 func (s *Set) Get(p netip.Prefix) (Ban, bool) {
-	if !p.IsValid() {
-		return Ban{}, false
-	}
-	p = p.Masked()
-	r, ok := s.get(p)
+	p, r, ok := s.lookup(p)
 	if !ok {
 		return Ban{}, false
 	}

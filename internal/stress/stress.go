@@ -127,11 +127,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, n := range o.Existing {
 		if n > have {
 			say("loading %d bans", n-have)
-			d, err := bulkLoad(ctx, cl, 11<<24+uint32(have), n-have, m)
+			took, err := bulkLoad(ctx, cl, 11<<24+uint32(have), n-have, m)
 			if err != nil {
 				return nil, err
 			}
-			bulkTime += d
+			bulkTime += took
 			have = n
 			rep.BulkElements = have
 		}
