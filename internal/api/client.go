@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,34 +12,58 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
+	"syscall"
 	"time"
 )
 
 // ErrNoDaemon is returned when nothing listens on the socket.
 var ErrNoDaemon = errors.New("no ipfence daemon on the socket")
 
-// Client talks to the daemon over its Unix socket. The zero value is not
-// usable; use NewClient.
+// callTimeout bounds a call whose context has no deadline.
+const callTimeout = 2 * time.Minute
+
+// maxIdle bounds the connections a Client keeps open between calls.
+const maxIdle = 64
+
+// Client talks to the daemon over its Unix socket. It is safe for
+// concurrent use; each call has a connection to itself, taken from a
+// small pool of kept-alive ones. The zero value is not usable; use
+// NewClient.
+//
+// The client speaks HTTP/1.1 on the connection itself rather than
+// through net/http's Transport: a call is one write and one read on the
+// caller's goroutine, with no hand-off to the Transport's reader and
+// writer goroutines. Log watchers ban in bursts under attack, and on a
+// small server the client's CPU competes with the daemon's.
 type Client struct {
 	socket string
-	hc     *http.Client
+
+	mu   sync.Mutex
+	idle []*clientConn
+}
+
+type clientConn struct {
+	c   net.Conn
+	r   *bufio.Reader
+	buf []byte // the request being written
 }
 
 // NewClient returns a client for the daemon listening on socket.
 func NewClient(socket string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+	return &Client{socket: socket}
 }
 
-// Close releases idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+// Close closes the connections kept open between calls.
+func (c *Client) Close() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, cc := range idle {
+		cc.c.Close()
+	}
+}
 
 // Ban bans the request's prefixes.
 func (c *Client) Ban(ctx context.Context, r BanRequest) (*BanResponse, error) {
@@ -105,38 +130,24 @@ func (c *Client) Explain(ctx context.Context, addr, proto string, port int) (*Ex
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	u, err := url.ParseRequestURI(path)
+	if err != nil {
+		return fmt.Errorf("calling the daemon: bad path %q: %w", path, err)
+	}
+	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		if body, err = json.Marshal(in); err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://ipfence"+path, body)
+	status, data, err := c.roundTrip(ctx, method, u.RequestURI(), body)
 	if err != nil {
 		return err
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		var ne *net.OpError
-		if errors.As(err, &ne) && ne.Op == "dial" {
-			return fmt.Errorf("%w %s: %v", ErrNoDaemon, c.socket, err)
-		}
-		return fmt.Errorf("calling the daemon (%s %s): %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("reading the daemon's answer: %w", err)
-	}
-	if resp.StatusCode >= 300 {
-		e := &Error{Status: resp.StatusCode}
+	if status >= 300 {
+		e := &Error{Status: status}
 		if json.Unmarshal(data, e) != nil || e.Message == "" {
-			e.Code, e.Message = "internal", fmt.Sprintf("daemon answered %s: %s", resp.Status, bytes.TrimSpace(data))
+			e.Code, e.Message = "internal", fmt.Sprintf("daemon answered %d %s: %s", status, http.StatusText(status), bytes.TrimSpace(data))
 		}
 		return e
 	}
@@ -147,4 +158,119 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("decoding the daemon's answer: %w", err)
 	}
 	return nil
+}
+
+// roundTrip sends one request and reads its answer. A kept-alive
+// connection the daemon has closed meanwhile (idle timeout, restart)
+// fails before any answer arrives; the call is then sent once more on a
+// new connection. Every call of the API may be repeated: a ban again
+// sets the same expiry, an unban of a lifted ban lifts nothing.
+func (c *Client) roundTrip(ctx context.Context, method, uri string, body []byte) (int, []byte, error) {
+	for retried := false; ; retried = true {
+		cc, reused, err := c.get(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		status, data, keep, err := cc.call(ctx, method, uri, body)
+		if err == nil {
+			if keep {
+				c.put(cc)
+			} else {
+				cc.c.Close()
+			}
+			return status, data, nil
+		}
+		cc.c.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		} else if reused && !retried && stale(err) {
+			continue
+		}
+		return 0, nil, fmt.Errorf("calling the daemon (%s %s): %w", method, uri, err)
+	}
+}
+
+// stale reports whether err is what a connection the daemon has closed
+// gives before any answer.
+func stale(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func (c *Client) get(ctx context.Context) (*clientConn, bool, error) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		cc := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cc, true, nil
+	}
+	c.mu.Unlock()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w %s: %v", ErrNoDaemon, c.socket, err)
+	}
+	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 16<<10)}, false, nil
+}
+
+func (c *Client) put(cc *clientConn) {
+	c.mu.Lock()
+	if len(c.idle) < maxIdle {
+		c.idle = append(c.idle, cc)
+		cc = nil
+	}
+	c.mu.Unlock()
+	if cc != nil {
+		cc.c.Close()
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed: setting it interrupts a
+// blocked read or write.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// call writes one HTTP/1.1 request on cc and reads the whole answer.
+// keep reports whether the connection may carry another call.
+func (cc *clientConn) call(ctx context.Context, method, uri string, body []byte) (status int, data []byte, keep bool, err error) {
+	deadline := time.Now().Add(callTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := cc.c.SetDeadline(deadline); err != nil {
+		return 0, nil, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(aLongTimeAgo) })
+	defer stop()
+
+	b := append(cc.buf[:0], method...)
+	b = append(b, ' ')
+	b = append(b, uri...)
+	b = append(b, " HTTP/1.1\r\nHost: ipfence\r\n"...)
+	if method != http.MethodGet {
+		if body != nil {
+			b = append(b, "Content-Type: application/json\r\n"...)
+		}
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	b = append(b, body...)
+	cc.buf = b
+	if cap(b) > 64<<10 { // a bulk call: do not keep its buffer
+		cc.buf = nil
+	}
+	if _, err := cc.c.Write(b); err != nil {
+		return 0, nil, false, err
+	}
+	resp, err := http.ReadResponse(cc.r, nil)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	data, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("reading the daemon's answer: %w", err)
+	}
+	return resp.StatusCode, data, !resp.Close, nil
 }
