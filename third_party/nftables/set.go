@@ -263,8 +263,13 @@ type Set struct {
 	// https://git.netfilter.org/nftables/tree/include/linux/netfilter/nf_tables.h?id=d1289bff58e1878c3162f574c603da993e29b113#n306
 	Concatenation bool
 	Timeout       time.Duration
-	KeyType       SetDatatype
-	DataType      SetDatatype
+	// GcInterval is how often the kernel collects the expired elements
+	// of a set with HasTimeout (NFTA_SET_GC_INTERVAL, nft's
+	// "gc-interval"); zero leaves the kernel's default, one second.
+	// (ipfence patch.)
+	GcInterval time.Duration
+	KeyType    SetDatatype
+	DataType   SetDatatype
 	// Either host (binaryutil.NativeEndian) or big (binaryutil.BigEndian) endian as per
 	// https://git.netfilter.org/nftables/tree/include/datatype.h?id=d486c9e626405e829221b82d7355558005b26d8a#n109
 	KeyByteOrder binaryutil.ByteOrder
@@ -648,6 +653,9 @@ func (cc *Conn) AddSet(s *Set, vals []SetElement) error {
 		// If Set's global timeout is specified, add it to set's attributes
 		tableInfo = append(tableInfo, netlink.Attribute{Type: unix.NFTA_SET_TIMEOUT, Data: binaryutil.BigEndian.PutUint64(uint64(s.Timeout.Milliseconds()))})
 	}
+	if s.HasTimeout && s.GcInterval != 0 {
+		tableInfo = append(tableInfo, netlink.Attribute{Type: unix.NFTA_SET_GC_INTERVAL, Data: binaryutil.BigEndian.PutUint32(uint32(s.GcInterval.Milliseconds()))})
+	}
 	if s.Constant {
 		// nft cli tool adds the number of elements to set/map's descriptor
 		// It make sense to do only if a set or map are constant, otherwise skip NFTA_SET_DESC attribute
@@ -837,6 +845,8 @@ func setsFromMsg(msg netlink.Message) (*Set, error) {
 		case unix.NFTA_SET_TIMEOUT:
 			set.Timeout = time.Duration(time.Millisecond * time.Duration(binary.BigEndian.Uint64(ad.Bytes())))
 			set.HasTimeout = true
+		case unix.NFTA_SET_GC_INTERVAL:
+			set.GcInterval = time.Millisecond * time.Duration(binary.BigEndian.Uint32(ad.Bytes()))
 		case unix.NFTA_SET_FLAGS:
 			flags := ad.Uint32()
 			set.Constant = (flags & unix.NFT_SET_CONSTANT) != 0

@@ -106,6 +106,9 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 		Comment:      s.Comment,
 		HasTimeout:   s.Timeout,
 	}
+	if s.Timeout {
+		ns.GcInterval = GCInterval
+	}
 	if s.Family == IPv6 {
 		ns.KeyType = nftables.TypeIP6Addr
 	}

@@ -169,6 +169,9 @@ func renderSet(b *strings.Builder, s *Set) {
 	default:
 		b.WriteString("\t\tsize " + strconv.FormatUint(uint64(hashSize(s)), 10) + "\n")
 	}
+	if s.Timeout {
+		b.WriteString("\t\tgc-interval " + strconv.Itoa(int(GCInterval/time.Second)) + "s\n")
+	}
 	if s.Comment != "" {
 		b.WriteString("\t\tcomment \"" + s.Comment + "\"\n")
 	}
