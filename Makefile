@@ -20,6 +20,7 @@ lint:
 # Everything: lint, pure tests, kernel tests (in throw-away network namespaces; root).
 test: deps lint
 	$(GO) test -count=1 -timeout 14m ./...
+	$(GO) -C third_party/nftables test -count=1 .
 
 demo: deps build
 	./$(BIN) demo

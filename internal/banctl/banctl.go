@@ -164,25 +164,67 @@ func (c *Controller) View(fn func(s *ban.Set)) {
 	fn(c.set)
 }
 
-// Ban bans every request in one transaction, or none of them: a request
-// the guard refuses fails them all and changes nothing. Banning a prefix
-// that is banned already replaces its ban (new expiry, reason, origin).
-func (c *Controller) Ban(ctx context.Context, reqs []Request) ([]ban.Ban, error) {
+// Prepared are bans the guard and the TTL limits have let through,
+// ready for BanPrepared. The zero value bans nothing.
+type Prepared struct {
+	bans []ban.Ban
+}
+
+// Len is the number of bans.
+func (p Prepared) Len() int { return len(p.bans) }
+
+// Bans are the bans; callers must not change them.
+func (p Prepared) Bans() []ban.Ban { return p.bans }
+
+// Prepare checks reqs (guard, TTL limits) and turns them into bans
+// created now, without taking the Controller's lock: callers on many
+// goroutines prepare in parallel, and the one committing does less. A
+// request the guard refuses fails them all.
+func (c *Controller) Prepare(reqs []Request) (Prepared, error) {
 	now := c.cfg.Now()
 	bans := make([]ban.Ban, len(reqs))
 	for i, r := range reqs {
 		p := r.Prefix.Masked()
 		if err := c.cfg.Guard.Check(p); err != nil {
-			return nil, err
+			return Prepared{}, err
 		}
 		if r.TTL != 0 && (r.TTL < ban.MinTTL || r.TTL > ban.MaxTTL) {
-			return nil, fmt.Errorf("banning %s: %w: %v is outside %v to %v", p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
+			return Prepared{}, fmt.Errorf("banning %s: %w: %v is outside %v to %v", p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
 		}
 		bans[i] = ban.Ban{Prefix: p, Created: now, Reason: r.Reason, Origin: r.Origin}
 		if r.TTL != 0 {
 			bans[i].Expires = now.Add(r.TTL)
 		}
 	}
+	return Prepared{bans}, nil
+}
+
+// Ban bans every request in one transaction, or none of them: a request
+// the guard refuses fails them all and changes nothing. Banning a prefix
+// that is banned already replaces its ban (new expiry, reason, origin).
+func (c *Controller) Ban(ctx context.Context, reqs []Request) ([]ban.Ban, error) {
+	p, err := c.Prepare(reqs)
+	if err != nil {
+		return nil, err
+	}
+	return c.BanPrepared(ctx, p)
+}
+
+// BanPrepared makes the prepared bans in one transaction, in order (of
+// two bans of one prefix, the later one stands), and returns them.
+func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban, error) {
+	var bans []ban.Ban
+	if len(ps) == 1 {
+		bans = ps[0].bans
+	} else {
+		for _, p := range ps {
+			bans = append(bans, p.bans...)
+		}
+	}
+	if len(bans) == 0 {
+		return nil, nil
+	}
+	now := c.cfg.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ch change

@@ -14,7 +14,7 @@ const maxBatch = 65536
 
 // banOp is one API call waiting for its transaction: bans or unbans.
 type banOp struct {
-	bans   []banctl.Request
+	bans   banctl.Prepared
 	unbans []netip.Prefix
 	quiet  bool // the caller wants the count only, not the bans
 	done   chan banResult
@@ -36,6 +36,9 @@ type banResult struct {
 type banQueue struct {
 	d  *Daemon
 	ch chan *banOp
+	// carry is a call taken from ch that did not fit in the previous
+	// transaction; it starts the next one.
+	carry *banOp
 }
 
 func newBanQueue(d *Daemon) *banQueue {
@@ -61,27 +64,13 @@ func (q *banQueue) submit(ctx context.Context, op *banOp) (banResult, error) {
 
 func (q *banQueue) run(ctx context.Context) {
 	for {
-		var first *banOp
-		select {
-		case <-ctx.Done():
+		ops := q.next(ctx)
+		if ops == nil {
 			return
-		case first = <-q.ch:
-		}
-		ops := []*banOp{first}
-		n := len(first.bans) + len(first.unbans)
-	drain:
-		for n < maxBatch {
-			select {
-			case op := <-q.ch:
-				ops = append(ops, op)
-				n += len(op.bans) + len(op.unbans)
-			default:
-				break drain
-			}
 		}
 		for len(ops) > 0 {
 			k := 1
-			for k < len(ops) && (len(ops[k].bans) > 0) == (len(ops[0].bans) > 0) {
+			for k < len(ops) && (ops[k].bans.Len() > 0) == (ops[0].bans.Len() > 0) {
 				k++
 			}
 			q.apply(ctx, ops[:k])
@@ -90,21 +79,62 @@ func (q *banQueue) run(ctx context.Context) {
 	}
 }
 
+// next waits for a call and returns it with the calls queued behind it,
+// up to maxBatch bans and unbans in all; nil when ctx is done. A call
+// that would take the batch past maxBatch waits for the next one: two
+// bulk calls are not merged, so that while one is in the kernel, the
+// next one's request is read and parsed.
+func (q *banQueue) next(ctx context.Context) []*banOp {
+	first := q.carry
+	q.carry = nil
+	if first == nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case first = <-q.ch:
+		}
+	}
+	ops := []*banOp{first}
+	n := first.size()
+	for n < maxBatch {
+		select {
+		case op := <-q.ch:
+			if n+op.size() > maxBatch {
+				q.carry = op
+				return ops
+			}
+			ops = append(ops, op)
+			n += op.size()
+		default:
+			return ops
+		}
+	}
+	return ops
+}
+
+// size is how many bans or unbans op asks for.
+func (op *banOp) size() int { return op.bans.Len() + len(op.unbans) }
+
 // apply runs calls of one kind in one transaction.
 func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 	t0 := time.Now()
-	var reqs []banctl.Request
-	var ps []netip.Prefix
-	for _, op := range ops {
-		reqs = append(reqs, op.bans...)
-		ps = append(ps, op.unbans...)
-	}
-	var done []ban.Ban
+	n := 0
+	var lifted []ban.Ban
 	var err error
-	if len(reqs) > 0 {
-		done, err = q.d.ctl.Ban(ctx, reqs)
+	if ops[0].bans.Len() > 0 {
+		ps := make([]banctl.Prepared, len(ops))
+		for i, op := range ops {
+			ps[i] = op.bans
+			n += op.bans.Len()
+		}
+		_, err = q.d.ctl.BanPrepared(ctx, ps...)
 	} else {
-		done, err = q.d.ctl.Unban(ctx, ps)
+		var ps []netip.Prefix
+		for _, op := range ops {
+			ps = append(ps, op.unbans...)
+		}
+		n = len(ps)
+		lifted, err = q.d.ctl.Unban(ctx, ps)
 	}
 	if err != nil && len(ops) > 1 {
 		for _, op := range ops {
@@ -112,38 +142,34 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 		}
 		return
 	}
-	q.d.metrics.banBatch.Observe(float64(len(reqs) + len(ps)))
+	q.d.metrics.banBatch.Observe(float64(n))
 	q.d.metrics.applySeconds.WithLabelValues("ban").Observe(time.Since(t0).Seconds())
-	if len(ops) == 1 { // the common case: a lone call, or a bulk one
-		ops[0].done <- banResult{bans: done, n: len(done), err: err}
-		return
-	}
-	byPrefix := make(map[netip.Prefix]ban.Ban, len(done))
-	for _, b := range done {
-		byPrefix[b.Prefix] = b
+	var byPrefix map[netip.Prefix]ban.Ban // lifted bans, when several calls share them
+	if len(ops) > 1 && len(lifted) > 0 {
+		byPrefix = make(map[netip.Prefix]ban.Ban, len(lifted))
+		for _, b := range lifted {
+			byPrefix[b.Prefix] = b
+		}
 	}
 	for _, op := range ops {
 		r := banResult{err: err}
-		for _, p := range op.prefixes() {
-			if b, ok := byPrefix[p]; ok {
-				r.n++
-				if !op.quiet {
+		switch {
+		case err != nil:
+		case op.bans.Len() > 0:
+			r.n = op.bans.Len()
+			if !op.quiet {
+				r.bans = op.bans.Bans()
+			}
+		case len(ops) == 1:
+			r.bans, r.n = lifted, len(lifted)
+		default:
+			for _, p := range op.unbans {
+				if b, ok := byPrefix[p.Masked()]; ok {
 					r.bans = append(r.bans, b)
 				}
 			}
+			r.n = len(r.bans)
 		}
 		op.done <- r
 	}
-}
-
-// prefixes are the (masked) prefixes op bans or unbans.
-func (op *banOp) prefixes() []netip.Prefix {
-	ps := make([]netip.Prefix, 0, len(op.bans)+len(op.unbans))
-	for _, r := range op.bans {
-		ps = append(ps, r.Prefix.Masked())
-	}
-	for _, p := range op.unbans {
-		ps = append(ps, p.Masked())
-	}
-	return ps
 }

@@ -168,7 +168,12 @@ func TestDaemon(t *testing.T) {
 	for c := range 8 {
 		wg.Go(func() {
 			for i := range 50 {
-				if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: fmt.Sprintf("100.%d.%d.1", 65+c, i), TTL: "10m", Origin: "load"}); err != nil {
+				p := fmt.Sprintf("100.%d.%d.1", 65+c, i)
+				resp, err := r.cl.Ban(ctx, api.BanRequest{Prefix: p, TTL: "10m", Origin: "load"})
+				if err == nil && (resp.Count != 1 || len(resp.Banned) != 1 || resp.Banned[0].Prefix.String() != p+"/32") {
+					err = fmt.Errorf("ban %s answered %+v", p, resp)
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
@@ -197,10 +202,27 @@ func TestDaemon(t *testing.T) {
 	if _, err := r.cl.Unban(ctx, "100.99.0.0/24"); err != nil { // not banned as such: no error
 		t.Error(err)
 	}
-	for i := range 100 {
-		if _, err := r.cl.Unban(ctx, fmt.Sprintf("100.99.0.%d", i+1)); err != nil {
-			t.Fatal(err)
-		}
+	// Concurrent unbans share transactions; each caller gets its own ban.
+	errs = make(chan error, 4)
+	for c := range 4 {
+		wg.Go(func() {
+			for i := c; i < 100; i += 4 {
+				p := fmt.Sprintf("100.99.0.%d", i+1)
+				resp, err := r.cl.Unban(ctx, p)
+				if err == nil && (len(resp.Unbanned) != 1 || resp.Unbanned[0].Prefix.String() != p+"/32") {
+					err = fmt.Errorf("unban %s answered %+v", p, resp)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 
 	// A feed refresh is a diff: the bans stay, the new prefixes drop.

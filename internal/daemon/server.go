@@ -64,16 +64,23 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 	if origin == "" {
 		origin = "api"
 	}
-	op := &banOp{bans: make([]banctl.Request, len(targets)), quiet: req.Quiet}
+	reqs := make([]banctl.Request, len(targets))
 	for i, t := range targets {
 		p, err := ban.ParsePrefix(t)
 		if err != nil {
 			writeBanError(w, err)
 			return
 		}
-		op.bans[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin}
+		reqs[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin}
 	}
-	done, err := d.bans.submit(r.Context(), op)
+	// The guard and the building of the bans run here, on the caller's
+	// goroutine, so that the batching one only commits.
+	prep, err := d.ctl.Prepare(reqs)
+	if err != nil {
+		writeBanError(w, err)
+		return
+	}
+	done, err := d.bans.submit(r.Context(), &banOp{bans: prep, quiet: req.Quiet})
 	if err != nil {
 		writeBanError(w, err)
 		return

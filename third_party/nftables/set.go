@@ -445,33 +445,12 @@ func (cc *Conn) appendElemList(s *Set, vals []SetElement, msgType nftMsgType) er
 	if len(vals) == 0 {
 		return nil
 	}
-	var elements []netlink.Attribute
-	batchSize := 0
-	var batches [][]netlink.Attribute
-
-	for i, v := range vals {
-		encodedItem, err := cc.marshalSetElement(s, &v)
-		if err != nil {
-			return fmt.Errorf("marshal item %d: %v", i, err)
-		}
-
-		itemSize := unix.NLA_HDRLEN + len(encodedItem)
-		if batchSize+itemSize > maxElemBatchSize {
-			batches = append(batches, elements)
-			elements = nil
-			batchSize = 0
-		}
-		elements = append(elements, netlink.Attribute{Type: uint16(i+1) | unix.NLA_F_NESTED, Data: encodedItem})
-		batchSize += itemSize
+	batches, err := cc.encodeElemList(s, vals) // ipfence patch: see elemenc.go
+	if err != nil {
+		return err
 	}
-	batches = append(batches, elements)
 
-	for _, batch := range batches {
-		encodedElem, err := netlink.MarshalAttributes(batch)
-		if err != nil {
-			return fmt.Errorf("marshal elements: %v", err)
-		}
-
+	for _, encodedElem := range batches {
 		message := []netlink.Attribute{
 			{Type: unix.NFTA_SET_ELEM_LIST_SET, Data: []byte(s.Name + "\x00")},
 			{Type: unix.NFTA_SET_ELEM_LIST_SET_ID, Data: binaryutil.BigEndian.PutUint32(s.ID)},

@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -412,10 +413,13 @@ func (u *Update) validate() error {
 func elemMessages(s *Set, es []Elem, add bool) []nftables.SetElement {
 	if !s.Interval {
 		out := make([]nftables.SetElement, len(es))
+		keys := make([]byte, 0, 16*len(es)) // one allocation for all keys
 		for i, e := range es {
-			out[i].Key = e.Key.Masked().Addr().AsSlice()
+			at := len(keys)
+			keys = appendAddr(keys, e.Key.Masked().Addr())
+			out[i].Key = keys[at:len(keys):len(keys)]
 			if s.Key == KeyWords {
-				out[i].Key = keyWords(e.Key)
+				out[i].Key = out[i].Key[:4*words(e.Key.Bits())]
 			}
 			if add {
 				out[i].Timeout = e.Timeout
@@ -440,4 +444,14 @@ func elemMessages(s *Set, es []Elem, add bool) []nftables.SetElement {
 		}
 	}
 	return out
+}
+
+// appendAddr appends a's 4 or 16 bytes to b.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if a.Is4() {
+		k := a.As4()
+		return append(b, k[:]...)
+	}
+	k := a.As16()
+	return append(b, k[:]...)
 }

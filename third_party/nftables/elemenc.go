@@ -1,0 +1,101 @@
+// ipfence patch: set elements are encoded by appending to one buffer per
+// message instead of building netlink.Attribute slices per element.
+
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink/nlenc"
+	"golang.org/x/sys/unix"
+)
+
+// appendAttr appends a netlink attribute (header, data, padding to 4
+// bytes) to b, as netlink.MarshalAttributes lays it out.
+func appendAttr(b []byte, typ uint16, data []byte) []byte {
+	var h [unix.NLA_HDRLEN]byte
+	nlenc.PutUint16(h[0:2], uint16(unix.NLA_HDRLEN+len(data)))
+	nlenc.PutUint16(h[2:4], typ)
+	b = append(b, h[:]...)
+	b = append(b, data...)
+	for len(b)%unix.NLA_ALIGNTO != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// beginNested appends the header of a nested attribute whose length is
+// filled in by endNested, and returns where it starts.
+func beginNested(b []byte, typ uint16) ([]byte, int) {
+	at := len(b)
+	var h [unix.NLA_HDRLEN]byte
+	nlenc.PutUint16(h[2:4], typ|unix.NLA_F_NESTED)
+	return append(b, h[:]...), at
+}
+
+func endNested(b []byte, at int) []byte {
+	nlenc.PutUint16(b[at:at+2], uint16(len(b)-at))
+	return b
+}
+
+// appendSetElement appends element e of s, as the nested attribute typ,
+// to b: the same bytes as marshalSetElement wrapped by
+// netlink.MarshalAttributes. Elements with a value, a verdict, a comment
+// or a counter are left to marshalSetElement (false); they are not the
+// ones sent by the hundred thousand.
+func appendSetElement(b []byte, s *Set, e *SetElement, typ uint16) ([]byte, bool) {
+	if e.VerdictData != nil || len(e.Val) > 0 || len(e.Comment) > 0 || e.Counter != nil {
+		return b, false
+	}
+	b, item := beginNested(b, typ)
+	if e.IntervalEnd {
+		var f [4]byte
+		binary.BigEndian.PutUint32(f[:], unix.NFT_SET_ELEM_INTERVAL_END)
+		b = appendAttr(b, unix.NFTA_SET_ELEM_FLAGS|unix.NLA_F_NESTED, f[:])
+	}
+	b, key := beginNested(b, unix.NFTA_SET_ELEM_KEY)
+	b = endNested(appendAttr(b, unix.NFTA_DATA_VALUE, e.Key), key)
+	if len(e.KeyEnd) > 0 {
+		var end int
+		b, end = beginNested(b, NFTA_SET_ELEM_KEY_END)
+		b = endNested(appendAttr(b, unix.NFTA_DATA_VALUE, e.KeyEnd), end)
+	}
+	if s.HasTimeout && e.Timeout != 0 {
+		var t [8]byte
+		binary.BigEndian.PutUint64(t[:], uint64(e.Timeout.Milliseconds()))
+		b = appendAttr(b, unix.NFTA_SET_ELEM_TIMEOUT, t[:])
+	}
+	if e.IntervalOpen {
+		var ud [16]byte
+		b = appendAttr(b, unix.NFTA_SET_ELEM_USERDATA,
+			userdata.AppendUint32(ud[:0], userdata.NFTNL_UDATA_SET_ELEM_FLAGS, userdata.NFTNL_UDATA_SET_ELEM_F_INTERVAL_OPEN))
+	}
+	return endNested(b, item), true
+}
+
+// encodeElemList encodes vals as the contents of NFTA_SET_ELEM_LIST_ELEMENTS
+// attributes, a new one whenever maxElemBatchSize would be passed.
+func (cc *Conn) encodeElemList(s *Set, vals []SetElement) ([][]byte, error) {
+	var lists [][]byte
+	cur := make([]byte, 0, min(maxElemBatchSize, 64*len(vals)))
+	for i := range vals {
+		start := len(cur)
+		typ := uint16(i+1) | unix.NLA_F_NESTED
+		var ok bool
+		if cur, ok = appendSetElement(cur, s, &vals[i], typ); !ok {
+			item, err := cc.marshalSetElement(s, &vals[i])
+			if err != nil {
+				return nil, fmt.Errorf("marshal item %d: %v", i, err)
+			}
+			cur = appendAttr(cur, typ, item)
+		}
+		if len(cur) > maxElemBatchSize {
+			lists = append(lists, cur[:start:start])
+			next := make([]byte, 0, min(maxElemBatchSize, 64*(len(vals)-i)))
+			cur = append(next, cur[start:]...)
+		}
+	}
+	return append(lists, cur), nil
+}
