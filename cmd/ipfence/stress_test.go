@@ -24,7 +24,7 @@ func TestStressSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := stress.Run(ctx, stress.Options{Exe: exe, Existing: []int{0, 3000}, Clients: []int{1, 4},
-		Requests: 200, Duration: 5 * time.Second, Workers: 13})
+		Rates: []int{400}, Requests: 200, Duration: 5 * time.Second, Workers: 13})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,8 @@ func TestStressSmall(t *testing.T) {
 	if m == nil || m.Errors != 0 || m.Lost != 0 || m.Phantom != 0 || m.BansAtEnd < 3000 || m.Ops["ban"] == 0 || m.Ops["refresh"] == 0 {
 		t.Errorf("mixed run: %+v", m)
 	}
-	if len(rep.Latency) != 4 || rep.SustainedPerSec <= 0 || rep.CountAt == 0 {
+	if len(rep.Latency) != 6 || rep.Latency[2].Rate != 400 || rep.Latency[2].Clients != 4 || rep.Latency[2].P50us <= 0 ||
+		rep.SustainedPerSec <= 0 || rep.CountAt == 0 {
 		t.Errorf("report: %+v", rep)
 	}
 }

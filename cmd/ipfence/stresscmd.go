@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +17,7 @@ import (
 
 func newStressCmd(g *globals) *cobra.Command {
 	var o stress.Options
-	var existing, clients, cpuprofile string
+	var existing, clients, rates, cpuprofile string
 	c := &cobra.Command{
 		Use:   "stress [--existing 0,100000,1000000] [--clients 1,8] [--duration 3m]",
 		Short: "Measure and hammer the daemon's ban path in a namespace of its own",
@@ -36,6 +37,11 @@ The host's firewall is never touched.`,
 			}
 			if o.Clients, err = intList(clients); err != nil {
 				return usageError{fmt.Errorf("--clients: %w", err)}
+			}
+			if rates != "" {
+				if o.Rates, err = intList(rates); err != nil || slices.Contains(o.Rates, 0) {
+					return usageError{fmt.Errorf("--rates: %q is not a list of rates above 0", rates)}
+				}
 			}
 			if o.Exe == "" {
 				if o.Exe, err = os.Executable(); err != nil {
@@ -72,6 +78,7 @@ The host's firewall is never touched.`,
 	c.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write the client side's CPU profile to this file (debugging)")
 	c.Flags().StringArrayVar(&o.DaemonArgs, "daemon-arg", nil, "add an argument to the daemon's command line (repeatable; e.g. --daemon-arg=--pprof)")
 	c.Flags().StringVar(&clients, "clients", "1,8", "concurrent clients for the latency rows")
+	c.Flags().StringVar(&rates, "rates", "1000,4000", "total bans per second of the paced latency rows (the most clients, each on a schedule; \"\": none)")
 	c.Flags().IntVar(&o.Requests, "requests", 2000, "single-ban requests per latency row")
 	c.Flags().DurationVar(&o.Duration, "duration", 3*time.Minute, "length of the mixed run (0: none)")
 	c.Flags().IntVar(&o.Workers, "workers", 13, "workers of the mixed run")
@@ -93,9 +100,13 @@ func intList(s string) ([]int, error) {
 
 func printStress(w io.Writer, r *stress.Report) {
 	fmt.Fprintln(w, "ban latency through the API (one address per request):")
-	fmt.Fprintln(w, "  existing bans  clients  requests       p50        p99        max")
+	fmt.Fprintln(w, "  existing bans  clients      rate  requests       p50        p99        max  sent late (p99)")
 	for _, l := range r.Latency {
-		fmt.Fprintf(w, "  %13d  %7d  %8d  %7.0f µs %7.0f µs %7.0f µs\n", l.Existing, l.Clients, l.Requests, l.P50us, l.P99us, l.MaxUs)
+		rate, late := "flat out", ""
+		if l.Rate > 0 {
+			rate, late = strconv.Itoa(l.Rate)+"/s", fmt.Sprintf("  %7.0f µs", l.LateP99us)
+		}
+		fmt.Fprintf(w, "  %13d  %7d  %8s  %8d  %7.0f µs %7.0f µs %7.0f µs%s\n", l.Existing, l.Clients, rate, l.Requests, l.P50us, l.P99us, l.MaxUs, late)
 	}
 	fmt.Fprintf(w, "bulk load: %d bans at %.0f bans/s (requests of %dk addresses, %d in flight)\n", r.BulkElements, r.BulkPerSec, stress.BulkChunk/1000, stress.BulkInFlight)
 	fmt.Fprintf(w, "sustained: %.0f bans/s (8 clients, 256 addresses per request)\n", r.SustainedPerSec)

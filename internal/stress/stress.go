@@ -32,9 +32,13 @@ import (
 
 // Options configure Run.
 type Options struct {
-	Exe      string        // the ipfence binary (runs "daemon")
-	Existing []int         // bans already in force for the latency rows (ascending)
-	Clients  []int         // concurrent clients for the latency rows
+	Exe      string // the ipfence binary (runs "daemon")
+	Existing []int  // bans already in force for the latency rows (ascending)
+	Clients  []int  // concurrent clients for the latency rows
+	// Rates are total request rates (per second) for paced latency rows:
+	// the largest number of Clients, each sending on a schedule instead
+	// of as fast as it can.
+	Rates    []int
 	Requests int           // single-ban requests per latency row
 	Duration time.Duration // length of the mixed run (0: none)
 	Workers  int           // workers of the mixed run
@@ -45,12 +49,19 @@ type Options struct {
 
 // LatencyRow is one latency measurement.
 type LatencyRow struct {
-	Existing int     `json:"existing_bans"`
-	Clients  int     `json:"clients"`
-	Requests int     `json:"requests"`
-	P50us    float64 `json:"p50_us"`
-	P99us    float64 `json:"p99_us"`
-	MaxUs    float64 `json:"max_us"`
+	Existing int `json:"existing_bans"`
+	Clients  int `json:"clients"`
+	// Rate is the total request rate of a paced row (0: each client sends
+	// its next request when the last one is answered).
+	Rate int `json:"rate_per_sec,omitempty"`
+	// LateP99us is how late the paced requests went out, 99th
+	// percentile: what the client's schedule slipped (not counted in
+	// the latency).
+	LateP99us float64 `json:"late_p99_us,omitempty"`
+	Requests  int     `json:"requests"`
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	MaxUs     float64 `json:"max_us"`
 }
 
 // Report is what Run measured.
@@ -135,14 +146,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			have = n
 			rep.BulkElements = have
 		}
+		rows := make([]LatencyRow, 0, len(o.Clients)+len(o.Rates))
 		for _, c := range o.Clients {
-			say("ban latency: %d existing, %d clients", n, c)
-			lat, err := latency(ctx, cl, c, o.Requests, &next, m)
+			rows = append(rows, LatencyRow{Existing: n, Clients: c, Requests: o.Requests})
+		}
+		for _, r := range o.Rates {
+			rows = append(rows, LatencyRow{Existing: n, Clients: slices.Max(o.Clients), Rate: r, Requests: o.Requests})
+		}
+		for _, row := range rows {
+			say("ban latency: %d existing, %d clients, rate %d/s (0: flat out)", n, row.Clients, row.Rate)
+			lat, late, err := latency(ctx, cl, row.Clients, row.Rate, o.Requests, &next, m)
 			if err != nil {
 				return nil, err
 			}
-			rep.Latency = append(rep.Latency, LatencyRow{Existing: n, Clients: c, Requests: o.Requests,
-				P50us: us(percentile(lat, 50)), P99us: us(percentile(lat, 99)), MaxUs: us(percentile(lat, 100))})
+			row.P50us, row.P99us, row.MaxUs = us(percentile(lat, 50)), us(percentile(lat, 99)), us(percentile(lat, 100))
+			if len(late) > 0 {
+				row.LateP99us = us(percentile(late, 99))
+			}
+			rep.Latency = append(rep.Latency, row)
 		}
 	}
 	if bulkTime > 0 {
@@ -295,19 +316,29 @@ func bulkLoad(ctx context.Context, cl *api.Client, first uint32, n int, m *model
 }
 
 // latency sends requests single-address bans from clients concurrent
-// clients and returns their durations.
-func latency(ctx context.Context, cl *api.Client, clients, requests int, next *uint32, m *model) ([]time.Duration, error) {
+// clients and returns their durations. With rate 0 each client sends its
+// next request as soon as the last one is answered. Otherwise the
+// clients send rate requests per second between them, client c's i-th
+// request due at start + (i*clients+c)/rate; late are how long after
+// their due times the requests went out (the previous one still waiting
+// for its answer, or the client's timer waking late).
+func latency(ctx context.Context, cl *api.Client, clients, rate, requests int, next *uint32, m *model) (out, late []time.Duration, err error) {
 	var mu sync.Mutex
-	var out []time.Duration
 	var firstErr error
 	var wg sync.WaitGroup
 	per := max(requests/clients, 1)
 	base := *next
 	*next += uint32(per * clients)
+	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
 			for i := range per {
 				p := netip.PrefixFrom(addr(base+uint32(c*per+i)), 32)
+				var due time.Time
+				if rate > 0 {
+					due = start.Add(time.Duration(i*clients+c) * time.Second / time.Duration(rate))
+					time.Sleep(time.Until(due))
+				}
 				t0 := time.Now()
 				_, err := cl.Ban(ctx, api.BanRequest{Prefix: p.Addr().String(), TTL: "6h", Origin: "latency"})
 				d := time.Since(t0)
@@ -316,6 +347,9 @@ func latency(ctx context.Context, cl *api.Client, clients, requests int, next *u
 					firstErr = err
 				}
 				out = append(out, d)
+				if rate > 0 {
+					late = append(late, t0.Sub(due))
+				}
 				mu.Unlock()
 				if err == nil {
 					m.ban(p)
@@ -324,7 +358,7 @@ func latency(ctx context.Context, cl *api.Client, clients, requests int, next *u
 		})
 	}
 	wg.Wait()
-	return out, firstErr
+	return out, late, firstErr
 }
 
 // sustained bans as fast as clients can for d, batch addresses per
