@@ -166,6 +166,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 // new connection. Every call of the API may be repeated: a ban again
 // sets the same expiry, an unban of a lifted ban lifts nothing.
 func (c *Client) roundTrip(ctx context.Context, method, uri string, body []byte) (int, []byte, error) {
+	if err := ctxErr(ctx); err != nil {
+		return 0, nil, fmt.Errorf("calling the daemon (%s %s): %w", method, uri, err)
+	}
 	for retried := false; ; retried = true {
 		cc, reused, err := c.get(ctx)
 		if err != nil {
@@ -181,13 +184,27 @@ func (c *Client) roundTrip(ctx context.Context, method, uri string, body []byte)
 			return status, data, nil
 		}
 		cc.c.Close()
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxErr(ctx); cerr != nil {
 			err = cerr
 		} else if reused && !retried && stale(err) {
 			continue
 		}
 		return 0, nil, fmt.Errorf("calling the daemon (%s %s): %w", method, uri, err)
 	}
+}
+
+// ctxErr is ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// has passed even if its timer has not fired yet: the connection's
+// deadline (the same instant) may fire first, and the caller must see
+// why the call ended, not an i/o timeout.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // stale reports whether err is what a connection the daemon has closed

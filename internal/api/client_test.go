@@ -175,6 +175,28 @@ func TestClientCancel(t *testing.T) {
 	}
 }
 
+// lateCtx is a context whose deadline has passed before its timer fired.
+type lateCtx struct{ context.Context }
+
+func (lateCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestClientDeadlinePassed: a call whose deadline has passed says so, even
+// before the context's timer has fired, rather than failing with an i/o
+// timeout that callers would count as an error of the daemon.
+func TestClientDeadlinePassed(t *testing.T) {
+	socket, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{}`)
+	}), nil)
+	c := NewClient(socket)
+	defer c.Close()
+	if _, err := c.Status(context.Background()); err != nil { // a kept-alive connection
+		t.Fatal(err)
+	}
+	if _, err := c.Status(lateCtx{context.Background()}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want context.DeadlineExceeded", err)
+	}
+}
+
 func TestClientNoDaemon(t *testing.T) {
 	c := NewClient(filepath.Join(t.TempDir(), "nobody.sock"))
 	defer c.Close()

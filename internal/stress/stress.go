@@ -154,7 +154,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rows = append(rows, LatencyRow{Existing: n, Clients: slices.Max(o.Clients), Rate: r, Requests: o.Requests})
 		}
 		for _, row := range rows {
-			say("ban latency: %d existing, %d clients, rate %d/s (0: flat out)", n, row.Clients, row.Rate)
+			pace := "flat out"
+			if row.Rate > 0 {
+				pace = fmt.Sprintf("%d/s", row.Rate)
+			}
+			say("ban latency: %d existing, %d clients, %s", n, row.Clients, pace)
 			lat, late, err := latency(ctx, cl, row.Clients, row.Rate, o.Requests, &next, m)
 			if err != nil {
 				return nil, err
