@@ -25,13 +25,15 @@ type Set struct {
 	a6   map[[16]byte]rec // IPv6 addresses
 	nets map[pkey]rec     // CIDR prefixes
 	strs strtab
-	// tally counts what the maps hold, for Tally.
-	tally Counts
+	// tally counts what the maps hold, for Tally; its ByOrigin is kept
+	// in byOrigin instead, indexed by the origin's string id.
+	tally    Counts
+	byOrigin []int
 }
 
 // NewSet returns an empty set.
 func NewSet() *Set {
-	return &Set{a4: make(map[uint32]rec), a6: make(map[[16]byte]rec), nets: make(map[pkey]rec), tally: Counts{ByOrigin: map[string]int{}}}
+	return &Set{a4: make(map[uint32]rec), a6: make(map[[16]byte]rec), nets: make(map[pkey]rec)}
 }
 
 // get returns the record of prefix p (masked).
@@ -115,13 +117,13 @@ func (s *Set) Put(b Ban) (old Ban, existed bool) {
 		s.drop(old, o)
 	}
 	s.set(b.Prefix, r)
-	s.count(b, 1)
+	s.count(b, r.origin, 1)
 	return old, existed
 }
 
 // drop releases what record r of ban b holds: its strings, its count.
 func (s *Set) drop(b Ban, r rec) {
-	s.count(b, -1)
+	s.count(b, r.origin, -1)
 	s.strs.unref(r.reason)
 	s.strs.unref(r.origin)
 }
@@ -316,8 +318,8 @@ type Counts struct {
 // Total returns the number of live bans counted.
 func (c Counts) Total() int { return c.Addr4 + c.Addr6 + c.Net4 + c.Net6 }
 
-// count adds d to the tally of b's kind and origin.
-func (s *Set) count(b Ban, d int) {
+// count adds d to the tally of b's kind and of its origin (string id).
+func (s *Set) count(b Ban, origin uint32, d int) {
 	switch a := b.Prefix.Addr(); {
 	case b.IsAddr() && a.Is4():
 		s.tally.Addr4 += d
@@ -328,9 +330,10 @@ func (s *Set) count(b Ban, d int) {
 	default:
 		s.tally.Net6 += d
 	}
-	if s.tally.ByOrigin[b.Origin] += d; s.tally.ByOrigin[b.Origin] == 0 {
-		delete(s.tally.ByOrigin, b.Origin)
+	if int(origin) >= len(s.byOrigin) {
+		s.byOrigin = append(s.byOrigin, make([]int, int(origin)+1-len(s.byOrigin))...)
 	}
+	s.byOrigin[origin] += d
 }
 
 // Tally counts the bans the set holds by family and by origin, live or
@@ -338,9 +341,11 @@ func (s *Set) count(b Ban, d int) {
 // number: for frequent count queries. Counts is exact at a given time.
 func (s *Set) Tally() Counts {
 	c := s.tally
-	c.ByOrigin = make(map[string]int, len(s.tally.ByOrigin))
-	for o, n := range s.tally.ByOrigin {
-		c.ByOrigin[o] = n
+	c.ByOrigin = make(map[string]int)
+	for id, n := range s.byOrigin {
+		if n != 0 {
+			c.ByOrigin[s.strs.str(uint32(id))] = n
+		}
 	}
 	return c
 }

@@ -228,14 +228,27 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ch change
-	type prior struct {
-		old     ban.Ban
-		existed bool
+	for _, b := range bans {
+		if b.IsAddr() {
+			ch.n[family(b.Prefix)]++ // for now: how many to add
+		}
 	}
-	olds := make([]prior, len(bans))
+	for f, n := range ch.n {
+		ch.add[f] = make([]ban.Element, 0, n)
+		ch.n[f] = 0
+	}
+	// replaced are the bans that were in force before, by index into
+	// bans (ascending): what undoing this call puts back.
+	type prior struct {
+		i   int
+		old ban.Ban
+	}
+	var replaced []prior
 	for i, b := range bans {
 		old, existed := c.set.Put(b)
-		olds[i] = prior{old, existed}
+		if existed {
+			replaced = append(replaced, prior{i, old})
+		}
 		if !b.IsAddr() {
 			ch.nets = true
 			continue
@@ -250,21 +263,25 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	}
 	save := func() error { return c.cfg.Store.Put(bans...) }
 	unsave := func() error { // the store as it was
-		var put []ban.Ban
+		put := make([]ban.Ban, 0, len(replaced))
 		var del []netip.Prefix
-		for i, o := range olds {
-			if o.existed {
-				put = append(put, o.old)
+		k := 0
+		for i, b := range bans {
+			if k < len(replaced) && replaced[k].i == i {
+				put = append(put, replaced[k].old)
+				k++
 			} else {
-				del = append(del, bans[i].Prefix)
+				del = append(del, b.Prefix)
 			}
 		}
 		return errors.Join(c.cfg.Store.Delete(del...), c.cfg.Store.Put(put...))
 	}
 	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
+		k := len(replaced) - 1
 		for i := len(bans) - 1; i >= 0; i-- {
-			if olds[i].existed {
-				c.set.Put(olds[i].old)
+			if k >= 0 && replaced[k].i == i {
+				c.set.Put(replaced[k].old)
+				k--
 			} else {
 				c.set.Delete(bans[i].Prefix)
 			}

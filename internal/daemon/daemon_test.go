@@ -162,29 +162,21 @@ func TestDaemon(t *testing.T) {
 		t.Errorf("refused bans changed the ruleset")
 	}
 
-	// Concurrent clients: every ban lands, in few transactions.
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for c := range 8 {
-		wg.Go(func() {
-			for i := range 50 {
-				p := fmt.Sprintf("100.%d.%d.1", 65+c, i)
-				resp, err := r.cl.Ban(ctx, api.BanRequest{Prefix: p, TTL: "10m", Origin: "load"})
-				if err == nil && (resp.Count != 1 || len(resp.Banned) != 1 || resp.Banned[0].Prefix.String() != p+"/32") {
-					err = fmt.Errorf("ban %s answered %+v", p, resp)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+	// Concurrent clients: every ban lands, in few transactions, and each
+	// caller gets its own ban back.
+	concurrently(t, 8, func(c int) error {
+		for i := range 50 {
+			p := fmt.Sprintf("100.%d.%d.1", 65+c, i)
+			resp, err := r.cl.Ban(ctx, api.BanRequest{Prefix: p, TTL: "10m", Origin: "load"})
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			if resp.Count != 1 || len(resp.Banned) != 1 || resp.Banned[0].Prefix.String() != p+"/32" {
+				return fmt.Errorf("ban %s answered %+v", p, resp)
+			}
+		}
+		return nil
+	})
 	if c, err := r.cl.Count(ctx); err != nil || c.ByOrigin["load"] != 400 {
 		t.Errorf("count after concurrent bans: %+v, %v", c, err)
 	}
@@ -203,27 +195,19 @@ func TestDaemon(t *testing.T) {
 		t.Error(err)
 	}
 	// Concurrent unbans share transactions; each caller gets its own ban.
-	errs = make(chan error, 4)
-	for c := range 4 {
-		wg.Go(func() {
-			for i := c; i < 100; i += 4 {
-				p := fmt.Sprintf("100.99.0.%d", i+1)
-				resp, err := r.cl.Unban(ctx, p)
-				if err == nil && (len(resp.Unbanned) != 1 || resp.Unbanned[0].Prefix.String() != p+"/32") {
-					err = fmt.Errorf("unban %s answered %+v", p, resp)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+	concurrently(t, 4, func(c int) error {
+		for i := c; i < 100; i += 4 {
+			p := fmt.Sprintf("100.99.0.%d", i+1)
+			resp, err := r.cl.Unban(ctx, p)
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			if len(resp.Unbanned) != 1 || resp.Unbanned[0].Prefix.String() != p+"/32" {
+				return fmt.Errorf("unban %s answered %+v", p, resp)
+			}
+		}
+		return nil
+	})
 
 	// A feed refresh is a diff: the bans stay, the new prefixes drop.
 	writeFile(t, feed, "192.0.2.0/24\n2001:db8:1::/48\n100.64.0.0/16\n")
@@ -415,5 +399,20 @@ func TestDriftRepair(t *testing.T) {
 	})
 	if st, err := r.cl.Status(ctx); err != nil || st.Drift < 2 {
 		t.Errorf("status after two repairs: %+v, %v", st, err)
+	}
+}
+
+// concurrently runs fn(0) to fn(n-1) at once and fails t with the first
+// error.
+func concurrently(t *testing.T, n int, fn func(int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = fn(i) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
