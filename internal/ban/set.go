@@ -29,6 +29,8 @@ type Set struct {
 	// in byOrigin instead, indexed by the origin's string id.
 	tally    Counts
 	byOrigin []int
+	// exp finds the expired bans for Prune.
+	exp wheel
 }
 
 // NewSet returns an empty set.
@@ -117,6 +119,7 @@ func (s *Set) Put(b Ban) (old Ban, existed bool) {
 		s.drop(old, o)
 	}
 	s.set(b.Prefix, r)
+	s.exp.add(b.Prefix, r.expires)
 	s.count(b, r.origin, 1)
 	return old, existed
 }
@@ -200,15 +203,19 @@ func (s *Set) Len() int { return len(s.a4) + len(s.a6) + len(s.nets) }
 func (s *Set) Prune(now time.Time) []Ban {
 	t := nowNanos(now)
 	var gone []Ban
-	s.each(func(p netip.Prefix, r rec) bool {
-		if !r.live(t) {
-			gone = append(gone, s.ban(p, r))
+	s.exp.due(t, func(p netip.Prefix) (keep bool) {
+		r, ok := s.get(p)
+		switch {
+		case !ok || r.expires == 0:
+			return false // lifted, or made permanent
+		case !r.live(t):
+			b, _ := s.Delete(p)
+			gone = append(gone, b)
+			return false
+		default: // due later in now's second, or replaced by a later ban
+			return second(r.expires) == second(t)
 		}
-		return true
 	})
-	for _, b := range gone {
-		s.Delete(b.Prefix)
-	}
 	slices.SortFunc(gone, func(a, b Ban) int { return comparePrefix(a.Prefix, b.Prefix) })
 	return gone
 }

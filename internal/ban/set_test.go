@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 )
@@ -308,6 +309,65 @@ func TestListInSteps(t *testing.T) {
 	for _, b := range got {
 		if b.Prefix == netip.MustParsePrefix("10.0.0.15/32") {
 			t.Error("deleted ban listed")
+		}
+	}
+}
+
+// TestPruneModel: Prune, which looks only at the bans indexed for the
+// seconds gone by, forgets exactly the bans a walk of all of them finds
+// expired, through re-bans to earlier, later and no expiry, lifts, bans
+// expired on arrival, and prunes within one second and after long gaps.
+func TestPruneModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	s := NewSet()
+	ref := map[netip.Prefix]Ban{}
+	now := time.Unix(1_700_000_000, 0).UTC()
+	for i := range 20000 {
+		var p netip.Prefix
+		switch r.IntN(3) {
+		case 0:
+			p = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 1, byte(r.IntN(4)), byte(r.IntN(256))}), 32)
+		case 1:
+			p = netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(r.IntN(200))}), 128)
+		default:
+			p = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 2, byte(r.IntN(64)), 0}), 24)
+		}
+		switch k := r.IntN(20); {
+		case k < 11:
+			b := Ban{Prefix: p, Created: now, Origin: "o"}
+			switch r.IntN(6) {
+			case 0: // for good
+			case 1: // expired on arrival
+				b.Expires = now.Add(-time.Duration(r.IntN(5000)) * time.Millisecond)
+			default:
+				b.Expires = now.Add(time.Duration(r.IntN(20000)) * time.Millisecond)
+			}
+			s.Put(b)
+			ref[p] = b
+		case k < 14:
+			s.Delete(p)
+			delete(ref, p)
+		default:
+			switch r.IntN(10) {
+			case 0:
+				now = now.Add(time.Duration(r.IntN(3600)) * time.Second) // a long gap
+			default:
+				now = now.Add(time.Duration(r.IntN(1500)) * time.Millisecond)
+			}
+			var exp []Ban
+			for q, b := range ref {
+				if !b.Expires.IsZero() && !b.Expires.After(now) {
+					exp = append(exp, b)
+					delete(ref, q)
+				}
+			}
+			sort.Slice(exp, func(i, j int) bool { return comparePrefix(exp[i].Prefix, exp[j].Prefix) < 0 })
+			if got, want := prefixes(s.Prune(now)), prefixes(exp); !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d: Prune(%v) = %v, want %v", i, now, got, want)
+			}
+			if s.Len() != len(ref) {
+				t.Fatalf("step %d: %d bans left, want %d", i, s.Len(), len(ref))
+			}
 		}
 	}
 }
