@@ -111,7 +111,7 @@ func printStress(w io.Writer, r *stress.Report) {
 	fmt.Fprintf(w, "bulk load: %d bans at %.0f bans/s (requests of %dk addresses, %d in flight)\n", r.BulkElements, r.BulkPerSec, stress.BulkChunk/1000, stress.BulkInFlight)
 	fmt.Fprintf(w, "sustained: %.0f bans/s (8 clients, 256 addresses per request)\n", r.SustainedPerSec)
 	fmt.Fprintf(w, "count query at %d bans: p50 %.0f µs, p99 %.0f µs\n", r.CountAt, r.CountP50us, r.CountP99us)
-	fmt.Fprintf(w, "daemon RSS: %.0f MiB at %d bans\n", r.DaemonRSSMiB, r.RSSAtBans)
+	fmt.Fprintf(w, "daemon RSS: %.0f MiB at %d bans, %.0f MiB at %d bans\n", r.LoadedRSSMiB, r.LoadedRSSAtBans, r.DaemonRSSMiB, r.RSSAtBans)
 	if r.MixedRSSMiB > 0 {
 		fmt.Fprintf(w, "daemon RSS after the mixed run: %.0f MiB\n", r.MixedRSSMiB)
 	}

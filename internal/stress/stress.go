@@ -73,8 +73,10 @@ type Report struct {
 	CountP50us      float64      `json:"count_p50_us"`
 	CountP99us      float64      `json:"count_p99_us"`
 	CountAt         int          `json:"count_at_bans"`
-	DaemonRSSMiB    float64      `json:"daemon_rss_mib"`     // after the sustained run
-	RSSAtBans       int          `json:"daemon_rss_at_bans"` // bans in force then
+	LoadedRSSMiB    float64      `json:"loaded_daemon_rss_mib"` // after the latency rows
+	LoadedRSSAtBans int          `json:"loaded_rss_at_bans"`    // bans in force then
+	DaemonRSSMiB    float64      `json:"daemon_rss_mib"`        // after the sustained run
+	RSSAtBans       int          `json:"daemon_rss_at_bans"`    // bans in force then
 	MixedRSSMiB     float64      `json:"mixed_daemon_rss_mib,omitempty"`
 	Mixed           *MixedResult `json:"mixed,omitempty"`
 }
@@ -173,6 +175,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if bulkTime > 0 {
 		rep.BulkPerSec = float64(rep.BulkElements) / bulkTime.Seconds()
 	}
+
+	rep.LoadedRSSMiB, rep.LoadedRSSAtBans = rssMiB(d.cmd.Process.Pid), m.len()
 
 	say("count queries")
 	var cnt []time.Duration
