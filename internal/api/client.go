@@ -257,7 +257,13 @@ func (cc *clientConn) call(ctx context.Context, method, uri string, body []byte)
 		return 0, nil, false, err
 	}
 	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(aLongTimeAgo) })
-	defer stop()
+	defer func() {
+		// ctx was cancelled as the call ended: its deadline may land
+		// on the connection at any moment, so no other call gets it.
+		if !stop() {
+			keep = false
+		}
+	}()
 
 	b := append(cc.buf[:0], method...)
 	b = append(b, ' ')

@@ -12,8 +12,11 @@ import (
 // stalls every ban call meanwhile (17 ms at a million).
 //
 // An entry is not removed when its ban is lifted or replaced; Prune checks
-// each entry of a due second against the set and drops the stale ones. The
-// buckets hold keys only, no pointers, for the garbage collector's sake.
+// each entry of a due second against the set and drops the stale ones, and
+// the Set rebuilds the wheel when stale entries outnumber its bans (a
+// watcher that bans the same addresses again and again with a long TTL).
+// The buckets hold keys only, no pointers, for the garbage collector's
+// sake.
 type wheel struct {
 	buckets map[int64]*slot
 	// lo is at or below the lowest second with a bucket; floor is the
@@ -23,6 +26,8 @@ type wheel struct {
 	// their expiry.
 	last    *slot
 	lastSec int64
+	// n counts the entries, stale ones included.
+	n int
 }
 
 // slot is the bucket of one second: the keys of the bans expiring in it.
@@ -59,6 +64,7 @@ func (w *wheel) add(p netip.Prefix, expires int64) {
 		return
 	}
 	b := w.at(second(expires))
+	w.n++
 	switch a := p.Addr(); {
 	case !p.IsSingleIP():
 		b.nets = append(b.nets, prefixKey(p))
@@ -111,21 +117,25 @@ func (w *wheel) due(now int64, fn func(p netip.Prefix) (keep bool)) {
 	}
 	w.last = nil
 	for _, b := range due {
+		w.n -= len(b.a4) + len(b.a6) + len(b.nets)
 		for _, k := range b.a4 {
 			var a [4]byte
 			binary.BigEndian.PutUint32(a[:], k)
 			if fn(netip.PrefixFrom(netip.AddrFrom4(a), 32)) {
 				w.at(end).a4 = append(w.at(end).a4, k)
+				w.n++
 			}
 		}
 		for _, k := range b.a6 {
 			if fn(netip.PrefixFrom(netip.AddrFrom16(k), 128)) {
 				w.at(end).a6 = append(w.at(end).a6, k)
+				w.n++
 			}
 		}
 		for _, k := range b.nets {
 			if fn(k.prefix()) {
 				w.at(end).nets = append(w.at(end).nets, k)
+				w.n++
 			}
 		}
 	}

@@ -120,6 +120,9 @@ func (s *Set) Put(b Ban) (old Ban, existed bool) {
 	}
 	s.set(b.Prefix, r)
 	s.exp.add(b.Prefix, r.expires)
+	if s.exp.n > 2*s.Len()+reindexSlack {
+		s.reindex()
+	}
 	s.count(b, r.origin, 1)
 	return old, existed
 }
@@ -218,6 +221,21 @@ func (s *Set) Prune(now time.Time) []Ban {
 	})
 	slices.SortFunc(gone, func(a, b Ban) int { return comparePrefix(a.Prefix, b.Prefix) })
 	return gone
+}
+
+// reindexSlack is how many stale expiry entries beyond the bans' number
+// Put lets pile up before reindex (a variable for tests).
+var reindexSlack = 4096
+
+// reindex rebuilds the expiry wheel from the bans, without its stale
+// entries. Put calls it when they outnumber the bans, so it costs O(1) per
+// Put over time.
+func (s *Set) reindex() {
+	s.exp = wheel{floor: s.exp.floor}
+	s.each(func(p netip.Prefix, r rec) bool {
+		s.exp.add(p, r.expires)
+		return true
+	})
 }
 
 // Filter selects bans for List. Its zero value selects all.

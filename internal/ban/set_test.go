@@ -347,6 +347,8 @@ func TestPruneModel(t *testing.T) {
 		case k < 14:
 			s.Delete(p)
 			delete(ref, p)
+		case k == 14:
+			s.reindex() // as Put does when stale entries pile up
 		default:
 			switch r.IntN(10) {
 			case 0:
@@ -369,5 +371,31 @@ func TestPruneModel(t *testing.T) {
 				t.Fatalf("step %d: %d bans left, want %d", i, s.Len(), len(ref))
 			}
 		}
+	}
+}
+
+// TestExpiryIndexBounded: banning the same addresses again and again with
+// ever later expiries leaves stale index entries; the index is rebuilt
+// before they outnumber the bans, and pruning stays exact.
+func TestExpiryIndexBounded(t *testing.T) {
+	s := NewSet()
+	now := time.Unix(1_700_000_000, 0)
+	a := netip.MustParsePrefix("198.51.100.7/32")
+	b := netip.MustParsePrefix("2001:db8::7/128")
+	for i := range 100000 {
+		s.Put(Ban{Prefix: a, Expires: now.Add(time.Hour + time.Duration(i)*time.Second)})
+		s.Put(Ban{Prefix: b, Expires: now.Add(time.Duration(i+1) * time.Second)})
+		if s.exp.n > 2*s.Len()+reindexSlack {
+			t.Fatalf("after %d re-bans: %d index entries for %d bans", i+1, s.exp.n, s.Len())
+		}
+	}
+	if gone := s.Prune(now.Add(100000 * time.Second)); len(gone) != 1 || gone[0].Prefix != b {
+		t.Errorf("Prune = %v, want only %v", prefixes(gone), b)
+	}
+	if gone := s.Prune(now.Add(time.Hour + 100000*time.Second)); len(gone) != 1 || gone[0].Prefix != a {
+		t.Errorf("Prune = %v, want only %v", prefixes(gone), a)
+	}
+	if s.Len() != 0 {
+		t.Errorf("%d bans left", s.Len())
 	}
 }
