@@ -20,6 +20,10 @@ import (
 	"github.com/ipfence/ipfence/internal/ban"
 )
 
+// MaxBody bounds a request's body (a bulk ban of about 100,000
+// addresses); the daemon refuses longer ones.
+const MaxBody = 8 << 20
+
 // DefaultSocket is where the daemon listens unless told otherwise.
 const DefaultSocket = "/run/ipfence/api.sock"
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -74,7 +75,12 @@ func (c *Client) Ban(ctx context.Context, r BanRequest) (*BanResponse, error) {
 // Unban lifts the ban of exactly prefix.
 func (c *Client) Unban(ctx context.Context, prefix string) (*UnbanResponse, error) {
 	var out UnbanResponse
-	return &out, c.do(ctx, http.MethodDelete, "/v1/bans/"+prefix, nil, &out)
+	addr, bits, cut := strings.Cut(prefix, "/")
+	path := "/v1/bans/" + url.PathEscape(addr)
+	if cut {
+		path += "/" + url.PathEscape(bits)
+	}
+	return &out, c.do(ctx, http.MethodDelete, path, nil, &out)
 }
 
 // ListOptions filter and page List.
@@ -169,8 +175,11 @@ func (c *Client) roundTrip(ctx context.Context, method, uri string, body []byte)
 	if err := ctxErr(ctx); err != nil {
 		return 0, nil, fmt.Errorf("calling the daemon (%s %s): %w", method, uri, err)
 	}
+	if len(body) > MaxBody {
+		return 0, nil, fmt.Errorf("calling the daemon (%s %s): a request of %d bytes is over the daemon's limit of %d; send it in parts", method, uri, len(body), MaxBody)
+	}
 	for retried := false; ; retried = true {
-		cc, reused, err := c.get(ctx)
+		cc, reused, err := c.get(ctx, retried)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -187,6 +196,9 @@ func (c *Client) roundTrip(ctx context.Context, method, uri string, body []byte)
 		if cerr := ctxErr(ctx); cerr != nil {
 			err = cerr
 		} else if reused && !retried && stale(err) {
+			// The daemon closed it, so it closed the other idle ones
+			// too (a restart, most likely): retry on a new connection.
+			c.Close()
 			continue
 		}
 		return 0, nil, fmt.Errorf("calling the daemon (%s %s): %w", method, uri, err)
@@ -213,9 +225,10 @@ func stale(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
-func (c *Client) get(ctx context.Context) (*clientConn, bool, error) {
+// get returns a kept-alive connection, or a new one (always when fresh).
+func (c *Client) get(ctx context.Context, fresh bool) (*clientConn, bool, error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	if n := len(c.idle); n > 0 && !fresh {
 		cc := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
@@ -284,6 +297,11 @@ func (cc *clientConn) call(ctx context.Context, method, uri string, body []byte)
 		cc.buf = nil
 	}
 	if _, err := cc.c.Write(b); err != nil {
+		return 0, nil, false, err
+	}
+	// Nothing at all back (io.EOF) is a connection the daemon had
+	// closed; http.ReadResponse would report it as a cut-short answer.
+	if _, err := cc.r.Peek(1); err != nil {
 		return 0, nil, false, err
 	}
 	resp, err := http.ReadResponse(cc.r, nil)

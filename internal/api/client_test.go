@@ -242,3 +242,83 @@ func TestClientConcurrent(t *testing.T) {
 		t.Errorf("%d connections for 8 concurrent callers", n)
 	}
 }
+
+// TestClientDaemonRestart: after a restart every kept-alive connection is
+// dead; the next call still goes through, on a new one.
+func TestClientDaemonRestart(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // so that the callers overlap
+		io.WriteString(w, `{"total": 5}`)
+	})
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "api.sock")
+	start := func() *http.Server {
+		ln, err := net.Listen("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		return srv
+	}
+	srv := start()
+	c := NewClient(socket)
+	defer c.Close()
+	concurrent := make(chan error, 4)
+	for range 4 {
+		go func() { _, err := c.Count(context.Background()); concurrent <- err }()
+	}
+	for range 4 {
+		if err := <-concurrent; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.idle) < 2 {
+		t.Fatalf("%d idle connections, want several for this test", len(c.idle))
+	}
+	srv.Close() // closes the idle connections and removes the socket
+	srv = start()
+	defer srv.Close()
+	for i := range 3 {
+		if n, err := c.Count(context.Background()); err != nil || n.Total != 5 {
+			t.Fatalf("call %d after the restart: %v, %+v", i, err, n)
+		}
+	}
+}
+
+func TestClientUnbanEscapes(t *testing.T) {
+	var got []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("DELETE /v1/bans/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.PathValue("prefix"))
+		io.WriteString(w, `{"unbanned": []}`)
+	})
+	socket, _ := serve(t, mux, nil)
+	c := NewClient(socket)
+	defer c.Close()
+	for _, p := range []string{"192.0.2.1", "198.51.100.0/24", "2001:db8::/32", "192.0.2.1?x", "192.0.2.1#y"} {
+		if _, err := c.Unban(context.Background(), p); err != nil {
+			t.Fatalf("unban %q: %v", p, err)
+		}
+		if got[len(got)-1] != p {
+			t.Errorf("unban %q: the daemon saw %q", p, got[len(got)-1])
+		}
+	}
+}
+
+func TestClientBodyLimit(t *testing.T) {
+	var calls atomic.Int32
+	socket, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }), nil)
+	c := NewClient(socket)
+	defer c.Close()
+	req := BanRequest{Prefixes: make([]string, MaxBody/8)}
+	for i := range req.Prefixes {
+		req.Prefixes[i] = "198.51.100.200"
+	}
+	if _, err := c.Ban(context.Background(), req); err == nil || !strings.Contains(err.Error(), "send it in parts") {
+		t.Errorf("got %v, want the limit's error", err)
+	}
+	if calls.Load() != 0 {
+		t.Error("an oversized request reached the daemon")
+	}
+}

@@ -19,9 +19,8 @@ import (
 // sake.
 type wheel struct {
 	buckets map[int64]*slot
-	// lo is at or below the lowest second with a bucket; floor is the
-	// second Prune got to: entries due before it go into its bucket.
-	lo, floor int64
+	// lo is at or below the lowest second with a bucket.
+	lo int64
 	// last is the bucket added to last, and its second: bulk bans share
 	// their expiry.
 	last    *slot
@@ -38,9 +37,6 @@ type slot struct {
 }
 
 func (w *wheel) at(sec int64) *slot {
-	if sec < w.floor {
-		sec = w.floor
-	}
 	if w.last != nil && sec == w.lastSec {
 		return w.last
 	}
@@ -106,8 +102,7 @@ func (w *wheel) due(now int64, fn func(p netip.Prefix) (keep bool)) {
 			}
 		}
 	}
-	w.floor = max(w.floor, end)
-	w.lo = max(w.lo, end)
+	w.lo = max(w.lo, end) // every bucket up to end is taken out
 	// Take the due buckets out first: an entry kept goes into a new
 	// bucket for now's second.
 	due := make([]*slot, len(secs))

@@ -231,7 +231,7 @@ var reindexSlack = 4096
 // entries. Put calls it when they outnumber the bans, so it costs O(1) per
 // Put over time.
 func (s *Set) reindex() {
-	s.exp = wheel{floor: s.exp.floor}
+	s.exp = wheel{}
 	s.each(func(p netip.Prefix, r rec) bool {
 		s.exp.add(p, r.expires)
 		return true

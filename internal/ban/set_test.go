@@ -399,3 +399,24 @@ func TestExpiryIndexBounded(t *testing.T) {
 		t.Errorf("%d bans left", s.Len())
 	}
 }
+
+// TestPruneClockBack: after the clock steps back (or before 1970), bans
+// due at the earlier times are still found.
+func TestPruneClockBack(t *testing.T) {
+	s := NewSet()
+	late := time.Date(2037, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Put(Ban{Prefix: netip.MustParsePrefix("192.0.2.1/32"), Expires: late.Add(-time.Second)})
+	if gone := s.Prune(late); len(gone) != 1 {
+		t.Fatalf("Prune(2037) = %v", prefixes(gone))
+	}
+	for _, now := range []time.Time{time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC), time.Unix(-100, 0)} {
+		p := netip.MustParsePrefix("192.0.2.2/32")
+		s.Put(Ban{Prefix: p, Expires: now.Add(time.Minute)})
+		if gone := s.Prune(now); len(gone) != 0 {
+			t.Errorf("Prune(%v) = %v, want nothing yet", now, prefixes(gone))
+		}
+		if gone := s.Prune(now.Add(time.Hour)); len(gone) != 1 || gone[0].Prefix != p {
+			t.Errorf("Prune(%v + 1h) = %v, want %v", now, prefixes(gone), p)
+		}
+	}
+}

@@ -262,15 +262,21 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		ch.add[f] = append(ch.add[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
 	}
 	save := func() error { return c.cfg.Store.Put(bans...) }
-	unsave := func() error { // the store as it was
+	unsave := func() error { // the store as it was: as each prefix's first ban found it
 		put := make([]ban.Ban, 0, len(replaced))
 		var del []netip.Prefix
+		seen := make(map[netip.Prefix]bool, len(bans))
 		k := 0
 		for i, b := range bans {
-			if k < len(replaced) && replaced[k].i == i {
-				put = append(put, replaced[k].old)
+			first := !seen[b.Prefix]
+			seen[b.Prefix] = true
+			switch {
+			case k < len(replaced) && replaced[k].i == i:
+				if first {
+					put = append(put, replaced[k].old)
+				}
 				k++
-			} else {
+			case first:
 				del = append(del, b.Prefix)
 			}
 		}

@@ -271,7 +271,8 @@ func TestCommitFailures(t *testing.T) {
 	if out, err := netns.Exec(lab.FW, "nft", "delete", "table", "inet", "ipfence"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	_, err := c.Ban(ctx, []Request{{Prefix: a, TTL: time.Hour, Reason: "second"}, {Prefix: b, Reason: "new"}})
+	// b twice: undone, the store holds neither of its bans.
+	_, err := c.Ban(ctx, []Request{{Prefix: a, TTL: time.Hour, Reason: "second"}, {Prefix: b, Reason: "new"}, {Prefix: b, Reason: "again"}})
 	if err == nil {
 		t.Fatal("Ban into a missing table succeeded")
 	}

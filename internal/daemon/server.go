@@ -17,7 +17,7 @@ import (
 )
 
 // maxBody bounds a request body (a bulk ban of ~100k addresses).
-const maxBody = 8 << 20
+const maxBody = api.MaxBody
 
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
