@@ -75,6 +75,7 @@ func newRootCmd() *cobra.Command {
 		newReloadCmd(g),
 		newStressCmd(g),
 		newDemoCmd(g),
+		newBenchCmd(g),
 	)
 	return root
 }
