@@ -59,7 +59,7 @@ func TestControl(t *testing.T) {
 		}
 	}
 	for _, b := range res.Bulk {
-		if b.PerSec <= 0 {
+		if b.PerSec <= 0 || b.Inserted != 600 {
 			t.Errorf("bulk: %+v", b)
 		}
 	}
