@@ -9,17 +9,13 @@ import (
 	"testing"
 
 	"github.com/ipfence/ipfence/internal/bench"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
 // TestBenchControlQuick: the CI smoke run of `ipfence bench control
 // --quick` writes its three files, and they agree.
 func TestBenchControlQuick(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel test needs root (CI=true: not skipping)")
-		}
-		t.Skip("kernel test needs root; skipping")
-	}
+	netnstest.NeedRoot(t)
 	dir := t.TempDir()
 	out, err := run(t, "bench", "control", "--quick", "--out", dir)
 	if err != nil {

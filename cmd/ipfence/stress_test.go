@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/stress"
 )
 
@@ -14,12 +14,7 @@ import (
 // run of 13 workers, and the end check of the kernel's ban sets, which
 // must find nothing lost and nothing phantom.
 func TestStressSmall(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel test needs root (CI=true: not skipping)")
-		}
-		t.Skip("kernel test needs root; skipping")
-	}
+	netnstest.NeedRoot(t)
 	exe := buildIpfence(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

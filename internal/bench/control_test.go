@@ -2,12 +2,12 @@ package bench
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
 func TestCountElements(t *testing.T) {
@@ -28,17 +28,7 @@ func TestCountElements(t *testing.T) {
 // TestControl runs a small control scenario in a lab: every row is there,
 // the sets held what they were loaded with, and the bench table is gone.
 func TestControl(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel test needs root (CI=true: not skipping)")
-		}
-		t.Skip("kernel test needs root; skipping")
-	}
-	lab, err := netns.NewLab("benchctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lab.Close()
+	lab := netnstest.New(t)
 	o := ControlOptions{Sizes: []int{0, 300}, Writers: []int{1, 3}, Adds: 30, Bulk: 600, Batches: []int{7, 600},
 		CountUpTo: 300, RowTime: time.Minute}
 	res, err := Control(context.Background(), lab, o, nil)

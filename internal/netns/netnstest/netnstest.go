@@ -34,11 +34,9 @@ var (
 	watchdog *time.Timer
 )
 
-// New returns a new lab named after the process and a counter, so test
-// binaries running in parallel do not collide, and registers its removal
-// with t.Cleanup. It skips t when not root (fails it when CI=true), and
-// fails t when the lab cannot be created.
-func New(t testing.TB) *netns.Lab {
+// NeedRoot skips t when not root, and fails it when CI=true: kernel
+// tests always run in CI.
+func NeedRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -46,6 +44,15 @@ func New(t testing.TB) *netns.Lab {
 		}
 		t.Skip("kernel test needs root; skipping")
 	}
+}
+
+// New returns a new lab named after the process and a counter, so test
+// binaries running in parallel do not collide, and registers its removal
+// with t.Cleanup. It skips t when not root (fails it when CI=true), and
+// fails t when the lab cannot be created.
+func New(t testing.TB) *netns.Lab {
+	t.Helper()
+	NeedRoot(t)
 	sweepOnce.Do(func() {
 		if removed, err := netns.Sweep(); err != nil {
 			t.Logf("sweeping stale namespaces: %v", err)
