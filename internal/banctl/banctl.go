@@ -228,14 +228,14 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ch change
+	var adds [2]int // single addresses per family: what ch.add will hold
 	for _, b := range bans {
 		if b.IsAddr() {
-			ch.n[family(b.Prefix)]++ // for now: how many to add
+			adds[family(b.Prefix)]++
 		}
 	}
-	for f, n := range ch.n {
+	for f, n := range adds {
 		ch.add[f] = make([]ban.Element, 0, n)
-		ch.n[f] = 0
 	}
 	// replaced are the bans that were in force before, by index into
 	// bans (ascending): what undoing this call puts back.
