@@ -158,7 +158,7 @@ func Control(ctx context.Context, lab *netns.Lab, o ControlOptions, progress fun
 					return nil, err
 				}
 				res.Adds = append(res.Adds, AddRow{Kind: kind, Size: size, Writers: w, Adds: len(ds),
-					P50us: us(pct(ds, 50)), P99us: us(pct(ds, 99)), MaxUs: us(pct(ds, 100))})
+					P50us: us(Percentile(ds, 50)), P99us: us(Percentile(ds, 99)), MaxUs: us(Percentile(ds, 100))})
 			}
 		}
 		for _, b := range o.Batches {
@@ -259,8 +259,9 @@ func countElements(listing string) int {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// pct is the p-th percentile of ds (nearest rank); 100 is the maximum.
-func pct(ds []time.Duration, p float64) time.Duration {
+// Percentile is the p-th percentile of ds (nearest rank); 100 is the
+// maximum, and 0 is returned for no durations.
+func Percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}

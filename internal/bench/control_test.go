@@ -64,3 +64,24 @@ func TestControl(t *testing.T) {
 		t.Errorf("report lacks the interval row:\n%s", md)
 	}
 }
+
+func TestPercentile(t *testing.T) {
+	ds := make([]time.Duration, 200)
+	for i := range ds {
+		ds[i] = time.Duration(200-i) * time.Microsecond // 200 µs down to 1 µs
+	}
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 100 * time.Microsecond}, {99, 198 * time.Microsecond}, {100, 200 * time.Microsecond}, {0, time.Microsecond}} {
+		if got := Percentile(ds, tc.p); got != tc.want {
+			t.Errorf("Percentile(1..200 µs, %v) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if ds[0] != 200*time.Microsecond {
+		t.Error("Percentile sorted its argument")
+	}
+	if got := Percentile(nil, 99); got != 0 {
+		t.Errorf("Percentile(nil) = %v", got)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/bench"
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -165,9 +166,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			row.P50us, row.P99us, row.MaxUs = us(percentile(lat, 50)), us(percentile(lat, 99)), us(percentile(lat, 100))
+			row.P50us, row.P99us, row.MaxUs = us(bench.Percentile(lat, 50)), us(bench.Percentile(lat, 99)), us(bench.Percentile(lat, 100))
 			if len(late) > 0 {
-				row.LateP99us = us(percentile(late, 99))
+				row.LateP99us = us(bench.Percentile(late, 99))
 			}
 			rep.Latency = append(rep.Latency, row)
 		}
@@ -187,7 +188,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		cnt = append(cnt, time.Since(t0))
 	}
-	rep.CountP50us, rep.CountP99us, rep.CountAt = us(percentile(cnt, 50)), us(percentile(cnt, 99)), m.len()
+	rep.CountP50us, rep.CountP99us, rep.CountAt = us(bench.Percentile(cnt, 50)), us(bench.Percentile(cnt, 99)), m.len()
 
 	say("sustained bans: 8 clients, 256 addresses per request, 5 s")
 	if rep.SustainedPerSec, err = sustained(ctx, cl, 8, 256, 5*time.Second, m); err != nil {
@@ -425,16 +426,6 @@ func writeFeed(dir string, gen int) error {
 
 func addr(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s)-1) * p / 100)
-	return s[i]
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
