@@ -152,16 +152,14 @@ func mixed(ctx context.Context, cl *api.Client, d *daemonProc, dir, ns string, o
 		want = append(want, e.Prefix.Addr())
 	}
 	if len(want) <= fullReadMax {
-		var got []netip.Addr
-		for _, name := range []string{nft.BanAddrs4, nft.BanAddrs6} {
-			rs, err := nft.ReadSet(ctx, "ipfence", ns, name)
-			if err != nil {
-				return nil, err
-			}
-			res.KernelRanges += len(rs)
-			for _, r := range rs {
-				got = append(got, r.From())
-			}
+		rs, err := readSets(ctx, ns, nft.BanAddrs4, nft.BanAddrs6)
+		if err != nil {
+			return nil, err
+		}
+		res.KernelRanges += len(rs)
+		got := make([]netip.Addr, len(rs))
+		for i, r := range rs {
+			got[i] = r.From()
 		}
 		slices.SortFunc(want, netip.Addr.Compare)
 		slices.SortFunc(got, netip.Addr.Compare)
@@ -214,15 +212,13 @@ func mixed(ctx context.Context, cl *api.Client, d *daemonProc, dir, ns string, o
 	for _, e := range nets {
 		wantNets.AddPrefix(e.Prefix)
 	}
-	for _, name := range []string{nft.BanNets4, nft.BanNets6} {
-		rs, err := nft.ReadSet(ctx, "ipfence", ns, name)
-		if err != nil {
-			return nil, err
-		}
-		res.KernelRanges += len(rs)
-		for _, r := range rs {
-			gotNets.AddRange(r)
-		}
+	rs, err := readSets(ctx, ns, nft.BanNets4, nft.BanNets6)
+	if err != nil {
+		return nil, err
+	}
+	res.KernelRanges += len(rs)
+	for _, r := range rs {
+		gotNets.AddRange(r)
 	}
 	g, _ := gotNets.IPSet()
 	w, _ := wantNets.IPSet()
@@ -232,6 +228,19 @@ func mixed(ctx context.Context, cl *api.Client, d *daemonProc, dir, ns string, o
 	}
 	res.ReadBackSecs = time.Since(t1).Seconds()
 	return res, nil
+}
+
+// readSets reads the named sets of ipfence's table in ns back whole.
+func readSets(ctx context.Context, ns string, names ...string) ([]netipx.IPRange, error) {
+	var out []netipx.IPRange
+	for _, name := range names {
+		rs, err := nft.ReadSet(ctx, "ipfence", ns, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
 }
 
 // banWork does one step of a banning worker in its own /8: ban (an
