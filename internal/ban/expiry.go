@@ -1,7 +1,6 @@
 package ban
 
 import (
-	"encoding/binary"
 	"math"
 	"net/netip"
 )
@@ -56,10 +55,14 @@ func (w *wheel) at(sec int64) *slot {
 // add indexes the ban of p (masked) expiring at expires (Unix
 // nanoseconds; 0: never).
 func (w *wheel) add(p netip.Prefix, expires int64) {
-	if expires == 0 {
-		return
+	if expires != 0 {
+		w.put(second(expires), p)
 	}
-	b := w.at(second(expires))
+}
+
+// put adds p (masked) to the bucket of second sec.
+func (w *wheel) put(sec int64, p netip.Prefix) {
+	b := w.at(sec)
 	w.n++
 	switch a := p.Addr(); {
 	case !p.IsSingleIP():
@@ -113,25 +116,19 @@ func (w *wheel) due(now int64, fn func(p netip.Prefix) (keep bool)) {
 	w.last = nil
 	for _, b := range due {
 		w.n -= len(b.a4) + len(b.a6) + len(b.nets)
-		for _, k := range b.a4 {
-			var a [4]byte
-			binary.BigEndian.PutUint32(a[:], k)
-			if fn(netip.PrefixFrom(netip.AddrFrom4(a), 32)) {
-				w.at(end).a4 = append(w.at(end).a4, k)
-				w.n++
+		keep := func(p netip.Prefix) {
+			if fn(p) {
+				w.put(end, p)
 			}
+		}
+		for _, k := range b.a4 {
+			keep(netip.PrefixFrom(addrOf4(k), 32))
 		}
 		for _, k := range b.a6 {
-			if fn(netip.PrefixFrom(netip.AddrFrom16(k), 128)) {
-				w.at(end).a6 = append(w.at(end).a6, k)
-				w.n++
-			}
+			keep(netip.PrefixFrom(netip.AddrFrom16(k), 128))
 		}
 		for _, k := range b.nets {
-			if fn(k.prefix()) {
-				w.at(end).nets = append(w.at(end).nets, k)
-				w.n++
-			}
+			keep(k.prefix())
 		}
 	}
 }
