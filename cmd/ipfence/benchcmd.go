@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,69 +16,164 @@ import (
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
+// benchScenario is one scenario of `ipfence bench`: how many progress
+// steps it takes and how to run it.
+type benchScenario struct {
+	name, about string
+	steps       func(quick bool) int
+	run         func(ctx context.Context, lab *netns.Lab, quick bool, p *bench.Progress) (bench.Report, error)
+}
+
+var benchScenarios = []benchScenario{
+	{"scale", "the Red Hat nftables benchmark: SCALE 0..100, 10 non-matching entries per step, as iptables rules, nft rules, nft sets, ipset (addresses, ports, address.port pairs, chain jumps vs verdict maps); DDoS drops at each hook, tc and XDP",
+		func(q bool) int { return bench.ScaleSteps(pick(q, bench.QuickScale, bench.FullScale)) },
+		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
+			return bench.Scale(ctx, lab, pick(q, bench.QuickScale, bench.FullScale), p)
+		}},
+	{"geo", "real country data (50k-160k IPv4 prefixes) as an nft interval set, ipset hash:net, iptables chains split by /8 (legacy and nft), iptables linear, ipfence's layout and an XDP LPM trie: per-packet cost for legitimate and blocked traffic, UDP and TCP latency, load time",
+		func(q bool) int { return bench.GeoSteps(pick(q, bench.QuickGeo, bench.FullGeo)) },
+		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
+			return bench.Geo(ctx, lab, pick(q, bench.QuickGeo, bench.FullGeo), p)
+		}},
+	{"http", "HTTP GETs of 10 KiB from a host outside a block list growing to 50k prefixes (iptables linear, ipset, nft set, ipfence), split into connect / send / first byte / complete; 400 clients x 4 ports as 1,600 accept rules vs a set and 4 rules at 750 requests/s",
+		func(q bool) int { return bench.HTTPSteps(pick(q, bench.QuickHTTP, bench.FullHTTP)) },
+		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
+			return bench.HTTP(ctx, lab, pick(q, bench.QuickHTTP, bench.FullHTTP), p)
+		}},
+	{"control", "nft sets' control plane: a ban into hash and interval sets of 0 to 1M elements with 1 and 8 writers; loading a set; counting by listing; bulk inserts by transaction size",
+		func(q bool) int { return bench.ControlSteps(pick(q, bench.QuickControl, bench.FullControl)) },
+		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
+			return bench.Control(ctx, lab, pick(q, bench.QuickControl, bench.FullControl), p.Step)
+		}},
+}
+
+func pick[T any](quick bool, q, full T) T {
+	if quick {
+		return q
+	}
+	return full
+}
+
+func findScenario(name string) (benchScenario, bool) {
+	i := slices.IndexFunc(benchScenarios, func(s benchScenario) bool { return s.name == name })
+	if i < 0 {
+		return benchScenario{}, false
+	}
+	return benchScenarios[i], true
+}
+
 func newBenchCmd(g *globals) *cobra.Command {
 	var quick bool
 	var out string
+	var names []string
+	var about strings.Builder
+	for _, s := range benchScenarios {
+		names = append(names, s.name)
+		fmt.Fprintf(&about, "  %-8s %s\n", s.name, s.about)
+	}
 	c := &cobra.Command{
-		Use:   "bench SCENARIO [--quick] [--out DIR]",
+		Use:   "bench SCENARIO... [--quick] [--out DIR]",
 		Short: "Reproduce firewall benchmarks on this kernel, in network namespaces of its own",
-		Long: `Bench runs a benchmark scenario in network namespaces it creates and removes,
-and writes results.json, results.csv and report.md into --out. The host's own
-firewall is never touched.
+		Long: `Bench runs benchmark scenarios in network namespaces it creates and removes
+(also on Ctrl-C), with traffic it generates itself; the host's own firewall and
+addresses are never touched. Each scenario writes results.json, results.csv,
+report.md and its plots (SVG and PNG, median with min-max error bars) into
+DIR/SCENARIO; "all" runs every scenario. A progress line per step shows what
+runs, how much is done and an estimate of the time left.
 
 Scenarios:
-  control   nft sets' control plane: single-element transactions (a ban)
-            into hash and interval sets of 0 to 1M elements, with 1 and 8
-            concurrent writers; loading a set whole; counting its elements by
-            listing it; bulk inserts by elements per transaction.`,
-		Args: cobra.ExactArgs(1),
+` + about.String() + `
+--quick is a smoke run of the same code paths (seconds to a minute per
+scenario); full runs take tens of minutes and are for humans.`,
+		Example: "  sudo ipfence bench scale geo --out ./bench\n  sudo ipfence bench all --quick",
+		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "control" {
-				return usageError{fmt.Errorf("unknown scenario %q (have: control)", args[0])}
+			var run []benchScenario
+			for _, a := range args {
+				if a == "all" {
+					run = benchScenarios
+					break
+				}
+				s, ok := findScenario(a)
+				if !ok {
+					return usageError{fmt.Errorf("unknown scenario %q (have: %s, all)", a, strings.Join(names, ", "))}
+				}
+				run = append(run, s)
 			}
-			o := bench.FullControl
-			if quick {
-				o = bench.QuickControl
+			total := 0
+			for _, s := range run {
+				total += s.steps(quick)
 			}
-			lab, err := netns.NewLab(fmt.Sprintf("bench%d", os.Getpid()))
-			if err != nil {
-				return err
-			}
-			defer lab.Close()
-			progress := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }
-			res, err := bench.Control(cmd.Context(), lab, o, progress)
-			if err != nil {
-				return err
-			}
-			if err := writeBenchOut(out, res, res.CSV(), res.Markdown()); err != nil {
-				return err
+			p := bench.NewProgress(cmd.ErrOrStderr(), total)
+			results := map[string]any{}
+			for _, s := range run {
+				rep, err := runScenario(cmd.Context(), s, quick, p)
+				if err != nil {
+					return fmt.Errorf("bench %s: %w", s.name, err)
+				}
+				dir := filepath.Join(out, s.name)
+				files, err := writeBenchOut(dir, rep)
+				if err != nil {
+					return fmt.Errorf("writing the results of %s: %w", s.name, err)
+				}
+				results[s.name] = rep
+				if !g.json {
+					fmt.Fprint(cmd.OutOrStdout(), rep.Markdown())
+					fmt.Fprintf(cmd.OutOrStdout(), "\n(%s: %s)\n\n", dir, strings.Join(files, ", "))
+				}
 			}
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), res)
+				return writeJSON(cmd.OutOrStdout(), results)
 			}
-			fmt.Fprint(cmd.OutOrStdout(), res.Markdown())
-			fmt.Fprintf(cmd.ErrOrStderr(), "results in %s\n", out)
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&quick, "quick", false, "small sizes and counts: a smoke run of seconds")
-	c.Flags().StringVar(&out, "out", "ipfence-bench", "folder for results.json, results.csv and report.md")
+	c.Flags().BoolVar(&quick, "quick", false, "small sizes and few rounds: a smoke run")
+	c.Flags().StringVar(&out, "out", "ipfence-bench", "folder for each scenario's results, report and plots")
 	return c
 }
 
-// writeBenchOut writes a scenario's results into dir.
-func writeBenchOut(dir string, res any, csv, md string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+// runScenario runs s in a lab of its own, removed afterwards.
+func runScenario(ctx context.Context, s benchScenario, quick bool, p *bench.Progress) (bench.Report, error) {
+	if _, err := netns.Sweep(); err != nil {
+		return nil, err
 	}
-	js, err := json.MarshalIndent(res, "", "  ")
+	lab, err := netns.NewLab(fmt.Sprintf("bench%d", os.Getpid()))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for name, data := range map[string][]byte{"results.json": append(js, '\n'), "results.csv": []byte(csv), "report.md": []byte(md)} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return err
+	rep, err := s.run(ctx, lab, quick, p)
+	if cerr := lab.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return rep, err
+}
+
+// writeBenchOut writes a scenario's report into dir and returns the names
+// of the files written.
+func writeBenchOut(dir string, rep bench.Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	files := []string{"results.json", "results.csv", "report.md"}
+	for i, data := range [][]byte{append(js, '\n'), []byte(rep.CSV()), []byte(rep.Markdown())} {
+		if err := os.WriteFile(filepath.Join(dir, files[i]), data, 0o644); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	figs := rep.Figures()
+	for _, name := range slices.Sorted(maps.Keys(figs)) {
+		paths, err := figs[name].Write(dir, name)
+		if err != nil {
+			return nil, fmt.Errorf("plotting %s: %w", name, err)
+		}
+		for _, p := range paths {
+			files = append(files, filepath.Base(p))
+		}
+	}
+	return files, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/bench/plot"
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -117,6 +118,18 @@ func elems(kind string, base uint32, n int) []nft.Elem {
 		out[i].Timeout = 6 * time.Hour
 	}
 	return out
+}
+
+// ControlSteps is the number of progress steps Control takes with o.
+func ControlSteps(o ControlOptions) int {
+	n := len(o.Batches)
+	for _, size := range o.Sizes {
+		n += 1 + len(o.Writers)
+		if size <= o.CountUpTo {
+			n++
+		}
+	}
+	return n * len(SetKinds)
 }
 
 // Control runs the control scenario in lab's firewall namespace.
@@ -314,4 +327,41 @@ func (r *ControlResult) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.0f |\n", k.Kind, k.Batch, k.Inserted, k.PerSec)
 	}
 	return b.String()
+}
+
+// Figures draws single-add latency against set size (p50 and p99, one
+// line per set kind and writer count) and bulk insert rates by
+// transaction size. Rows are single runs: no error bars.
+func (r *ControlResult) Figures() map[string]*plot.Figure {
+	figs := map[string]*plot.Figure{}
+	for _, q := range []struct {
+		name string
+		v    func(AddRow) float64
+	}{{"p50", func(a AddRow) float64 { return a.P50us }}, {"p99", func(a AddRow) float64 { return a.P99us }}} {
+		fig := &plot.Figure{Title: "control: one ban, " + q.name, XLabel: "elements in the set", YLabel: "µs per single-element transaction", LogY: true}
+		for _, key := range ordered(r.Adds, func(a AddRow) string { return fmt.Sprintf("%s, %d writers", a.Kind, a.Writers) }) {
+			s := plot.Series{Name: key}
+			for _, a := range r.Adds {
+				if fmt.Sprintf("%s, %d writers", a.Kind, a.Writers) == key {
+					v := q.v(a)
+					s.Points = append(s.Points, plot.Point{X: float64(a.Size), Min: v, Median: v, Max: v})
+				}
+			}
+			fig.Series = append(fig.Series, s)
+		}
+		figs["control-add-"+q.name] = fig
+	}
+	batches := ordered(r.Bulk, func(k BulkRow) string { return fmt.Sprint(k.Batch) })
+	fig := &plot.Figure{Title: "control: bulk inserts", XLabel: "elements per transaction", YLabel: "elements per second", LogY: true, Categories: batches}
+	for _, kind := range ordered(r.Bulk, func(k BulkRow) string { return k.Kind }) {
+		s := plot.Series{Name: kind}
+		for _, k := range r.Bulk {
+			if k.Kind == kind {
+				s.Points = append(s.Points, plot.Point{X: float64(slices.Index(batches, fmt.Sprint(k.Batch))), Min: k.PerSec, Median: k.PerSec, Max: k.PerSec})
+			}
+		}
+		fig.Series = append(fig.Series, s)
+	}
+	figs["control-bulk"] = fig
+	return figs
 }

@@ -86,7 +86,7 @@ func BenchmarkKeyForm(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer lab.Close()
-	res, err := PerPacket(context.Background(), lab, cfgs, []Traffic{{Name: "v6", Srcs: keyFormSources(4096)}}, rounds, packets, nil)
+	res, err := PerPacket(context.Background(), lab, cfgs, []Traffic{{Name: "v6", Srcs: keyFormSources(4096)}}, PerPacketOptions{Rounds: rounds, Packets: packets})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,17 +15,36 @@ import (
 	"github.com/ipfence/ipfence/internal/pktgen"
 )
 
-// Config is one ruleset to measure; a nil Program means no ipfence table
-// at all (the baseline).
+// Config is one ruleset to measure: an ipfence Program (loaded the way
+// ipfence loads it, nft.Apply) or any other Loader. With neither it is the
+// baseline: an empty firewall namespace.
 type Config struct {
 	Name    string
 	Program *nft.Program
+	Load    Loader
+}
+
+func (c Config) baseline() bool { return c.Program == nil && c.Load == nil }
+
+// loader returns how to load c.
+func (c Config) loader() Loader {
+	if c.Program != nil {
+		return NFTProgram(c.Program)
+	}
+	return c.Load
 }
 
 // Traffic is a named set of source addresses, sent round robin.
 type Traffic struct {
 	Name string
 	Srcs []netip.Addr
+	// Local sends to the firewall's own address (through the input hook)
+	// instead of the sink past prerouting.
+	Local bool
+	// Expect is what every config but the baseline is to do with this
+	// traffic, checked round by round from the firewall's counters (the
+	// baseline passes everything). ExpectAny checks nothing.
+	Expect pktgen.Expect
 }
 
 // Cell is the result for one config and one traffic.
@@ -35,11 +54,38 @@ type Cell struct {
 	// NsPerPacket is the median over rounds of the CPU time per packet
 	// through fw's receive path.
 	NsPerPacket float64 `json:"ns_per_packet"`
+	NsMin       float64 `json:"ns_per_packet_min"`
+	NsMax       float64 `json:"ns_per_packet_max"`
 	// OverheadNs is the median over rounds of (this config − baseline)
-	// measured in the same round: what the ruleset adds per packet.
-	OverheadNs float64   `json:"overhead_ns"`
-	Rounds     []float64 `json:"rounds_ns_per_packet"`
+	// measured in the same round: what the ruleset adds per packet;
+	// OverheadMin and OverheadMax its spread over the rounds.
+	OverheadNs  float64   `json:"overhead_ns"`
+	OverheadMin float64   `json:"overhead_min_ns"`
+	OverheadMax float64   `json:"overhead_max_ns"`
+	Rounds      []float64 `json:"rounds_ns_per_packet"`
+	// Packets is the packets per measurement (fewer than asked for
+	// configs too slow for the time budget).
+	Packets int `json:"packets"`
 }
+
+// PerPacketOptions shape PerPacket.
+type PerPacketOptions struct {
+	// Rounds is the number of kept rounds; one warm-up round comes first.
+	Rounds int
+	// Packets per measurement.
+	Packets int
+	// Budget, when set, bounds a measurement's time: a config whose
+	// warm-up shows it slower sends fewer packets (at least MinPackets).
+	Budget time.Duration
+	// Progress, when set, is called as each config is loaded.
+	Progress func(string)
+	// WhileLoaded, when set, runs in each kept round after a config's
+	// packets, with the config still loaded: further probes.
+	WhileLoaded func(ctx context.Context, config string, round int) error
+}
+
+// MinPackets is the fewest packets a measurement sends under a Budget.
+const MinPackets = 200
 
 // PerPacketResult holds all cells and how the run was made.
 type PerPacketResult struct {
@@ -62,39 +108,77 @@ func (r *PerPacketResult) Cell(c, tr string) Cell {
 
 // PerPacket measures every config against every traffic in interleaved
 // rounds: each round loads each config in turn (the first is the
-// baseline) and sends n packets of each traffic. The first round is a
-// warm-up and is discarded; rounds counts the kept ones.
-func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Traffic, rounds, n int, progress func(string)) (*PerPacketResult, error) {
+// baseline) and sends the packets of each traffic. The first round is a
+// warm-up and is discarded (and sets the packet counts under a Budget).
+// Each config is unloaded before the next is loaded, and the namespace is
+// left empty, also on error.
+func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Traffic, o PerPacketOptions) (*PerPacketResult, error) {
+	progress := o.Progress
 	if progress == nil {
 		progress = func(string) {}
 	}
+	if len(cfgs) == 0 || !cfgs[0].baseline() {
+		return nil, errors.New("measuring per-packet cost: the first config must be the baseline")
+	}
 	type key struct{ c, t int }
 	ns := map[key][]float64{}
+	packets := map[key]int{}
 	loads := map[string][]time.Duration{}
-	for round := 0; round <= rounds; round++ {
+	for round := 0; round <= o.Rounds; round++ {
 		for ci, c := range cfgs {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			progress(fmt.Sprintf("round %d/%d: loading %s", round, rounds, c.Name))
-			d, err := load(ctx, lab.FW, c.Program)
-			if err != nil {
-				return nil, fmt.Errorf("loading %s: %w", c.Name, err)
+			progress(fmt.Sprintf("round %d/%d: %s", round, o.Rounds, c.Name))
+			var unload func() error
+			if !c.baseline() {
+				t0 := time.Now()
+				var err error
+				if unload, err = c.loader()(ctx, lab); err != nil {
+					return nil, fmt.Errorf("loading %s: %w", c.Name, err)
+				}
+				loads[c.Name] = append(loads[c.Name], time.Since(t0))
 			}
-			loads[c.Name] = append(loads[c.Name], d)
-			for ti, tr := range traffic {
-				v, err := measure(lab, tr.Srcs, n)
-				if err != nil {
-					return nil, fmt.Errorf("measuring %s with %s traffic: %w", c.Name, tr.Name, err)
+			err := func() error {
+				for ti, tr := range traffic {
+					k := key{ci, ti}
+					n := o.Packets
+					if round > 0 {
+						n = packets[k]
+					}
+					mo := pktgen.MeasureOptions{Local: tr.Local, Expect: tr.Expect}
+					if c.baseline() && tr.Expect != pktgen.ExpectAny {
+						mo.Expect = pktgen.ExpectPass
+					}
+					v, err := measure(lab, tr.Srcs, n, mo)
+					if err != nil {
+						return fmt.Errorf("measuring %s with %s traffic: %w", c.Name, tr.Name, err)
+					}
+					if round == 0 {
+						packets[k] = n
+						if o.Budget > 0 && v > 0 {
+							packets[k] = min(n, max(MinPackets, int(float64(o.Budget)/v)))
+						}
+						continue
+					}
+					ns[k] = append(ns[k], v)
 				}
-				if round > 0 {
-					ns[key{ci, ti}] = append(ns[key{ci, ti}], v)
+				if round > 0 && o.WhileLoaded != nil {
+					return o.WhileLoaded(ctx, c.Name, round)
 				}
+				return nil
+			}()
+			if unload != nil {
+				if uerr := unload(); uerr != nil {
+					err = errors.Join(err, fmt.Errorf("unloading %s: %w", c.Name, uerr))
+				}
+			}
+			if err != nil {
+				return nil, err
 			}
 		}
 	}
-	_, _ = nft.Flush(ctx, "ipfence", lab.FW)
-	out := &PerPacketResult{Packets: n, Rounds: rounds, LoadTimes: map[string]time.Duration{}}
+	out := &PerPacketResult{Packets: o.Packets, Rounds: o.Rounds, LoadTimes: map[string]time.Duration{}}
 	for name, ds := range loads {
 		out.LoadTimes[name] = medianDur(ds)
 	}
@@ -106,7 +190,10 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 			for i := range v {
 				diff[i] = v[i] - base[i]
 			}
-			out.Cells = append(out.Cells, Cell{Config: c.Name, Traffic: tr.Name, NsPerPacket: Median(v), OverheadNs: Median(diff), Rounds: v})
+			lo, med, hi := Spread(diff)
+			vlo, vmed, vhi := Spread(v)
+			out.Cells = append(out.Cells, Cell{Config: c.Name, Traffic: tr.Name, NsPerPacket: vmed, NsMin: vlo, NsMax: vhi,
+				OverheadNs: med, OverheadMin: lo, OverheadMax: hi, Rounds: v, Packets: packets[key{ci, ti}]})
 		}
 	}
 	return out, nil
@@ -116,11 +203,11 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 // softirq work: the cost of the packet, unlike wall time not inflated
 // while the machine is busy). A round that lost packets because the
 // kernel's backlog overflowed under load is tried again, up to 3 times.
-func measure(lab *netns.Lab, srcs []netip.Addr, n int) (float64, error) {
+func measure(lab *netns.Lab, srcs []netip.Addr, n int, o pktgen.MeasureOptions) (float64, error) {
 	var err error
 	for try := 0; try < 3; try++ {
 		var res pktgen.Result
-		if res, err = pktgen.Measure(lab, srcs, n); err == nil {
+		if res, err = pktgen.MeasureWith(lab, srcs, n, o); err == nil {
 			return res.CPUNsPerPacket, nil
 		}
 		if !errors.Is(err, pktgen.ErrLost) {
@@ -130,14 +217,12 @@ func measure(lab *netns.Lab, srcs []netip.Addr, n int) (float64, error) {
 	return 0, err
 }
 
-func load(ctx context.Context, ns string, p *nft.Program) (time.Duration, error) {
-	t0 := time.Now()
-	if p == nil {
-		_, err := nft.Flush(ctx, "ipfence", ns)
-		return time.Since(t0), err
+// Spread is the minimum, median and maximum of xs (zeros for none).
+func Spread(xs []float64) (lo, med, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
 	}
-	_, err := nft.Apply(ctx, p, nft.ApplyOptions{NetNS: ns})
-	return time.Since(t0), err
+	return slices.Min(xs), Median(xs), slices.Max(xs)
 }
 
 // Median of xs (0 for none).

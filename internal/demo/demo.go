@@ -163,7 +163,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		traffic := Traffic(r, p, 100_000)
 		cfgs := []bench.Config{{Name: "none"}, {Name: "plain-set", Program: nft.FromPlan(plain, nft.Bans{})}, {Name: "ipfence", Program: prog}}
 		say("measuring per-packet cost: %d rounds × %d configs × %d traffics × %d packets", o.Rounds+1, len(cfgs), len(traffic), o.Packets)
-		pp, err := bench.PerPacket(ctx, lab, cfgs, traffic, o.Rounds, o.Packets, func(s string) { say("  %s", s) })
+		pp, err := bench.PerPacket(ctx, lab, cfgs, traffic, bench.PerPacketOptions{
+			Rounds: o.Rounds, Packets: o.Packets, Progress: func(s string) { say("  %s", s) }})
 		if err != nil {
 			return nil, err
 		}

@@ -27,6 +27,10 @@ var ErrUntestable = errors.New("source address cannot be tested")
 // before the IP layer, a bad checksum. Verdicts from such a run are void.
 var ErrLost = errors.New("packets lost outside the firewall")
 
+// ErrVerdict is wrapped by MeasureWith's errors when the firewall passed
+// packets it was expected to drop, or the reverse.
+var ErrVerdict = errors.New("firewall verdict differs from the expected one")
+
 // CheckSrcPort is the UDP source port of Check's packets.
 const CheckSrcPort = 40000
 

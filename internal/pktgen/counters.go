@@ -24,6 +24,8 @@ type nsStats struct {
 type counters struct {
 	ipIn                  uint64 // Ip InReceives: IPv4 packets that reached IP, before prerouting
 	ip6In                 uint64 // Ip6InReceives minus Ip6InMcastPkts: unicast IPv6 packets, so not MLD noise
+	addrErr               uint64 // Ip InAddrErrors + Ip6InAddrErrors: dropped by routing (the sink, with forwarding off)
+	noPorts               uint64 // Udp NoPorts + Udp6NoPorts: reached UDP, no socket
 	udpRcvbuf, udp6Rcvbuf uint64 // receive buffer overflows
 	udpInErr, udp6InErr   uint64 // all UDP receive errors
 	udpCsum, udp6Csum     uint64 // bad UDP checksums
@@ -94,6 +96,7 @@ func (s *nsStats) read() (counters, error) {
 	}
 	ip, udp := snmpSection(b, "Ip:"), snmpSection(b, "Udp:")
 	c.ipIn = ip["InReceives"]
+	c.addrErr, c.noPorts = ip["InAddrErrors"], udp["NoPorts"]
 	c.udpRcvbuf, c.udpInErr, c.udpCsum = udp["RcvbufErrors"], udp["InErrors"], udp["InCsumErrors"]
 	if b, err = s.readAll(s.snmp6); err != nil {
 		return c, err
@@ -109,6 +112,10 @@ func (s *nsStats) read() (counters, error) {
 			c.ip6In += v
 		case "Ip6InMcastPkts":
 			c.ip6In -= v
+		case "Ip6InAddrErrors":
+			c.addrErr += v
+		case "Udp6NoPorts":
+			c.noPorts += v
 		case "Udp6RcvbufErrors":
 			c.udp6Rcvbuf = v
 		case "Udp6InErrors":

@@ -373,3 +373,34 @@ func BenchmarkMeasure(b *testing.B) {
 		})
 	}
 }
+
+// TestMeasureExpect checks that MeasureWith tells passed from dropped
+// packets, to the sink and to fw's own address: each expectation holds
+// for the right firewall and fails with ErrVerdict for the wrong one.
+func TestMeasureExpect(t *testing.T) {
+	lab := netnstest.New(t)
+	srcs := []netip.Addr{netip.MustParseAddr("198.19.1.1"), netip.MustParseAddr("2001:2:0:1::1")}
+	const drop = "table inet t { chain pre { type filter hook prerouting priority raw; ip saddr 198.19.0.0/16 drop; ip6 saddr 2001:2:0:1::/64 drop; }; }"
+	for _, local := range []bool{false, true} {
+		for _, dropping := range []bool{false, true} {
+			if _, err := netns.Exec(lab.FW, "nft", "flush", "ruleset"); err != nil {
+				t.Fatal(err)
+			}
+			if dropping {
+				if _, err := netns.Exec(lab.FW, "nft", drop); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, exp := range []Expect{ExpectPass, ExpectDrop} {
+				_, err := MeasureWith(lab, srcs, 500, MeasureOptions{Local: local, Expect: exp})
+				right := (exp == ExpectDrop) == dropping
+				if right && err != nil {
+					t.Errorf("local %v, dropping %v, expect %v: %v", local, dropping, exp, err)
+				}
+				if !right && !errors.Is(err, ErrVerdict) {
+					t.Errorf("local %v, dropping %v, expect %v: error %v, want ErrVerdict", local, dropping, exp, err)
+				}
+			}
+		}
+	}
+}

@@ -43,7 +43,38 @@ type Result struct {
 // than a tenth of the round, so the round had better be discarded.
 func (r Result) Disturbed() bool { return r.ThreadCPU < r.Elapsed*9/10 }
 
-// Measure sends n UDP packets as fast as it can, cycling through srcs, to
+// Expect is what the firewall is to do with Measure's packets, which
+// MeasureWith checks from fw's counters after the round.
+type Expect int
+
+const (
+	// ExpectAny checks only that fw received every packet.
+	ExpectAny Expect = iota
+	// ExpectPass checks that every packet got past the firewall to its
+	// end: dropped by routing (the sink) or by UDP for want of a socket
+	// (a local destination).
+	ExpectPass
+	// ExpectDrop checks that no packet got past the firewall; where in fw
+	// it dropped them (XDP, tc, netdev ingress, prerouting, input) is not
+	// checked.
+	ExpectDrop
+)
+
+// MeasureOptions vary Measure.
+type MeasureOptions struct {
+	// Local sends to fw's own address (FWAddr4 or FWAddr6) instead of the
+	// sink, so packets pass the input hook and end in UDP, which has no
+	// socket on MeasureDstPort (ICMP errors back are rate limited).
+	Local  bool
+	Expect Expect
+}
+
+// Measure is MeasureWith with the zero MeasureOptions.
+func Measure(lab *netns.Lab, srcs []netip.Addr, n int) (Result, error) {
+	return MeasureWith(lab, srcs, n, MeasureOptions{})
+}
+
+// MeasureWith sends n UDP packets as fast as it can, cycling through srcs, to
 // lab.Sink4 or lab.Sink6 (by source family): addresses on fw's subnets that
 // are not local, so in fw every packet passes prerouting and is then
 // dropped by routing (forwarding is off), a cheap constant cost. A veth
@@ -61,11 +92,14 @@ func (r Result) Disturbed() bool { return r.ThreadCPU < r.Elapsed*9/10 }
 // by that step; to time lookups alone, use sources the ruleset accepts (or
 // compare drop against drop).
 //
-// Measure fails, wrapping ErrLost, if fw's veth or IP layer did not count
-// all n packets, or the veth dropped any: on a busy machine the kernel may
-// defer fw's receive work to ksoftirqd and overflow its backlog (1000
-// packets); retry such a round. Sources need not be Testable.
-func Measure(lab *netns.Lab, srcs []netip.Addr, n int) (Result, error) {
+// MeasureWith fails, wrapping ErrLost, if fw's veth or IP layer did not
+// count all n packets, or the veth dropped any: on a busy machine the
+// kernel may defer fw's receive work to ksoftirqd and overflow its backlog
+// (1000 packets); retry such a round. With o.Expect set it fails, wrapping
+// ErrVerdict, when the packets' fate differs. Packets dropped before IP
+// (ExpectDrop) are not required in the IP layer's count. Sources need not
+// be Testable.
+func MeasureWith(lab *netns.Lab, srcs []netip.Addr, n int, o MeasureOptions) (Result, error) {
 	if n <= 0 || len(srcs) == 0 {
 		return Result{}, errors.New("measuring: need n > 0 and at least one source")
 	}
@@ -77,8 +111,13 @@ func Measure(lab *netns.Lab, srcs []netip.Addr, n int) (Result, error) {
 	for i := range frames {
 		a := srcs[i].Unmap()
 		h.Src, h.Dst = a, lab.Sink6
-		if a.Is4() {
+		switch {
+		case a.Is4() && o.Local:
+			h.Dst = lab.FWAddr4.Addr()
+		case a.Is4():
 			h.Dst = lab.Sink4
+		case o.Local:
+			h.Dst = lab.FWAddr6.Addr()
 		}
 		binary.BigEndian.PutUint32(payload[8:], uint32(i))
 		start := len(buf)
@@ -133,20 +172,43 @@ func Measure(lab *netns.Lab, srcs []netip.Addr, n int) (Result, error) {
 	// ksoftirqd; allow it a moment.
 	deadline := time.Now().Add(2 * time.Second)
 	var after counters
+	var in, ended uint64
 	for {
 		if after, err = stats.read(); err != nil {
 			return res, err
 		}
 		res.Received = after.rxPackets - before.rxPackets
-		in := after.ipIn + after.ip6In - before.ipIn - before.ip6In
-		if res.Received >= uint64(n) && in >= uint64(n) || time.Now().After(deadline) {
+		in = after.ipIn + after.ip6In - before.ipIn - before.ip6In
+		ended = after.addrErr + after.noPorts - before.addrErr - before.noPorts
+		done := res.Received >= uint64(n) && in >= uint64(n)
+		switch o.Expect {
+		case ExpectPass:
+			done = done && ended >= uint64(n)
+		case ExpectDrop:
+			done = true // nothing more to wait for: the drop is synchronous
+		}
+		if done || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	in := after.ipIn + after.ip6In - before.ipIn - before.ip6In
-	if d := after.rxDropped - before.rxDropped; d > 0 || res.Received < uint64(n) || in < uint64(n) {
+	d := after.rxDropped - before.rxDropped
+	if o.Expect == ExpectDrop {
+		// Dropped early (XDP, tc, netdev ingress) the packets do not
+		// reach IP; the veth counts them all the same.
+		if d > 0 || res.Received < uint64(n) {
+			return res, fmt.Errorf("measuring: %w: of %d packets fw's veth received %d and dropped %d", ErrLost, n, res.Received, d)
+		}
+		if ended > 0 {
+			return res, fmt.Errorf("measuring: %w: %d of %d packets got past the firewall, which was to drop them all", ErrVerdict, ended, n)
+		}
+		return res, nil
+	}
+	if d > 0 || res.Received < uint64(n) || in < uint64(n) {
 		return res, fmt.Errorf("measuring: %w: of %d packets fw's veth received %d and dropped %d, its IP layer saw %d", ErrLost, n, res.Received, d, in)
+	}
+	if o.Expect == ExpectPass && ended < uint64(n) {
+		return res, fmt.Errorf("measuring: %w: only %d of %d packets got past the firewall, which was to pass them all", ErrVerdict, ended, n)
 	}
 	return res, nil
 }

@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Progress shows what runs and what is left: each Step prints one line
+// with the steps done out of the total, the time spent and an estimate of
+// the time left (from the mean step so far).
+type Progress struct {
+	mu          sync.Mutex
+	w           io.Writer
+	done, total int
+	start       time.Time
+	now         func() time.Time
+}
+
+// NewProgress writes to w (nil: nowhere) and expects total steps; Add
+// corrects the total as it becomes known.
+func NewProgress(w io.Writer, total int) *Progress {
+	if w == nil {
+		w = io.Discard
+	}
+	return &Progress{w: w, total: total, start: time.Now(), now: time.Now}
+}
+
+// Add adds n steps to the total.
+func (p *Progress) Add(n int) {
+	p.mu.Lock()
+	p.total += n
+	p.mu.Unlock()
+}
+
+// Step counts one step as started and prints what it is.
+func (p *Progress) Step(what string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done++
+	spent := p.now().Sub(p.start)
+	left := "?"
+	if p.done > 1 {
+		per := spent / time.Duration(p.done-1)
+		left = "~" + (per * time.Duration(max(p.total-p.done+1, 0))).Round(time.Second).String()
+	}
+	fmt.Fprintf(p.w, "[%d/%d, %s, %s left] %s\n", p.done, max(p.total, p.done), spent.Round(time.Second), left, what)
+}
+
+// Prefixed returns a func that reports steps with prefix before each.
+func (p *Progress) Prefixed(prefix string) func(string) {
+	return func(s string) { p.Step(prefix + s) }
+}

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/netns"
+)
+
+// A Loader installs a ruleset into lab's firewall namespace and returns
+// how to remove it again. Scenarios load one ruleset at a time into an
+// otherwise empty namespace, so a Loader's unload may clear everything of
+// its kind there (all nft tables, all ipsets).
+type Loader func(ctx context.Context, lab *netns.Lab) (unload func() error, err error)
+
+// NFTProgram loads an ipfence program the way ipfence does (nft.Apply: one
+// netlink transaction).
+func NFTProgram(p *nft.Program) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		if _, err := nft.Apply(ctx, p, nft.ApplyOptions{NetNS: lab.FW}); err != nil {
+			return nil, err
+		}
+		return func() error {
+			_, err := nft.Flush(context.WithoutCancel(ctx), p.Table, lab.FW)
+			return err
+		}, nil
+	}
+}
+
+// NFTScript loads an nft script with `nft -f`; unloading flushes the whole
+// ruleset of the namespace.
+func NFTScript(script string) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		if err := runWithFile(lab.FW, script, "nft", "-f"); err != nil {
+			return nil, err
+		}
+		return func() error { return run(lab.FW, "nft", "flush", "ruleset") }, nil
+	}
+}
+
+// IPTables loads an iptables-restore text with the "legacy" or the "nft"
+// variant of iptables (iptables-legacy-restore, iptables-nft-restore);
+// unloading restores every table the text names empty. Legacy tables stay
+// registered in the namespace once loaded, so later rounds of every config
+// pass their empty chains: a constant that the overhead against the
+// baseline, measured in the same round, cancels.
+func IPTables(variant, text string) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		bin := "iptables-" + variant + "-restore"
+		if err := runWithFile(lab.FW, text, bin, "-w", "10"); err != nil {
+			return nil, err
+		}
+		var empty strings.Builder
+		for _, t := range tablesOf(text) {
+			fmt.Fprintf(&empty, "*%s\nCOMMIT\n", t)
+		}
+		return func() error { return runWithFile(lab.FW, empty.String(), bin, "-w", "10") }, nil
+	}
+}
+
+// tablesOf returns the tables ("*raw") an iptables-restore text names.
+func tablesOf(text string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		if t, ok := strings.CutPrefix(sc.Text(), "*"); ok && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// IPSet loads an `ipset restore` text; unloading destroys all sets (so
+// unload the iptables rules that use them first: see All).
+func IPSet(text string) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		if err := runWithFile(lab.FW, text, "ipset", "restore", "-file"); err != nil {
+			return nil, err
+		}
+		return func() error { return run(lab.FW, "ipset", "destroy") }, nil
+	}
+}
+
+// TC adds a clsact qdisc to the firewall's veth and runs each filter
+// command (arguments to `tc filter add dev VETH ingress`); unloading
+// deletes the qdisc.
+func TC(filters ...[]string) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		unload := func() error { return run(lab.FW, "tc", "qdisc", "del", "dev", lab.FWIf, "clsact") }
+		if err := run(lab.FW, "tc", "qdisc", "add", "dev", lab.FWIf, "clsact"); err != nil {
+			return nil, err
+		}
+		for _, f := range filters {
+			argv := append([]string{"tc", "filter", "add", "dev", lab.FWIf, "ingress"}, f...)
+			if err := run(lab.FW, argv...); err != nil {
+				return nil, errors.Join(err, unload())
+			}
+		}
+		return unload, nil
+	}
+}
+
+// All loads each loader in turn and unloads them in reverse order.
+func All(loaders ...Loader) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		var undo []func() error
+		unload := func() error {
+			var errs []error
+			for _, u := range slices.Backward(undo) {
+				errs = append(errs, u())
+			}
+			return errors.Join(errs...)
+		}
+		for _, l := range loaders {
+			u, err := l(ctx, lab)
+			if err != nil {
+				return nil, errors.Join(err, unload())
+			}
+			undo = append(undo, u)
+		}
+		return unload, nil
+	}
+}
+
+// run runs argv in namespace ns.
+func run(ns string, argv ...string) error {
+	_, err := netns.Exec(ns, argv...)
+	return err
+}
+
+// runWithFile writes text to a temporary file and runs argv with the
+// file's name appended, in namespace ns.
+func runWithFile(ns, text string, argv ...string) error {
+	f, err := os.CreateTemp("", "ipfence-bench-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing the input of %s: %w", argv[0], err)
+	}
+	return run(ns, append(argv, f.Name())...)
+}

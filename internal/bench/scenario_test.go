@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+)
+
+// TestGeo runs the geo scenario small: every config loads, passes all
+// legitimate and drops all blocked packets (checked from the firewall's
+// counters in every measurement), and lets every probe through; the XDP
+// program alone gives each traffic its verdict.
+func TestGeo(t *testing.T) {
+	lab := netnstest.New(t)
+	o := QuickGeo
+	o.Probes, o.Packets = 20, 1000
+	res, err := Geo(context.Background(), lab, o, NewProgress(nil, GeoSteps(o)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sets) != 1 || res.Sets[0].Prefixes < 5000 {
+		t.Fatalf("sets %+v: want one of CH and AT's thousands of prefixes", res.Sets)
+	}
+	if want := (len(GeoConfigs) + 1) * len(GeoTraffic); len(res.Rows) != want {
+		t.Errorf("%d per-packet rows, want %d", len(res.Rows), want)
+	}
+	if len(res.Loads) != len(GeoConfigs) || len(res.XDPRun) != len(GeoTraffic) {
+		t.Errorf("%d loads, %d XDP runs", len(res.Loads), len(res.XDPRun))
+	}
+	if want := (len(GeoConfigs) + 1) * len(probeNames); len(res.Latency) != want {
+		t.Errorf("%d latency rows, want %d", len(res.Latency), want)
+	}
+	for _, l := range res.Latency {
+		if l.Lost > 0 || l.Samples != o.Probes || l.P50us <= 0 {
+			t.Errorf("latency %+v: want %d samples, none lost", l, o.Probes)
+		}
+	}
+}
+
+// TestHTTP runs the http scenario small: no request fails through any
+// growing block list, and all 400 clients reach all 4 ports through every
+// way of writing the per-port allow list.
+func TestHTTP(t *testing.T) {
+	lab := netnstest.New(t)
+	o := QuickHTTP
+	o.Requests = 10
+	res, err := HTTP(context.Background(), lab, o, NewProgress(nil, HTTPSteps(o)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(o.Rules) * (len(HTTPGrowthConfigs) + 1) * len(HTTPPhases); len(res.Growth) != want {
+		t.Errorf("%d growth rows, want %d", len(res.Growth), want)
+	}
+	for _, g := range res.Growth {
+		if g.Failed > 0 || g.P50us <= 0 {
+			t.Errorf("growth %+v", g)
+		}
+	}
+	if len(res.PerPort) != httpPortConfigCount {
+		t.Errorf("%d per-port rows, want %d", len(res.PerPort), httpPortConfigCount)
+	}
+	for _, p := range res.PerPort {
+		if p.Errors > 0 || p.Requests < int(o.Rate*o.Duration.Seconds())*9/10 {
+			t.Errorf("per-port %+v: want about %.0f requests, no errors", p, o.Rate*o.Duration.Seconds())
+		}
+	}
+}
