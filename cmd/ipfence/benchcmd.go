@@ -134,7 +134,7 @@ scenario); full runs take tens of minutes and are for humans.`,
 }
 
 // runScenario runs s in a lab of its own, removed afterwards.
-func runScenario(ctx context.Context, s benchScenario, quick bool, p *bench.Progress) (bench.Report, error) {
+func runScenario(ctx context.Context, s benchScenario, quick bool, p *bench.Progress) (rep bench.Report, err error) {
 	if _, err := netns.Sweep(); err != nil {
 		return nil, err
 	}
@@ -142,11 +142,12 @@ func runScenario(ctx context.Context, s benchScenario, quick bool, p *bench.Prog
 	if err != nil {
 		return nil, err
 	}
-	rep, err := s.run(ctx, lab, quick, p)
-	if cerr := lab.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
-	return rep, err
+	defer func() {
+		if cerr := lab.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	return s.run(ctx, lab, quick, p)
 }
 
 // writeBenchOut writes a scenario's report into dir and returns the names

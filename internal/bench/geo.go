@@ -83,7 +83,7 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet) (Config,
 	case "ipfence":
 		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: true, Set: set}}}, plan.Options{})
 		if err != nil {
-			return Config{}, err
+			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
 		return Config{Name: name, Program: nft.FromPlan(p, nft.Bans{})}, nil
 	case "xdp-lpm":
@@ -171,9 +171,11 @@ func (o GeoOptions) configs() []string {
 
 // Geo runs the geo scenario.
 func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoResult, error) {
-	src, err := (&source.Loader{}).Load(ctx, source.Spec{Name: "geo", Format: source.FormatCountryCSV,
-		Paths: []string{source.BuiltinPrefix + geo.IPv4}})
+	src, err := countryData(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := registerLegacy(ctx, lab, "raw"); err != nil {
 		return nil, err
 	}
 	probes, err := startProbes(lab)
@@ -186,7 +188,7 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoRe
 	for _, gs := range o.Sets {
 		set, err := src.Countries(gs.Countries, false)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("selecting the countries of %s: %w", gs.Name, err)
 		}
 		prefixes := set.Prefixes()
 		gs.Prefixes = len(prefixes)
@@ -218,7 +220,7 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoRe
 		}
 		for _, tr := range traffic {
 			p.Step(fmt.Sprintf("geo %s: XDP program runs, %s", gs.Name, tr.Name))
-			ns, err := XDPRunNs(prefixes, tr.Srcs, 10000, tr.Expect == pktgen.ExpectDrop)
+			ns, err := XDPRunNs(prefixes, tr.Srcs, lab.Sink4, 10000, tr.Expect == pktgen.ExpectDrop)
 			if err != nil {
 				return nil, fmt.Errorf("geo %s: %w", gs.Name, err)
 			}
@@ -230,6 +232,17 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoRe
 		res.Latency = append(res.Latency, lat.rows()...)
 	}
 	return res, nil
+}
+
+// countryData loads the IPv4 part of the country data built into
+// ipfence.
+func countryData(ctx context.Context) (*source.Source, error) {
+	src, err := (&source.Loader{}).Load(ctx, source.Spec{Name: "geo", Format: source.FormatCountryCSV,
+		Paths: []string{source.BuiltinPrefix + geo.IPv4}})
+	if err != nil {
+		return nil, fmt.Errorf("loading the built-in country data: %w", err)
+	}
+	return src, nil
 }
 
 // outside returns n IPv4 sources drawn uniformly from the testable

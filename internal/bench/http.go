@@ -9,12 +9,10 @@ import (
 
 	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/data/geo"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/bench/probe"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/source"
 )
 
 // The http scenario times what web clients see. Its growth part makes
@@ -38,6 +36,7 @@ type HTTPOptions struct {
 	Rounds   int
 }
 
+// QuickHTTP is a smoke run; FullHTTP the published one.
 var (
 	QuickHTTP = HTTPOptions{Rules: []int{0, 2000}, Requests: 30, Clients: 400, Ports: []int{8081, 8082, 8083, 8084},
 		Rate: 750, Duration: 1 * time.Second, Rounds: 1}
@@ -62,6 +61,7 @@ type HTTPGrowthRow struct {
 	// MedianMin and MedianMax spread the rounds' medians.
 	MedianMin float64 `json:"round_median_min_us"`
 	MedianMax float64 `json:"round_median_max_us"`
+	Requests  int     `json:"requests"`
 	Failed    int     `json:"failed"`
 }
 
@@ -141,7 +141,7 @@ func httpPortConfigs(clients []netip.Addr, ports []int) ([]Config, error) {
 		fmt.Fprintf(&nftPorts, "tcp dport %d ip saddr @c accept\n", p)
 	}
 	dropRest := fmt.Sprintf("-A INPUT -p tcp -m multiport --dports %s -j DROP\n", strings.Join(ps, ","))
-	filter := func(body string) string { return "*filter\n:INPUT ACCEPT [0:0]\n" + body + dropRest + "COMMIT\n" }
+	inputTable := func(body string) string { return "*filter\n:INPUT ACCEPT [0:0]\n" + body + dropRest + "COMMIT\n" }
 	addrs := make([]string, len(clients))
 	var b netipx.IPSetBuilder
 	for i, c := range clients {
@@ -155,15 +155,15 @@ func httpPortConfigs(clients []netip.Addr, ports []int) ([]Config, error) {
 	}
 	cfgs := []Config{
 		{Name: "none"},
-		{Name: fmt.Sprintf("iptables %d rules", len(clients)*len(ports)), Load: IPTables("legacy", filter(each.String()))},
-		{Name: fmt.Sprintf("ipset + %d rules", len(ports)), Load: All(IPSet(ipsetText("hash:ip", addrs)), IPTables("legacy", filter(perPort.String())))},
+		{Name: fmt.Sprintf("iptables %d rules", len(clients)*len(ports)), Load: IPTables("legacy", inputTable(each.String()))},
+		{Name: fmt.Sprintf("ipset + %d rules", len(ports)), Load: All(IPSet(ipsetText("hash:ip", addrs)), IPTables("legacy", inputTable(perPort.String())))},
 		{Name: fmt.Sprintf("nft set + %d rules", len(ports)), Load: NFTScript("table ip bench {\n" + nftSet("c", "ipv4_addr", addrs) +
 			"chain inp {\ntype filter hook input priority filter; policy accept;\n" + nftPorts.String() +
 			"tcp dport { " + strings.Join(ps, ", ") + " } drop\n}\n}\n")},
 	}
 	p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "clients", Action: plan.AllowOnly, Ports: planPorts, IPv4: true, Set: set}}}, plan.Options{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("compiling the allow list: %w", err)
 	}
 	return append(cfgs, Config{Name: "ipfence allow-only", Program: nft.FromPlan(p, nft.Bans{})}), nil
 }
@@ -171,14 +171,13 @@ func httpPortConfigs(clients []netip.Addr, ports []int) ([]Config, error) {
 // growthPrefixes returns n IPv4 prefixes of real country data, spread
 // over the address space (every k-th of the countries' prefixes).
 func growthPrefixes(ctx context.Context, n int) ([]netip.Prefix, error) {
-	src, err := (&source.Loader{}).Load(ctx, source.Spec{Name: "geo", Format: source.FormatCountryCSV,
-		Paths: []string{source.BuiltinPrefix + geo.IPv4}})
+	src, err := countryData(ctx)
 	if err != nil {
 		return nil, err
 	}
 	set, err := src.Countries(Geo160k.Countries, false)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("selecting the countries of %s: %w", Geo160k.Name, err)
 	}
 	all := set.Prefixes()
 	if n > len(all) {
@@ -193,8 +192,10 @@ func growthPrefixes(ctx context.Context, n int) ([]netip.Prefix, error) {
 
 // HTTP runs the http scenario.
 func HTTP(ctx context.Context, lab *netns.Lab, o HTTPOptions, p *Progress) (*HTTPResult, error) {
-	const seqPort = 8080
-	srv, err := probe.StartServers(lab, probeUDPPort, append([]int{seqPort}, o.Ports...))
+	if err := registerLegacy(ctx, lab, "raw", "filter"); err != nil {
+		return nil, err
+	}
+	srv, err := probe.StartServers(lab, probeUDPPort, append([]int{probeHTTPPort}, o.Ports...))
 	if err != nil {
 		return nil, fmt.Errorf("starting the servers: %w", err)
 	}
@@ -230,7 +231,7 @@ func HTTP(ctx context.Context, lab *netns.Lab, o HTTPOptions, p *Progress) (*HTT
 		var order []string
 		po := PerPacketOptions{Rounds: o.Rounds, Progress: p.Prefixed(fmt.Sprintf("http growth, %d rules: ", n)),
 			WhileLoaded: func(ctx context.Context, config string, round int) error {
-				ps, bad, err := probe.HTTPSequential(ctx, lab, seqPort, o.Requests, probeTimeout)
+				ps, bad, err := probe.HTTPSequential(ctx, lab, probeHTTPPort, o.Requests, probeTimeout)
 				if err != nil {
 					return err
 				}
@@ -258,14 +259,15 @@ func HTTP(ctx context.Context, lab *netns.Lab, o HTTPOptions, p *Progress) (*HTT
 				lo, _, hi := Spread(medians[k])
 				ds := phases[k]
 				res.Growth = append(res.Growth, HTTPGrowthRow{Rules: n, Config: c, Phase: ph, P50us: us(Percentile(ds, 50)),
-					P99us: us(Percentile(ds, 99)), MaxUs: us(Percentile(ds, 100)), MedianMin: lo, MedianMax: hi, Failed: failed[c]})
+					P99us: us(Percentile(ds, 99)), MaxUs: us(Percentile(ds, 100)), MedianMin: lo, MedianMax: hi,
+					Requests: len(ds) + failed[c], Failed: failed[c]})
 			}
 		}
 	}
 
 	clients, err := probe.AddClients(lab, o.Clients)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("adding the clients: %w", err)
 	}
 	lat := map[string][]time.Duration{}
 	errs := map[string]int{}

@@ -107,11 +107,15 @@ func (r *PerPacketResult) Cell(c, tr string) Cell {
 }
 
 // PerPacket measures every config against every traffic in interleaved
-// rounds: each round loads each config in turn (the first is the
-// baseline) and sends the packets of each traffic. The first round is a
-// warm-up and is discarded (and sets the packet counts under a Budget).
-// Each config is unloaded before the next is loaded, and the namespace is
-// left empty, also on error.
+// rounds. Each round measures the baseline (cfgs[0]), then loads each
+// other config in turn, in an order rotated round by round, measuring the
+// baseline again right before each: a config's overhead is paired with
+// the baseline measured next to it, so drift over a long round does not
+// enter it. The first round is a warm-up and is discarded; under a Budget
+// it sends MinPackets per measurement and sets the packet counts of the
+// kept rounds. Each config is unloaded before the next is loaded, and the
+// namespace is left empty, also on error. Load times count kept rounds
+// only.
 func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Traffic, o PerPacketOptions) (*PerPacketResult, error) {
 	progress := o.Progress
 	if progress == nil {
@@ -121,57 +125,103 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 		return nil, errors.New("measuring per-packet cost: the first config must be the baseline")
 	}
 	type key struct{ c, t int }
-	ns := map[key][]float64{}
+	ns := map[key][]float64{}   // per config and traffic, one per kept round
+	pair := map[key][]float64{} // the baseline measured right before
 	packets := map[key]int{}
 	loads := map[string][]time.Duration{}
+	// run measures every traffic with config ci loaded, into to (nil:
+	// ns), and calibrates the packet counts in the warm-up round.
+	run := func(ci, round int, to map[key][]float64) error {
+		c := cfgs[ci]
+		for ti, tr := range traffic {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := key{ci, ti}
+			n := packets[k]
+			if round == 0 {
+				n = o.Packets
+				if o.Budget > 0 {
+					n = min(n, MinPackets)
+				}
+			}
+			mo := pktgen.MeasureOptions{Local: tr.Local, Expect: tr.Expect}
+			if c.baseline() && tr.Expect != pktgen.ExpectAny {
+				mo.Expect = pktgen.ExpectPass
+			}
+			v, err := measure(lab, tr.Srcs, n, mo)
+			if err != nil {
+				return fmt.Errorf("measuring %s with %s traffic: %w", c.Name, tr.Name, err)
+			}
+			switch {
+			case round == 0:
+				if _, ok := packets[k]; !ok {
+					packets[k] = o.Packets
+					if o.Budget > 0 && v > 0 {
+						packets[k] = min(o.Packets, max(MinPackets, int(float64(o.Budget)/v)))
+					}
+				}
+			case to != nil:
+				to[key{0, ti}] = append(to[key{0, ti}], v)
+			default:
+				ns[k] = append(ns[k], v)
+			}
+		}
+		return nil
+	}
 	for round := 0; round <= o.Rounds; round++ {
-		for ci, c := range cfgs {
+		progress(fmt.Sprintf("round %d/%d: %s", round, o.Rounds, cfgs[0].Name))
+		if err := run(0, round, nil); err != nil {
+			return nil, err
+		}
+		if round > 0 && o.WhileLoaded != nil {
+			if err := o.WhileLoaded(ctx, cfgs[0].Name, round); err != nil {
+				return nil, fmt.Errorf("probing with %s (round %d): %w", cfgs[0].Name, round, err)
+			}
+		}
+		rest := len(cfgs) - 1
+		for i := range rest {
+			ci := 1 + (i+round)%rest
+			c := cfgs[ci]
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 			progress(fmt.Sprintf("round %d/%d: %s", round, o.Rounds, c.Name))
-			var unload func() error
-			if !c.baseline() {
-				t0 := time.Now()
-				var err error
-				if unload, err = c.loader()(ctx, lab); err != nil {
-					return nil, fmt.Errorf("loading %s: %w", c.Name, err)
+			// The baseline next to this config (the round's own for the
+			// first).
+			adjacent := map[key][]float64{}
+			switch {
+			case i > 0:
+				if err := run(0, round, adjacent); err != nil {
+					return nil, err
 				}
+			case round > 0:
+				for ti := range traffic {
+					b := ns[key{0, ti}]
+					adjacent[key{0, ti}] = b[len(b)-1:]
+				}
+			}
+			for ti := range traffic {
+				if round > 0 {
+					pair[key{ci, ti}] = append(pair[key{ci, ti}], adjacent[key{0, ti}]...)
+				}
+			}
+			t0 := time.Now()
+			unload, err := c.loader()(ctx, lab)
+			if err != nil {
+				return nil, fmt.Errorf("loading %s: %w", c.Name, err)
+			}
+			if round > 0 {
 				loads[c.Name] = append(loads[c.Name], time.Since(t0))
 			}
-			err := func() error {
-				for ti, tr := range traffic {
-					k := key{ci, ti}
-					n := o.Packets
-					if round > 0 {
-						n = packets[k]
-					}
-					mo := pktgen.MeasureOptions{Local: tr.Local, Expect: tr.Expect}
-					if c.baseline() && tr.Expect != pktgen.ExpectAny {
-						mo.Expect = pktgen.ExpectPass
-					}
-					v, err := measure(lab, tr.Srcs, n, mo)
-					if err != nil {
-						return fmt.Errorf("measuring %s with %s traffic: %w", c.Name, tr.Name, err)
-					}
-					if round == 0 {
-						packets[k] = n
-						if o.Budget > 0 && v > 0 {
-							packets[k] = min(n, max(MinPackets, int(float64(o.Budget)/v)))
-						}
-						continue
-					}
-					ns[k] = append(ns[k], v)
+			err = run(ci, round, nil)
+			if err == nil && round > 0 && o.WhileLoaded != nil {
+				if err = o.WhileLoaded(ctx, c.Name, round); err != nil {
+					err = fmt.Errorf("probing with %s (round %d): %w", c.Name, round, err)
 				}
-				if round > 0 && o.WhileLoaded != nil {
-					return o.WhileLoaded(ctx, c.Name, round)
-				}
-				return nil
-			}()
-			if unload != nil {
-				if uerr := unload(); uerr != nil {
-					err = errors.Join(err, fmt.Errorf("unloading %s: %w", c.Name, uerr))
-				}
+			}
+			if uerr := unload(); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("unloading %s: %w", c.Name, uerr))
 			}
 			if err != nil {
 				return nil, err
@@ -185,9 +235,12 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 	for ci, c := range cfgs {
 		for ti, tr := range traffic {
 			v := ns[key{ci, ti}]
-			base := ns[key{0, ti}]
-			diff := make([]float64, len(v))
-			for i := range v {
+			base := pair[key{ci, ti}]
+			if ci == 0 {
+				base = v
+			}
+			diff := make([]float64, min(len(v), len(base)))
+			for i := range diff {
 				diff[i] = v[i] - base[i]
 			}
 			lo, med, hi := Spread(diff)

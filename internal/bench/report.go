@@ -60,13 +60,13 @@ func table(b *strings.Builder, header []string, rows [][]string) {
 // CSV renders the scale rows and the DDoS rows.
 func (r *ScaleResult) CSV() string {
 	var b strings.Builder
-	b.WriteString("part,family,config,scale,entries,overhead_ns,overhead_min_ns,overhead_max_ns,ns_per_packet,load_ms,packets\n")
+	b.WriteString("part,family,config,scale,entries,overhead_ns,overhead_min_ns,overhead_max_ns,ns_per_packet,ns_per_packet_min,ns_per_packet_max,load_ms,packets\n")
 	for _, x := range r.Rows {
-		fmt.Fprintf(&b, "scale,%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.2f,%d\n", x.Family, x.Config, x.Scale, x.Entries,
+		fmt.Fprintf(&b, "scale,%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,,,%.2f,%d\n", x.Family, x.Config, x.Scale, x.Entries,
 			x.OverheadNs, x.OverheadMin, x.OverheadMax, x.NsPerPacket, x.LoadMs, x.Packets)
 	}
 	for _, x := range r.DDoS {
-		fmt.Fprintf(&b, "ddos,,%s,,,,,,%.1f,,\n", csvQuote(x.Hook), x.NsPerPacket)
+		fmt.Fprintf(&b, "ddos,,%s,,,,,,%.1f,%.1f,%.1f,,\n", csvQuote(x.Hook), x.NsPerPacket, x.Min, x.Max)
 	}
 	return b.String()
 }
@@ -102,7 +102,7 @@ func (r *ScaleResult) Markdown() string {
 		table(&b, append([]string{"SCALE"}, cfgs...), out)
 	}
 	if len(r.DDoS) > 0 {
-		b.WriteString("\n### ddos: where matching traffic is dropped\n\nCPU per packet in all, sent to the firewall's own address (the baseline delivers to UDP, which has no socket):\n\n")
+		b.WriteString("\n### ddos: where matching traffic is dropped\n\nCPU per packet in all, sent to the firewall's own address (the baseline delivers to UDP, which has no socket). XDP on a veth pays for handing the packet to XDP and back, which a real NIC's driver does not:\n\n")
 		var out [][]string
 		for _, x := range r.DDoS {
 			out = append(out, []string{x.Hook, spreadCell(x.NsPerPacket, x.Min, x.Max)})
@@ -156,16 +156,19 @@ func filter[T any](xs []T, keep func(T) bool) []T {
 // CSV renders per-packet, load and latency rows.
 func (r *GeoResult) CSV() string {
 	var b strings.Builder
-	b.WriteString("part,set,prefixes,config,traffic_or_probe,overhead_ns,overhead_min_ns,overhead_max_ns,ns_per_packet,packets,load_ms,p50_us,p99_us,max_us,lost\n")
+	b.WriteString("part,set,prefixes,config,traffic_or_probe,overhead_ns,overhead_min_ns,overhead_max_ns,ns_per_packet,ns_per_packet_min,ns_per_packet_max,packets_or_samples,load_ms,p50_us,p99_us,max_us,lost\n")
 	for _, x := range r.Rows {
-		fmt.Fprintf(&b, "per_packet,%s,%d,%s,%s,%.1f,%.1f,%.1f,%.1f,%d,,,,,\n", csvQuote(x.Set), x.Prefixes, x.Config, x.Traffic,
-			x.OverheadNs, x.OverheadMin, x.OverheadMax, x.NsPerPacket, x.Packets)
+		fmt.Fprintf(&b, "per_packet,%s,%d,%s,%s,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%d,,,,,\n", csvQuote(x.Set), x.Prefixes, x.Config, x.Traffic,
+			x.OverheadNs, x.OverheadMin, x.OverheadMax, x.NsPerPacket, x.NsMin, x.NsMax, x.Packets)
 	}
 	for _, x := range r.Loads {
-		fmt.Fprintf(&b, "load,%s,%d,%s,,,,,,,%.1f,,,,\n", csvQuote(x.Set), x.Prefixes, x.Config, x.LoadMs)
+		fmt.Fprintf(&b, "load,%s,%d,%s,,,,,,,,,%.1f,,,,\n", csvQuote(x.Set), x.Prefixes, x.Config, x.LoadMs)
 	}
 	for _, x := range r.Latency {
-		fmt.Fprintf(&b, "latency,%s,%d,%s,%s,,,,,%d,,%.1f,%.1f,%.1f,%d\n", csvQuote(x.Set), x.Prefixes, x.Config, x.Probe, x.Samples, x.P50us, x.P99us, x.MaxUs, x.Lost)
+		fmt.Fprintf(&b, "latency,%s,%d,%s,%s,,,,,,,%d,,%.1f,%.1f,%.1f,%d\n", csvQuote(x.Set), x.Prefixes, x.Config, x.Probe, x.Samples, x.P50us, x.P99us, x.MaxUs, x.Lost)
+	}
+	for _, x := range r.XDPRun {
+		fmt.Fprintf(&b, "xdp_prog_run,%s,%d,xdp-lpm,%s,,,,%.1f,,,,,,,,\n", csvQuote(x.Set), x.Prefixes, x.Traffic, x.NsPerRun)
 	}
 	return b.String()
 }
@@ -194,11 +197,13 @@ func (r *GeoResult) Markdown() string {
 			}
 			line = append(line, load)
 			for _, p := range probeNames {
+				cell := "–"
 				for _, x := range r.Latency {
 					if x.Set == s.Name && x.Config == c && x.Probe == p {
-						line = append(line, latencyCell(x))
+						cell = latencyCell(x)
 					}
 				}
+				line = append(line, cell)
 			}
 			out = append(out, line)
 		}
@@ -244,7 +249,8 @@ func latencyCell(x LatencyRow) string {
 
 // Figures draws, per traffic, a bar chart of the per-packet overhead by
 // config and country set (log scale: linear rules cost thousands of times
-// more than a lookup), and one of load times.
+// more than a lookup; a bar whose median is not above 0 is left out), and
+// one of load times.
 func (r *GeoResult) Figures() map[string]*plot.Figure {
 	figs := map[string]*plot.Figure{}
 	cfgs := slices.DeleteFunc(ordered(r.Rows, func(x GeoRow) string { return x.Config }), func(c string) bool { return c == "none" })
@@ -288,7 +294,7 @@ func (r *HTTPResult) CSV() string {
 	var b strings.Builder
 	b.WriteString("part,rules,config,phase,requests,errors,p50_us,p95_us,p99_us,max_us,round_median_min_us,round_median_max_us\n")
 	for _, x := range r.Growth {
-		fmt.Fprintf(&b, "growth,%d,%s,%s,,%d,%.1f,,%.1f,%.1f,%.1f,%.1f\n", x.Rules, x.Config, x.Phase, x.Failed, x.P50us, x.P99us, x.MaxUs, x.MedianMin, x.MedianMax)
+		fmt.Fprintf(&b, "growth,%d,%s,%s,%d,%d,%.1f,,%.1f,%.1f,%.1f,%.1f\n", x.Rules, x.Config, x.Phase, x.Requests, x.Failed, x.P50us, x.P99us, x.MaxUs, x.MedianMin, x.MedianMax)
 	}
 	for _, x := range r.PerPort {
 		fmt.Fprintf(&b, "per_port,,%s,complete,%d,%d,%.1f,%.1f,%.1f,%.1f,,\n", csvQuote(x.Config), x.Requests, x.Errors, x.P50us, x.P95us, x.P99us, x.MaxUs)

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/pktgen"
 )
 
 // A Loader installs a ruleset into lab's firewall namespace and returns
@@ -47,9 +49,7 @@ func NFTScript(script string) Loader {
 // IPTables loads an iptables-restore text with the "legacy" or the "nft"
 // variant of iptables (iptables-legacy-restore, iptables-nft-restore);
 // unloading restores every table the text names empty. Legacy tables stay
-// registered in the namespace once loaded, so later rounds of every config
-// pass their empty chains: a constant that the overhead against the
-// baseline, measured in the same round, cancels.
+// registered in the namespace once loaded (see registerLegacy).
 func IPTables(variant, text string) Loader {
 	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
 		bin := "iptables-" + variant + "-restore"
@@ -150,4 +150,44 @@ func runWithFile(ns, text string, argv ...string) error {
 		return fmt.Errorf("writing the input of %s: %w", argv[0], err)
 	}
 	return run(ns, append(argv, f.Name())...)
+}
+
+// registerLegacy loads the legacy iptables tables named, empty, and leaves
+// them: a legacy table stays registered in a namespace once loaded, so
+// scenarios that use one register it before their warm-up round, and all
+// rounds of all configs pass it alike.
+func registerLegacy(ctx context.Context, lab *netns.Lab, tables ...string) error {
+	var b strings.Builder
+	for _, t := range tables {
+		fmt.Fprintf(&b, "*%s\nCOMMIT\n", t)
+	}
+	if _, err := IPTables("legacy", b.String())(ctx, lab); err != nil {
+		return fmt.Errorf("registering the legacy iptables tables %v: %w", tables, err)
+	}
+	return nil
+}
+
+// legacyTableCost measures what an empty legacy raw table adds to each
+// packet through prerouting: rounds of srcs' packets before registering
+// it, then as many after (the overheads of legacy iptables configs exclude
+// it, as their baseline passes the table too). It must run before any
+// legacy table is loaded into lab.
+func legacyTableCost(ctx context.Context, lab *netns.Lab, srcs []netip.Addr, rounds, n int) (float64, error) {
+	var before, after []float64
+	for _, to := range []*[]float64{&before, &after} {
+		if to == &after {
+			if err := registerLegacy(ctx, lab, "raw"); err != nil {
+				return 0, err
+			}
+		}
+		for range rounds + 1 {
+			v, err := measure(lab, srcs, n, pktgen.MeasureOptions{Expect: pktgen.ExpectPass})
+			if err != nil {
+				return 0, fmt.Errorf("measuring the empty legacy table's cost: %w", err)
+			}
+			*to = append(*to, v)
+		}
+		*to = (*to)[1:] // warm-up
+	}
+	return Median(after) - Median(before), nil
 }

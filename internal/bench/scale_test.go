@@ -28,7 +28,7 @@ func TestScale(t *testing.T) {
 	if len(res.Rows) != want {
 		t.Errorf("%d rows, want %d", len(res.Rows), want)
 	}
-	if want := len(ddosConfigs(tcDropWorks(context.Background(), lab))); len(res.DDoS) != want {
+	if want := len(ddosConfigs(tcDropWorks(context.Background(), lab) == nil)); len(res.DDoS) != want {
 		t.Errorf("%d DDoS rows, want %d", len(res.DDoS), want)
 	}
 	for _, r := range res.Rows {

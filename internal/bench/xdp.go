@@ -19,8 +19,8 @@ import (
 // The bench's eBPF programs are the plainest drop paths, written in eBPF
 // assembly so that nothing but the kernel is needed: IPv4 packets whose
 // source matches are dropped at the firewall veth's driver (XDP) or at tc
-// ingress (tcx), all else passes. They are what the scenarios compare the nft and iptables hooks
-// against; ipfence's own XDP backend is internal/backend/xdp.
+// ingress (tcx), all else passes. They are what the scenarios compare the
+// nft and iptables hooks against.
 
 // hook is where a bench program attaches: its program type, where its
 // context holds the packet's start and end, and its verdicts.
@@ -46,7 +46,7 @@ func (h hook) ipv4Source() asm.Instructions {
 		asm.Add.Imm(asm.R4, 14+20), // Ethernet and IPv4 headers
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType
-		asm.JNE.Imm(asm.R5, int32(leUint16(unix.ETH_P_IP)), "pass"),
+		asm.JNE.Imm(asm.R5, int32(hostUint16(unix.ETH_P_IP)), "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 14+12, asm.Word), // IPv4 source
 	}
 }
@@ -61,12 +61,12 @@ func (h hook) verdicts() asm.Instructions {
 	}
 }
 
-// leUint16 is the value a little-endian load reads from v stored in
+// hostUint16 is the value a load in host byte order reads from v stored in
 // network byte order.
-func leUint16(v uint16) uint16 {
+func hostUint16(v uint16) uint16 {
 	var b [2]byte
 	binary.BigEndian.PutUint16(b[:], v)
-	return binary.LittleEndian.Uint16(b[:])
+	return binary.NativeEndian.Uint16(b[:])
 }
 
 // XDPDropPrefix drops IPv4 packets from p at the driver: one masked
@@ -80,15 +80,15 @@ func TCDropPrefix(p netip.Prefix) Loader { return tcHook.dropPrefix(p) }
 func (h hook) dropPrefix(p netip.Prefix) Loader {
 	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
 		if !p.Addr().Is4() {
-			return nil, fmt.Errorf("prefix drop: %s is not IPv4", p)
+			return nil, fmt.Errorf("building the prefix drop: %s is not IPv4", p)
 		}
 		var m [4]byte
 		binary.BigEndian.PutUint32(m[:], ^uint32(0)<<(32-p.Bits())) // 0 for /0
 		a := p.Masked().Addr().As4()
 		insns := append(h.ipv4Source(),
-			asm.LoadImm(asm.R6, int64(binary.LittleEndian.Uint32(m[:])), asm.DWord),
+			asm.LoadImm(asm.R6, int64(binary.NativeEndian.Uint32(m[:])), asm.DWord),
 			asm.And.Reg(asm.R5, asm.R6),
-			asm.LoadImm(asm.R6, int64(binary.LittleEndian.Uint32(a[:])), asm.DWord),
+			asm.LoadImm(asm.R6, int64(binary.NativeEndian.Uint32(a[:])), asm.DWord),
 			asm.JNE.Reg(asm.R5, asm.R6, "pass"),
 		)
 		return h.attach(lab, append(insns, h.verdicts()...), nil)
@@ -125,7 +125,7 @@ func lpmDrop(prefixes []netip.Prefix) (asm.Instructions, *ebpf.Map, error) {
 		if !p.Addr().Is4() {
 			continue
 		}
-		binary.LittleEndian.PutUint32(key[:4], uint32(p.Bits()))
+		binary.NativeEndian.PutUint32(key[:4], uint32(p.Bits()))
 		a := p.Masked().Addr().As4()
 		copy(key[4:], a[:])
 		if err := m.Put(key[:], uint8(1)); err != nil {
@@ -146,10 +146,13 @@ func lpmDrop(prefixes []netip.Prefix) (asm.Instructions, *ebpf.Map, error) {
 }
 
 // XDPRunNs times XDPDropSet's program in the kernel without a device
-// (BPF_PROG_TEST_RUN): for each of up to 64 frames from srcs, repeat runs;
-// it returns the median of the frames' mean time per run and whether
-// every frame got the verdict drop says.
-func XDPRunNs(prefixes []netip.Prefix, srcs []netip.Addr, repeat int, drop bool) (float64, error) {
+// (BPF_PROG_TEST_RUN): for each of up to 64 UDP frames from srcs to dst,
+// repeat runs. It returns the median of the frames' mean time per run,
+// and an error if a frame does not get the verdict drop says.
+func XDPRunNs(prefixes []netip.Prefix, srcs []netip.Addr, dst netip.Addr, repeat int, drop bool) (float64, error) {
+	if len(srcs) == 0 {
+		return 0, errors.New("timing the XDP program: no sources")
+	}
 	insns, m, err := lpmDrop(prefixes)
 	if err != nil {
 		return 0, err
@@ -167,7 +170,7 @@ func XDPRunNs(prefixes []netip.Prefix, srcs []netip.Addr, repeat int, drop bool)
 	}
 	var per []float64
 	for _, a := range srcs[:min(len(srcs), 64)] {
-		h := pktgen.Header{SrcMAC: mac, DstMAC: mac, Src: a, Dst: netip.MustParseAddr("198.18.0.77"), SrcPort: 1, DstPort: 9}
+		h := pktgen.Header{SrcMAC: mac, DstMAC: mac, Src: a, Dst: dst, SrcPort: 1, DstPort: 9}
 		frame, err := pktgen.AppendUDP(nil, &h, 1, make([]byte, 18))
 		if err != nil {
 			return 0, err

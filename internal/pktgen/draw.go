@@ -200,3 +200,19 @@ func v4(a netip.Addr) uint32 {
 func fromV4(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
+
+// Zipf returns n addresses drawn from population with Zipf-distributed
+// ranks: population[k] is drawn with probability proportional to
+// 1/(k+1)^s (s > 1), so a few sources send most packets, as in an attack
+// by a few heavy hitters and a long tail. Nil for an empty population.
+func Zipf(r *rand.Rand, population []netip.Addr, s float64, n int) []netip.Addr {
+	if len(population) == 0 || n <= 0 {
+		return nil
+	}
+	z := rand.NewZipf(r, s, 1, uint64(len(population)-1))
+	out := make([]netip.Addr, n)
+	for i := range out {
+		out[i] = population[z.Uint64()]
+	}
+	return out
+}

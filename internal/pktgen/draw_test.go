@@ -1,6 +1,7 @@
 package pktgen
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -137,5 +138,43 @@ func TestBoundaries(t *testing.T) {
 		if got := Boundaries(set(t, c.set...)); !slices.Equal(got, want) {
 			t.Errorf("Boundaries(%v)\n got %v\nwant %v", c.set, got, want)
 		}
+	}
+}
+
+// TestZipf checks Zipf against its law: every draw is from the
+// population, and each of the first ranks is drawn about as often as
+// 1/(k+1)^s over the normalising sum predicts.
+func TestZipf(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	pop := RandomV4(r, 1000)
+	const s, n = 1.2, 200000
+	got := Zipf(r, pop, s, n)
+	if len(got) != n {
+		t.Fatalf("%d draws, want %d", len(got), n)
+	}
+	index := map[netip.Addr]int{}
+	for i, a := range pop {
+		index[a] = i
+	}
+	counts := make([]int, len(pop))
+	for _, a := range got {
+		k, ok := index[a]
+		if !ok {
+			t.Fatalf("%s is not in the population", a)
+		}
+		counts[k]++
+	}
+	norm := 0.0
+	for k := range pop {
+		norm += math.Pow(float64(k+1), -s)
+	}
+	for k := range 5 {
+		want := n * math.Pow(float64(k+1), -s) / norm
+		if math.Abs(float64(counts[k])-want) > 0.05*want {
+			t.Errorf("rank %d drawn %d times, want about %.0f", k, counts[k], want)
+		}
+	}
+	if Zipf(r, nil, s, 10) != nil {
+		t.Error("empty population: want nil")
 	}
 }
