@@ -95,27 +95,22 @@ func HTTPSteps(o HTTPOptions) int {
 
 // growthConfig returns config name blocking prefixes.
 func growthConfig(name string, prefixes []netip.Prefix) (Config, error) {
-	strs := make([]string, len(prefixes))
-	var b netipx.IPSetBuilder
-	for i, p := range prefixes {
-		strs[i] = p.String()
-		b.AddPrefix(p)
+	geoName := map[string]string{"iptables-linear": "iptables-linear", "ipset": "ipset-hash-net", "nft-set": "nft-interval-set", "ipfence": "ipfence"}[name]
+	if geoName == "" {
+		return Config{}, fmt.Errorf("unknown http config %q", name)
 	}
-	switch name {
-	case "iptables-linear":
-		return geoConfig("iptables-linear", prefixes, nil)
-	case "ipset":
-		return geoConfig("ipset-hash-net", prefixes, nil)
-	case "nft-set":
-		return geoConfig("nft-interval-set", prefixes, nil)
-	case "ipfence":
-		set, err := b.IPSet()
-		if err != nil {
-			return Config{}, err
+	var set *netipx.IPSet
+	if name == "ipfence" {
+		var b netipx.IPSetBuilder
+		for _, p := range prefixes {
+			b.AddPrefix(p)
 		}
-		return geoConfig("ipfence", prefixes, set)
+		var err error
+		if set, err = b.IPSet(); err != nil {
+			return Config{}, fmt.Errorf("building the block list: %w", err)
+		}
 	}
-	return Config{}, fmt.Errorf("unknown http config %q", name)
+	return geoConfig(geoName, prefixes, set)
 }
 
 // httpPortConfigCount is the number of configs httpPortConfigs returns.
