@@ -20,18 +20,28 @@ import (
 
 // The geo scenario blocks real country data (the data bundled with
 // ipfence) the ways operators do: one nft interval set, ipset hash:net,
-// iptables rules split into a chain per /8 (legacy and nft variants), plain
-// iptables rules one after another, ipfence's compiled layout, and an XDP
-// LPM trie. It measures what a packet costs for legitimate traffic (from
-// outside the set) and for blocked traffic, the latency of UDP
-// request/response and of TCP connects from a legitimate host, and how long
-// each takes to load.
+// iptables rules split into a chain per /8 (per /16 for IPv6; legacy and
+// nft variants), plain iptables rules one after another, ipfence's compiled
+// layout, and an XDP LPM trie. It measures what a packet costs for
+// legitimate traffic (from other countries) and for blocked traffic (drawn
+// uniformly from the set, and Zipf-distributed over a few thousand
+// attackers, as floods are), the latency of UDP request/response and of TCP
+// connects from a legitimate host, and how long each takes to load.
 
-// GeoSet is a set of countries whose IPv4 prefixes are blocked.
+// GeoSet is a set of countries whose prefixes of one family are blocked.
 type GeoSet struct {
 	Name      string   `json:"name"`
 	Countries []string `json:"countries"`
-	Prefixes  int      `json:"prefixes"` // IPv4 prefixes, filled in by Geo
+	IPv6      bool     `json:"ipv6"`     // block the IPv6 prefixes, not the IPv4 ones
+	Prefixes  int      `json:"prefixes"` // prefixes of the family, filled in by Geo
+}
+
+// family is "IPv4" or "IPv6".
+func (gs GeoSet) family() string {
+	if gs.IPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }
 
 // GeoOptions configure Geo.
@@ -46,42 +56,54 @@ type GeoOptions struct {
 // The country sets: about 50k, 100k and 160k IPv4 prefixes (the union of
 // all countries' IPv4 data is only some 22k prefixes after merging, so
 // large sets are those of many countries that do not border each other in
-// address space).
+// address space), and the IPv6 prefixes of the 50k set's countries (52k).
 var (
-	GeoSmall   = GeoSet{Name: "CH+AT", Countries: []string{"CH", "AT"}}
-	Geo50k     = GeoSet{Name: "6 countries", Countries: []string{"BR", "IN", "JP", "KR", "AU", "CA"}}
-	Geo100k    = GeoSet{Name: "8 in Europe", Countries: []string{"DE", "GB", "FR", "IT", "NL", "RU", "ES", "PL"}}
-	Geo160k    = GeoSet{Name: "US and 8 in Europe", Countries: []string{"US", "DE", "GB", "FR", "IT", "NL", "RU", "ES", "PL"}}
-	QuickGeo   = GeoOptions{Sets: []GeoSet{GeoSmall}, Probes: 50, PerPacketOptions: PerPacketOptions{Rounds: 1, Packets: 4000, Budget: 20 * time.Millisecond}}
-	FullGeo    = GeoOptions{Sets: []GeoSet{Geo50k, Geo100k, Geo160k}, Probes: 200, PerPacketOptions: PerPacketOptions{Rounds: 5, Packets: 20000, Budget: 150 * time.Millisecond}}
-	GeoTraffic = []string{"legit", "blocked"}
+	GeoSmall  = GeoSet{Name: "CH+AT", Countries: []string{"CH", "AT"}}
+	GeoSmall6 = GeoSet{Name: "CH+AT, IPv6", Countries: GeoSmall.Countries, IPv6: true}
+	Geo50k    = GeoSet{Name: "6 countries", Countries: []string{"BR", "IN", "JP", "KR", "AU", "CA"}}
+	Geo50k6   = GeoSet{Name: "6 countries, IPv6", Countries: Geo50k.Countries, IPv6: true}
+	Geo100k   = GeoSet{Name: "8 in Europe", Countries: []string{"DE", "GB", "FR", "IT", "NL", "RU", "ES", "PL"}}
+	Geo160k   = GeoSet{Name: "US and 8 in Europe", Countries: []string{"US", "DE", "GB", "FR", "IT", "NL", "RU", "ES", "PL"}}
+	QuickGeo  = GeoOptions{Sets: []GeoSet{GeoSmall, GeoSmall6}, Probes: 50, PerPacketOptions: PerPacketOptions{Rounds: 1, Packets: 4000, Budget: 20 * time.Millisecond}}
+	FullGeo   = GeoOptions{Sets: []GeoSet{Geo50k, Geo100k, Geo160k, Geo50k6}, Probes: 200, PerPacketOptions: PerPacketOptions{Rounds: 5, Packets: 20000, Budget: 150 * time.Millisecond}}
+	// GeoTraffic: legit from outside the set, blocked drawn uniformly from
+	// it, blocked-zipf from geoAttackers addresses in it with Zipf(s=1.1)
+	// weights (a few sources send most packets).
+	GeoTraffic = []string{"legit", "blocked", "blocked-zipf"}
 )
 
-// GeoConfigs are the ways of blocking a country set that Geo compares.
-var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split8-legacy", "iptables-split8-nft", "iptables-linear", "ipfence", "xdp-lpm"}
+const geoAttackers = 4096
 
-// geoConfig returns the config name blocking prefixes (IPv4).
-func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet) (Config, error) {
+// GeoConfigs are the ways of blocking a country set that Geo compares.
+var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "xdp-lpm"}
+
+// geoConfig returns the config name blocking prefixes, all of one family
+// (v6: IPv6).
+func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool) (Config, error) {
 	strs := make([]string, len(prefixes))
 	for i, p := range prefixes {
 		strs[i] = p.String()
 	}
+	nftFamily, addrType, saddr, ipsetFamily, xt := "ip", "ipv4_addr", "ip saddr", "inet", IPTables
+	if v6 {
+		nftFamily, addrType, saddr, ipsetFamily, xt = "ip6", "ipv6_addr", "ip6 saddr", "inet6", IP6Tables
+	}
 	switch name {
 	case "nft-interval-set":
-		return Config{Name: name, Load: NFTScript(preChain("ip saddr @s drop", nftDecl("set", "s", "ipv4_addr\nflags interval", strs)))}, nil
+		return Config{Name: name, Load: NFTScript(familyChain(nftFamily, saddr+" @s drop", nftDecl("set", "s", addrType+"\nflags interval", strs)))}, nil
 	case "ipset-hash-net":
-		return Config{Name: name, Load: All(IPSet(ipsetText("hash:net", strs)),
-			IPTables("legacy", rawTable("-A PREROUTING -m set --match-set s src -j DROP\n")))}, nil
-	case "iptables-split8-legacy", "iptables-split8-nft":
-		return Config{Name: name, Load: IPTables(strings.TrimPrefix(name, "iptables-split8-"), rawTable(split8(prefixes)))}, nil
+		return Config{Name: name, Load: All(IPSet(ipsetText("hash:net family "+ipsetFamily, strs)),
+			xt("legacy", rawTable("-A PREROUTING -m set --match-set s src -j DROP\n")))}, nil
+	case "iptables-split-legacy", "iptables-split-nft":
+		return Config{Name: name, Load: xt(strings.TrimPrefix(name, "iptables-split-"), rawTable(splitChains(prefixes)))}, nil
 	case "iptables-linear":
 		var b strings.Builder
 		for _, p := range strs {
 			fmt.Fprintf(&b, "-A PREROUTING -s %s -j DROP\n", p)
 		}
-		return Config{Name: name, Load: IPTables("legacy", rawTable(b.String()))}, nil
+		return Config{Name: name, Load: xt("legacy", rawTable(b.String()))}, nil
 	case "ipfence":
-		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: true, Set: set}}}, plan.Options{})
+		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: set}}}, plan.Options{})
 		if err != nil {
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
@@ -92,24 +114,30 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet) (Config,
 	return Config{}, fmt.Errorf("unknown geo config %q (have %s)", name, strings.Join(GeoConfigs, ", "))
 }
 
-// split8 is the body of an iptables raw table that jumps, for each /8
-// holding prefixes, to a chain of that /8's prefixes; prefixes shorter
-// than /8 are matched in PREROUTING itself.
-func split8(prefixes []netip.Prefix) string {
+// splitChains is the body of an iptables raw table that jumps, for each
+// /8 (IPv4; /16 for IPv6) holding prefixes, to a chain of that block's
+// prefixes; shorter prefixes are matched in PREROUTING itself.
+func splitChains(prefixes []netip.Prefix) string {
 	var chains, jumps, rules strings.Builder
-	seen := map[byte]bool{}
+	seen := map[netip.Prefix]string{}
 	for _, p := range prefixes {
-		if p.Bits() < 8 {
+		bits := 8
+		if p.Addr().Is6() {
+			bits = 16
+		}
+		if p.Bits() < bits {
 			fmt.Fprintf(&jumps, "-A PREROUTING -s %s -j DROP\n", p)
 			continue
 		}
-		o := p.Addr().As4()[0]
-		if !seen[o] {
-			seen[o] = true
-			fmt.Fprintf(&chains, ":g%d - [0:0]\n", o)
-			fmt.Fprintf(&jumps, "-A PREROUTING -s %d.0.0.0/8 -j g%d\n", o, o)
+		block := netip.PrefixFrom(p.Addr(), bits).Masked()
+		chain, ok := seen[block]
+		if !ok {
+			chain = fmt.Sprintf("g%d", len(seen))
+			seen[block] = chain
+			fmt.Fprintf(&chains, ":%s - [0:0]\n", chain)
+			fmt.Fprintf(&jumps, "-A PREROUTING -s %s -j %s\n", block, chain)
 		}
-		fmt.Fprintf(&rules, "-A g%d -s %s -j DROP\n", o, p)
+		fmt.Fprintf(&rules, "-A %s -s %s -j DROP\n", chain, p)
 	}
 	return chains.String() + jumps.String() + rules.String()
 }
@@ -170,10 +198,12 @@ func (o GeoOptions) configs() []string {
 }
 
 // Geo runs the geo scenario.
-func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoResult, error) {
-	src, err := countryData(ctx)
-	if err != nil {
-		return nil, err
+func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (res *GeoResult, err error) {
+	var srcs [2]*source.Source // IPv4, IPv6
+	for i, file := range []string{geo.IPv4, geo.IPv6} {
+		if srcs[i], err = countryData(ctx, file); err != nil {
+			return nil, err
+		}
 	}
 	if err := registerLegacy(ctx, lab, "raw"); err != nil {
 		return nil, err
@@ -184,28 +214,46 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoRe
 	}
 	defer probes.Close()
 	r := rand.New(rand.NewPCG(7, 11))
-	res := &GeoResult{Rounds: o.Rounds}
+	res = &GeoResult{Rounds: o.Rounds}
 	for _, gs := range o.Sets {
+		src := srcs[0]
+		if gs.IPv6 {
+			src = srcs[1]
+		}
 		set, err := src.Countries(gs.Countries, false)
 		if err != nil {
 			return nil, fmt.Errorf("selecting the countries of %s: %w", gs.Name, err)
 		}
 		prefixes := set.Prefixes()
+		if len(prefixes) == 0 {
+			return nil, fmt.Errorf("geo %s: the country data has no %s prefixes for %v", gs.Name, gs.family(), gs.Countries)
+		}
 		gs.Prefixes = len(prefixes)
 		res.Sets = append(res.Sets, gs)
 		cfgs := []Config{{Name: "none"}}
 		for _, name := range o.configs() {
-			c, err := geoConfig(name, prefixes, set)
+			c, err := geoConfig(name, prefixes, set, gs.IPv6)
 			if err != nil {
 				return nil, err
 			}
 			cfgs = append(cfgs, c)
 		}
-		traffic := []Traffic{
-			{Name: "legit", Srcs: outside(r, set, 4096), Expect: pktgen.ExpectPass},
-			{Name: "blocked", Srcs: pktgen.RandomFromSet(r, set, 4096), Expect: pktgen.ExpectDrop},
+		legit, err := others(src, gs, set)
+		if err != nil {
+			return nil, err
 		}
-		lat := newLatencies(probes, gs.Name, gs.Prefixes, o.Probes)
+		traffic := []Traffic{
+			{Name: "legit", Srcs: pktgen.RandomFromSet(r, legit, 4096), Expect: pktgen.ExpectPass},
+			{Name: "blocked", Srcs: pktgen.RandomFromSet(r, set, 4096), Expect: pktgen.ExpectDrop},
+			{Name: "blocked-zipf", Srcs: pktgen.Zipf(r, pktgen.RandomFromSet(r, set, geoAttackers), 1.1, 4096), Expect: pktgen.ExpectDrop},
+		}
+		// The latency probes are IPv4: through IPv6 rules they would pass
+		// no rule at all.
+		probesPerRound := o.Probes
+		if gs.IPv6 {
+			probesPerRound = 0
+		}
+		lat := newLatencies(probes, gs.Name, gs.Prefixes, probesPerRound)
 		po := o.PerPacketOptions
 		po.Progress = p.Prefixed(fmt.Sprintf("geo %s (%d prefixes): ", gs.Name, gs.Prefixes))
 		po.WhileLoaded = lat.probe
@@ -220,7 +268,7 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoRe
 		}
 		for _, tr := range traffic {
 			p.Step(fmt.Sprintf("geo %s: XDP program runs, %s", gs.Name, tr.Name))
-			ns, err := XDPRunNs(prefixes, tr.Srcs, lab.Sink4, 10000, tr.Expect == pktgen.ExpectDrop)
+			ns, err := XDPRunNs(lab, prefixes, tr.Srcs, 10000, tr.Expect == pktgen.ExpectDrop)
 			if err != nil {
 				return nil, fmt.Errorf("geo %s: %w", gs.Name, err)
 			}
@@ -234,27 +282,32 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (*GeoRe
 	return res, nil
 }
 
-// countryData loads the IPv4 part of the country data built into
-// ipfence.
-func countryData(ctx context.Context) (*source.Source, error) {
+// countryData loads one file (geo.IPv4, geo.IPv6) of the country data
+// built into ipfence.
+func countryData(ctx context.Context, file string) (*source.Source, error) {
 	src, err := (&source.Loader{}).Load(ctx, source.Spec{Name: "geo", Format: source.FormatCountryCSV,
-		Paths: []string{source.BuiltinPrefix + geo.IPv4}})
+		Paths: []string{source.BuiltinPrefix + file}})
 	if err != nil {
 		return nil, fmt.Errorf("loading the built-in country data: %w", err)
 	}
 	return src, nil
 }
 
-// outside returns n IPv4 sources drawn uniformly from the testable
-// addresses outside set.
-func outside(r *rand.Rand, set *netipx.IPSet, n int) []netip.Addr {
-	out := make([]netip.Addr, 0, n)
-	for len(out) < n {
-		for _, a := range pktgen.RandomV4(r, n) {
-			if !set.Contains(a) && len(out) < n {
-				out = append(out, a)
-			}
-		}
+// others returns the addresses the country data gives to countries other
+// than gs's, less set (gs's own prefixes; a few hundred ranges are claimed
+// by two countries): where legitimate traffic comes from. For IPv6 this
+// matters: uniform draws from 2000::/3 would almost all come from
+// unallocated space, far from any rule.
+func others(src *source.Source, gs GeoSet, set *netipx.IPSet) (*netipx.IPSet, error) {
+	o, err := src.Countries(gs.Countries, true)
+	if err != nil {
+		return nil, fmt.Errorf("selecting the countries other than %s's: %w", gs.Name, err)
 	}
-	return out
+	var b netipx.IPSetBuilder
+	b.AddSet(o)
+	b.RemoveSet(set)
+	if o, err = b.IPSet(); err != nil {
+		return nil, fmt.Errorf("removing %s from the other countries: %w", gs.Name, err)
+	}
+	return o, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"go4.org/netipx"
 
+	"github.com/ipfence/ipfence/data/geo"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/bench/probe"
 	"github.com/ipfence/ipfence/internal/netns"
@@ -110,7 +111,7 @@ func growthConfig(name string, prefixes []netip.Prefix) (Config, error) {
 			return Config{}, fmt.Errorf("building the block list: %w", err)
 		}
 	}
-	return geoConfig(geoName, prefixes, set)
+	return geoConfig(geoName, prefixes, set, false)
 }
 
 // httpPortConfigCount is the number of configs httpPortConfigs returns.
@@ -166,7 +167,7 @@ func httpPortConfigs(clients []netip.Addr, ports []int) ([]Config, error) {
 // growthPrefixes returns n IPv4 prefixes of real country data, spread
 // over the address space (every k-th of the countries' prefixes).
 func growthPrefixes(ctx context.Context, n int) ([]netip.Prefix, error) {
-	src, err := countryData(ctx)
+	src, err := countryData(ctx, geo.IPv4)
 	if err != nil {
 		return nil, err
 	}

@@ -176,9 +176,9 @@ func (r *GeoResult) CSV() string {
 // Markdown renders one table per country set.
 func (r *GeoResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## geo: blocking real country data\n\nPer packet: ns of CPU over an empty firewall, median of %d interleaved rounds (min–max); legit traffic comes from outside the set, blocked from inside. Latency from a legitimate host through the loaded ruleset: UDP request/response and TCP connect, p50 / p99 over all rounds.\n", r.Rounds)
+	fmt.Fprintf(&b, "## geo: blocking real country data\n\nPer packet: ns of CPU over an empty firewall, median of %d interleaved rounds (min–max); legit traffic comes from other countries, blocked from the set (uniformly, or Zipf-distributed over %d attackers). Latency from a legitimate IPv4 host through the loaded ruleset: UDP request/response and TCP connect, p50 / p99 over all rounds.\n", r.Rounds, geoAttackers)
 	for _, s := range r.Sets {
-		fmt.Fprintf(&b, "\n### %s: %s (%d IPv4 prefixes)\n\n", s.Name, strings.Join(s.Countries, ","), s.Prefixes)
+		fmt.Fprintf(&b, "\n### %s: %s (%d %s prefixes)\n\n", s.Name, strings.Join(s.Countries, ","), s.Prefixes, s.family())
 		var out [][]string
 		for _, c := range ordered(r.Rows, func(x GeoRow) string { return x.Config }) {
 			line := []string{c}
@@ -207,7 +207,7 @@ func (r *GeoResult) Markdown() string {
 			}
 			out = append(out, line)
 		}
-		table(&b, []string{"config", "legit: ns over none", "blocked: ns in all", "load", "UDP RTT p50 / p99", "TCP connect p50 / p99"}, out)
+		table(&b, []string{"config", "legit: ns over none", "blocked: ns in all", "blocked, Zipf: ns in all", "load", "UDP RTT p50 / p99", "TCP connect p50 / p99"}, out)
 		var runs []string
 		for _, x := range r.XDPRun {
 			if x.Set == s.Name {
@@ -225,7 +225,7 @@ func (r *GeoResult) Markdown() string {
 // geoCell is a per-packet cell: legit traffic's overhead over the
 // baseline, blocked traffic's cost in all.
 func geoCell(x GeoRow) string {
-	if x.Traffic == "blocked" {
+	if x.Traffic != "legit" {
 		return spreadCell(x.NsPerPacket, x.NsMin, x.NsMax)
 	}
 	return spreadCell(x.OverheadNs, x.OverheadMin, x.OverheadMax)
@@ -233,7 +233,7 @@ func geoCell(x GeoRow) string {
 
 // geoPoint is geoCell as a plot point.
 func geoPoint(i int, x GeoRow) plot.Point {
-	if x.Traffic == "blocked" {
+	if x.Traffic != "legit" {
 		return plot.Point{X: float64(i), Min: x.NsMin, Median: x.NsPerPacket, Max: x.NsMax}
 	}
 	return plot.Point{X: float64(i), Min: x.OverheadMin, Median: x.OverheadNs, Max: x.OverheadMax}
@@ -256,7 +256,7 @@ func (r *GeoResult) Figures() map[string]*plot.Figure {
 	cfgs := slices.DeleteFunc(ordered(r.Rows, func(x GeoRow) string { return x.Config }), func(c string) bool { return c == "none" })
 	for _, tr := range GeoTraffic {
 		ylabel := "ns per packet over empty firewall"
-		if tr == "blocked" {
+		if tr != "legit" {
 			ylabel = "ns per dropped packet"
 		}
 		fig := &plot.Figure{Title: "geo: " + tr + " traffic", YLabel: ylabel, LogY: true, Categories: cfgs}

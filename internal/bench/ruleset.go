@@ -50,9 +50,15 @@ func NFTScript(script string) Loader {
 // variant of iptables (iptables-legacy-restore, iptables-nft-restore);
 // unloading restores every table the text names empty. Legacy tables stay
 // registered in the namespace once loaded (see registerLegacy).
-func IPTables(variant, text string) Loader {
+func IPTables(variant, text string) Loader { return xtables("iptables", variant, text) }
+
+// IP6Tables is IPTables for IPv6 (ip6tables-legacy-restore,
+// ip6tables-nft-restore).
+func IP6Tables(variant, text string) Loader { return xtables("ip6tables", variant, text) }
+
+func xtables(family, variant, text string) Loader {
 	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
-		bin := "iptables-" + variant + "-restore"
+		bin := family + "-" + variant + "-restore"
 		if err := runWithFile(lab.FW, text, bin, "-w", "10"); err != nil {
 			return nil, err
 		}
@@ -152,8 +158,9 @@ func runWithFile(ns, text string, argv ...string) error {
 	return run(ns, append(argv, f.Name())...)
 }
 
-// registerLegacy loads the legacy iptables tables named, empty, and leaves
-// them: a legacy table stays registered in a namespace once loaded, so
+// registerLegacy loads the legacy iptables and ip6tables tables named,
+// empty, and leaves them: a legacy table stays registered in a namespace
+// once loaded, so
 // scenarios that use one register it before their warm-up round, and all
 // rounds of all configs pass it alike.
 func registerLegacy(ctx context.Context, lab *netns.Lab, tables ...string) error {
@@ -161,8 +168,10 @@ func registerLegacy(ctx context.Context, lab *netns.Lab, tables ...string) error
 	for _, t := range tables {
 		fmt.Fprintf(&b, "*%s\nCOMMIT\n", t)
 	}
-	if _, err := IPTables("legacy", b.String())(ctx, lab); err != nil {
-		return fmt.Errorf("registering the legacy iptables tables %v: %w", tables, err)
+	for _, load := range []Loader{IPTables("legacy", b.String()), IP6Tables("legacy", b.String())} {
+		if _, err := load(ctx, lab); err != nil {
+			return fmt.Errorf("registering the legacy tables %v: %w", tables, err)
+		}
 	}
 	return nil
 }

@@ -137,7 +137,12 @@ func rawTable(body string) string {
 // preChain is an nft script of table ip bench with a prerouting chain at
 // raw priority holding rules, and decls (sets, maps, chains) beside it.
 func preChain(rules string, decls ...string) string {
-	return "table ip bench {\n" + strings.Join(decls, "") +
+	return familyChain("ip", rules, decls...)
+}
+
+// familyChain is preChain for a table of the nft family given.
+func familyChain(family, rules string, decls ...string) string {
+	return "table " + family + " bench {\n" + strings.Join(decls, "") +
 		"chain pre {\ntype filter hook prerouting priority raw; policy accept;\n" + rules + "\n}\n}\n"
 }
 

@@ -19,15 +19,16 @@ func TestGeo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Sets) != 1 || res.Sets[0].Prefixes < 5000 {
-		t.Fatalf("sets %+v: want one of CH and AT's thousands of prefixes", res.Sets)
+	if len(res.Sets) != 2 || res.Sets[0].Prefixes < 5000 || !res.Sets[1].IPv6 || res.Sets[1].Prefixes < 5000 {
+		t.Fatalf("sets %+v: want CH and AT's thousands of IPv4, then of IPv6 prefixes", res.Sets)
 	}
-	if want := (len(GeoConfigs) + 1) * len(GeoTraffic); len(res.Rows) != want {
+	if want := 2 * (len(GeoConfigs) + 1) * len(GeoTraffic); len(res.Rows) != want {
 		t.Errorf("%d per-packet rows, want %d", len(res.Rows), want)
 	}
-	if len(res.Loads) != len(GeoConfigs) || len(res.XDPRun) != len(GeoTraffic) {
+	if len(res.Loads) != 2*len(GeoConfigs) || len(res.XDPRun) != 2*len(GeoTraffic) {
 		t.Errorf("%d loads, %d XDP runs", len(res.Loads), len(res.XDPRun))
 	}
+	// Latency is probed from an IPv4 host, so for the IPv4 set only.
 	if want := (len(GeoConfigs) + 1) * len(probeNames); len(res.Latency) != want {
 		t.Errorf("%d latency rows, want %d", len(res.Latency), want)
 	}

@@ -91,73 +91,130 @@ func (h hook) dropPrefix(p netip.Prefix) Loader {
 			asm.LoadImm(asm.R6, int64(binary.NativeEndian.Uint32(a[:])), asm.DWord),
 			asm.JNE.Reg(asm.R5, asm.R6, "pass"),
 		)
-		return h.attach(lab, append(insns, h.verdicts()...), nil)
+		return h.attach(lab, append(insns, h.verdicts()...))
 	}
 }
 
-// XDPDropSet drops IPv4 packets whose source is in one of prefixes at the
-// driver, with one lookup in an LPM trie map.
+// XDPDropSet drops packets whose source is in one of prefixes at the
+// driver, with one lookup in an LPM trie map per family.
 func XDPDropSet(prefixes []netip.Prefix) Loader {
 	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
-		insns, m, err := lpmDrop(prefixes)
+		insns, maps, err := lpmDrop(prefixes)
 		if err != nil {
 			return nil, err
 		}
-		unload, err := xdpHook.attach(lab, insns, m)
+		unload, err := xdpHook.attach(lab, insns, maps...)
 		if err != nil {
-			m.Close()
+			closeMaps(maps)
 		}
 		return unload, err
 	}
 }
 
-// lpmDrop returns the XDP program of XDPDropSet and its map, filled.
-func lpmDrop(prefixes []netip.Prefix) (asm.Instructions, *ebpf.Map, error) {
+// lpmDrop returns the XDP program of XDPDropSet and its maps, filled: an
+// LPM trie of prefixes' IPv4 prefixes and one of their IPv6 prefixes.
+func lpmDrop(prefixes []netip.Prefix) (asm.Instructions, []*ebpf.Map, error) {
+	var maps []*ebpf.Map
+	for _, bits := range []int{32, 128} {
+		m, err := lpmTrie(prefixes, bits)
+		if err != nil {
+			closeMaps(maps)
+			return nil, nil, err
+		}
+		maps = append(maps, m)
+	}
+	h := xdpHook
+	const (
+		key4 = -8  // struct bpf_lpm_trie_key_u8 with 4 bytes of data
+		key6 = -20 // with 16
+	)
+	insns := asm.Instructions{
+		asm.LoadMem(asm.R2, asm.R1, h.dataOff, asm.Word),
+		asm.LoadMem(asm.R3, asm.R1, h.endOff, asm.Word),
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 14+20), // Ethernet and IPv4 headers
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType
+		asm.JEq.Imm(asm.R5, int32(hostUint16(unix.ETH_P_IP)), "v4"),
+		asm.JNE.Imm(asm.R5, int32(hostUint16(unix.ETH_P_IPV6)), "pass"),
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 14+40), // Ethernet and IPv6 headers
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.StoreImm(asm.RFP, key6, 128, asm.Word), // prefixlen
+	}
+	for i := range int16(4) { // the IPv6 source, a word at a time
+		insns = append(insns,
+			asm.LoadMem(asm.R5, asm.R2, 14+8+4*i, asm.Word),
+			asm.StoreMem(asm.RFP, key6+4+4*i, asm.R5, asm.Word))
+	}
+	insns = append(insns,
+		asm.LoadMapPtr(asm.R1, maps[1].FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key6),
+		asm.FnMapLookupElem.Call(),
+		asm.Ja.Label("found"),
+		asm.StoreImm(asm.RFP, key4, 32, asm.Word).WithSymbol("v4"),
+		asm.LoadMem(asm.R5, asm.R2, 14+12, asm.Word), // IPv4 source
+		asm.StoreMem(asm.RFP, key4+4, asm.R5, asm.Word),
+		asm.LoadMapPtr(asm.R1, maps[0].FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass").WithSymbol("found"),
+	)
+	return append(insns, h.verdicts()...), maps, nil
+}
+
+// lpmTrie returns an LPM trie holding prefixes of bits bits (32: the
+// IPv4 ones, 128: IPv6).
+func lpmTrie(prefixes []netip.Prefix, bits int) (*ebpf.Map, error) {
+	var n int
+	for _, p := range prefixes {
+		if p.Addr().BitLen() == bits {
+			n++
+		}
+	}
 	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name: "ipfence_bench", Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 1,
-		MaxEntries: uint32(max(len(prefixes), 1)), Flags: unix.BPF_F_NO_PREALLOC,
+		Name: fmt.Sprintf("ipfence_lpm%d", bits), Type: ebpf.LPMTrie, KeySize: 4 + uint32(bits/8), ValueSize: 1,
+		MaxEntries: uint32(max(n, 1)), Flags: unix.BPF_F_NO_PREALLOC,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating the LPM trie: %w", err)
+		return nil, fmt.Errorf("creating the IPv%d LPM trie: %w", map[int]int{32: 4, 128: 6}[bits], err)
 	}
-	var key [8]byte
+	key := make([]byte, 4+bits/8)
 	for _, p := range prefixes {
-		if !p.Addr().Is4() {
+		if p.Addr().BitLen() != bits {
 			continue
 		}
 		binary.NativeEndian.PutUint32(key[:4], uint32(p.Bits()))
-		a := p.Masked().Addr().As4()
-		copy(key[4:], a[:])
-		if err := m.Put(key[:], uint8(1)); err != nil {
+		copy(key[4:], p.Masked().Addr().AsSlice())
+		if err := m.Put(key, uint8(1)); err != nil {
 			m.Close()
-			return nil, nil, fmt.Errorf("adding %s to the LPM trie: %w", p, err)
+			return nil, fmt.Errorf("adding %s to the LPM trie: %w", p, err)
 		}
 	}
-	insns := append(xdpHook.ipv4Source(),
-		asm.StoreImm(asm.RFP, -8, 32, asm.Word), // key.prefixlen
-		asm.StoreMem(asm.RFP, -4, asm.R5, asm.Word),
-		asm.LoadMapPtr(asm.R1, m.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
-	)
-	return append(insns, xdpHook.verdicts()...), m, nil
+	return m, nil
+}
+
+func closeMaps(maps []*ebpf.Map) {
+	for _, m := range maps {
+		m.Close()
+	}
 }
 
 // XDPRunNs times XDPDropSet's program in the kernel without a device
-// (BPF_PROG_TEST_RUN): for each of up to 64 UDP frames from srcs to dst,
-// repeat runs. It returns the median of the frames' mean time per run,
+// (BPF_PROG_TEST_RUN): for each of up to 64 UDP frames from srcs to lab's
+// sink of their family, repeat runs. It returns the median of the frames' mean time per run,
 // and an error if a frame does not get the verdict drop says.
-func XDPRunNs(prefixes []netip.Prefix, srcs []netip.Addr, dst netip.Addr, repeat int, drop bool) (float64, error) {
+func XDPRunNs(lab *netns.Lab, prefixes []netip.Prefix, srcs []netip.Addr, repeat int, drop bool) (float64, error) {
 	if len(srcs) == 0 {
 		return 0, errors.New("timing the XDP program: no sources")
 	}
-	insns, m, err := lpmDrop(prefixes)
+	insns, maps, err := lpmDrop(prefixes)
 	if err != nil {
 		return 0, err
 	}
-	defer m.Close()
+	defer closeMaps(maps)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence_bench", Type: ebpf.XDP, License: "GPL", Instructions: insns})
 	if err != nil {
 		return 0, fmt.Errorf("loading the XDP program: %w", err)
@@ -170,6 +227,10 @@ func XDPRunNs(prefixes []netip.Prefix, srcs []netip.Addr, dst netip.Addr, repeat
 	}
 	var per []float64
 	for _, a := range srcs[:min(len(srcs), 64)] {
+		dst := lab.Sink4
+		if a.Is6() {
+			dst = lab.Sink6
+		}
 		h := pktgen.Header{SrcMAC: mac, DstMAC: mac, Src: a, Dst: dst, SrcPort: 1, DstPort: 9}
 		frame, err := pktgen.AppendUDP(nil, &h, 1, make([]byte, 18))
 		if err != nil {
@@ -189,8 +250,8 @@ func XDPRunNs(prefixes []netip.Prefix, srcs []netip.Addr, dst netip.Addr, repeat
 
 // attach loads insns and attaches them to the firewall's veth: XDP in
 // driver mode, or tcx ingress. Unloading detaches the program and closes
-// it and m.
-func (h hook) attach(lab *netns.Lab, insns asm.Instructions, m *ebpf.Map) (func() error, error) {
+// it and maps.
+func (h hook) attach(lab *netns.Lab, insns asm.Instructions, maps ...*ebpf.Map) (func() error, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence_bench", Type: h.typ, License: "GPL", Instructions: insns})
 	if err != nil {
 		return nil, fmt.Errorf("loading the %s program: %w", h.typ, err)
@@ -211,7 +272,7 @@ func (h hook) attach(lab *netns.Lab, insns asm.Instructions, m *ebpf.Map) (func(
 	}
 	return func() error {
 		errs := []error{l.Close(), prog.Close()}
-		if m != nil {
+		for _, m := range maps {
 			errs = append(errs, m.Close())
 		}
 		return errors.Join(errs...)

@@ -120,6 +120,7 @@ func (f *Figure) build() (*gplot.Plot, gplot.Legend, error) {
 	for _, a := range []*gplot.Axis{&p.X, &p.Y} {
 		a.Label.TextStyle.Font = sans(12)
 		a.Tick.Label.Font = sans(10)
+		a.Tick.Marker = plainTicks{}
 	}
 	legend := gplot.NewLegend()
 	legend.Top, legend.Left = true, true
@@ -326,6 +327,21 @@ func (b *bars) DataRange() (xmin, xmax, ymin, ymax float64) {
 func (b *bars) Thumbnail(c *draw.Canvas) {
 	c.SetColor(b.color)
 	c.Fill(c.Rectangle.Path())
+}
+
+// plainTicks are gonum's default ticks labelled with as few digits as
+// their values need ("25000", not "25000.00").
+type plainTicks struct{}
+
+// Ticks implements gplot.Ticker.
+func (plainTicks) Ticks(lo, hi float64) []gplot.Tick {
+	ts := gplot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if !ts[i].IsMinor() {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'g', 10, 64)
+		}
+	}
+	return ts
 }
 
 // logTicks labels each power of ten and marks the multiples in between.

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -281,4 +282,25 @@ func hasColour(img image.Image, r image.Rectangle, c color.Color) bool {
 		}
 	}
 	return false
+}
+
+func TestPlainTicks(t *testing.T) {
+	for _, tt := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 50000, []string{"0", "25000", "50000"}},
+		{0, 0.9, []string{"0", "0.4", "0.8"}},
+		{0, 0.3, []string{"0", "0.15", "0.3"}}, // 0.15 and 0.3 are not exact in binary
+	} {
+		var got []string
+		for _, tk := range (plainTicks{}).Ticks(tt.lo, tt.hi) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Ticks(%v, %v) labels = %q, want %q", tt.lo, tt.hi, got, tt.want)
+		}
+	}
 }
