@@ -1,0 +1,106 @@
+// Package xdp compiles the drop rules of a plan into an XDP program and
+// its maps: the cheapest place on Linux to drop a packet, at the driver,
+// before the kernel allocates anything for it.
+//
+// Compiling is pure: a Layout is data, built and checked without root.
+// Each XDP rule gets a Class (1 for the first, 2 for the second, ...); a
+// source address maps to the class of the first rule that drops it, or to
+// 0 (pass on to the nftables rules). The IPv4 layout is a direct-indexed
+// table of three levels (16, 8 and 8 bits, see V4); IPv6 uses the kernel's
+// LPM trie for now.
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"go4.org/netipx"
+)
+
+// Class is what a layout maps a source address to: 0 passes, k > 0 is
+// the k-th XDP rule, which drops.
+type Class uint8
+
+// MaxRules is the most rules one layout holds (classes 1..MaxRules).
+const MaxRules = 255
+
+// Rule is one XDP rule: the sources it drops. Rules are given in policy
+// order; an address in several rules' sets belongs to the first.
+type Rule struct {
+	Name string
+	Drop *netipx.IPSet
+}
+
+// ErrTooManyRules is returned for more than MaxRules rules.
+var ErrTooManyRules = errors.New("too many XDP rules")
+
+// span is a range of addresses of one class; spans of a family partition
+// its whole address space, in order.
+type span struct {
+	from, to netip.Addr
+	class    Class
+}
+
+// partition returns the spans of family (is4) that the rules give,
+// covering the whole family: first match wins, gaps are class 0, and
+// neighbours of one class are merged.
+func partition(rules []Rule, is4 bool) ([]span, error) {
+	if len(rules) > MaxRules {
+		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
+	}
+	var taken netipx.IPSetBuilder
+	var spans []span
+	for i, r := range rules {
+		if r.Drop == nil {
+			continue
+		}
+		var b netipx.IPSetBuilder
+		b.AddSet(r.Drop)
+		b.RemoveSet(mustSet(&taken))
+		own := mustSet(&b)
+		for _, rg := range own.Ranges() {
+			if rg.From().Is4() == is4 {
+				spans = append(spans, span{rg.From(), rg.To(), Class(i + 1)})
+			}
+		}
+		taken.AddSet(r.Drop)
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	first, last := netip.IPv6Unspecified(), netip.AddrFrom16([16]byte{
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	if is4 {
+		first, last = netip.IPv4Unspecified(), netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	}
+	var out []span
+	add := func(s span) {
+		if n := len(out); n > 0 && out[n-1].class == s.class {
+			out[n-1].to = s.to
+			return
+		}
+		out = append(out, s)
+	}
+	next := first
+	for _, s := range spans {
+		if s.from != next {
+			add(span{next, s.from.Prev(), 0})
+		}
+		add(s)
+		next = s.to.Next()
+	}
+	if next.IsValid() && (len(spans) == 0 || spans[len(spans)-1].to != last) {
+		add(span{next, last, 0})
+	}
+	return out, nil
+}
+
+// mustSet builds b; netipx only fails on invalid input, which sets built
+// from IPSets cannot hold.
+func mustSet(b *netipx.IPSetBuilder) *netipx.IPSet {
+	s, err := b.IPSet()
+	if err != nil {
+		panic(fmt.Sprintf("xdp: building a set of valid sets: %v", err))
+	}
+	return s
+}

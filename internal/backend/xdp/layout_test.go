@@ -1,0 +1,141 @@
+package xdp
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/pktgen"
+)
+
+// model is the reference: the class of the first rule whose set holds a.
+func model(rules []Rule, a netip.Addr) Class {
+	for i, r := range rules {
+		if r.Drop != nil && r.Drop.Contains(a) {
+			return Class(i + 1)
+		}
+	}
+	return 0
+}
+
+// randomRules returns n rules of random prefixes of both families, some
+// overlapping, with lengths spread so that every level and both leaf kinds
+// are exercised.
+func randomRules(r *rand.Rand, n, prefixes int) []Rule {
+	rules := make([]Rule, n)
+	for i := range rules {
+		var b netipx.IPSetBuilder
+		for range prefixes {
+			a := pktgen.RandomV4(r, 1)[0]
+			if r.IntN(4) == 0 {
+				a = pktgen.RandomV6(r, 1)[0]
+			}
+			bits := []int{8, 12, 16, 20, 23, 24, 25, 27, 30, 31, 32}[r.IntN(11)]
+			if a.Is6() {
+				bits = []int{16, 29, 32, 48, 56, 64, 127, 128}[r.IntN(8)]
+			}
+			b.AddPrefix(netip.PrefixFrom(a, bits).Masked())
+			// A neighbour in the same /24 (or /64), for mixed leaves.
+			if a.Is4() && r.IntN(2) == 0 {
+				v := a.As4()
+				v[3] ^= byte(r.IntN(256))
+				b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4(v), 30).Masked())
+			}
+		}
+		s, _ := b.IPSet()
+		rules[i] = Rule{Name: string(rune('a' + i)), Drop: s}
+	}
+	return rules
+}
+
+// probes returns random addresses and the boundaries of every rule's
+// ranges, of the family is4.
+func probes(r *rand.Rand, rules []Rule, n int, is4 bool) []netip.Addr {
+	var out []netip.Addr
+	for _, rl := range rules {
+		for _, a := range pktgen.Boundaries(rl.Drop) {
+			if a.Is4() == is4 {
+				out = append(out, a)
+			}
+		}
+		for _, a := range pktgen.RandomFromSet(r, rl.Drop, n/len(rules)/2) {
+			if a.Is4() == is4 {
+				out = append(out, a)
+			}
+		}
+	}
+	if is4 {
+		return append(out, pktgen.RandomV4(r, n/2)...)
+	}
+	return append(out, pktgen.RandomV6(r, n/2)...)
+}
+
+func TestV4Model(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		name            string
+		rules, prefixes int
+	}{
+		{"empty", 0, 0},
+		{"one rule", 1, 500},
+		{"three rules", 3, 2000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := randomRules(r, tc.rules, tc.prefixes)
+			v4, err := BuildV4(rules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rules == 3 && (len(v4.Bits) == 0 || len(v4.Bytes) == 0) {
+				t.Errorf("%d bit leaves, %d byte leaves: want both kinds exercised", len(v4.Bits), len(v4.Bytes))
+			}
+			as := append(probes(r, rules, 100000, true), netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("255.255.255.255"))
+			bad := 0
+			for _, a := range as {
+				if got, want := v4.Lookup(a), model(rules, a); got != want && bad < 10 {
+					bad++
+					t.Errorf("Lookup(%s) = %d, want %d", a, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPartition(t *testing.T) {
+	s := func(ps ...string) *netipx.IPSet {
+		var b netipx.IPSetBuilder
+		for _, p := range ps {
+			b.AddPrefix(netip.MustParsePrefix(p))
+		}
+		set, _ := b.IPSet()
+		return set
+	}
+	rules := []Rule{
+		{Name: "a", Drop: s("10.0.0.0/8", "2001:db8::/32")},
+		{Name: "b", Drop: s("10.1.0.0/16", "11.0.0.0/8", "255.255.255.255/32")},
+	}
+	got, err := partition(rules, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []span{
+		{netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("9.255.255.255"), 0},
+		{netip.MustParseAddr("10.0.0.0"), netip.MustParseAddr("10.255.255.255"), 1},
+		{netip.MustParseAddr("11.0.0.0"), netip.MustParseAddr("11.255.255.255"), 2},
+		{netip.MustParseAddr("12.0.0.0"), netip.MustParseAddr("255.255.255.254"), 0},
+		{netip.MustParseAddr("255.255.255.255"), netip.MustParseAddr("255.255.255.255"), 2},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("partition = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("span %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if _, err := partition(make([]Rule, MaxRules+1), true); err == nil {
+		t.Error("partition of too many rules: no error")
+	}
+}
