@@ -358,17 +358,22 @@ func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instru
 // from the tables (see V4.Lookup), going to "count" or falling through
 // with it.
 func v4Tables(l1, l2, bits, bytes *ebpf.Map) asm.Instructions {
+	// readEntry reads the Entry R0 points to into R8 and its kind into R1,
+	// going to "decided" if it decides.
+	readEntry := asm.Instructions{
+		asm.LoadMem(asm.R8, asm.R0, 0, asm.Word),
+		asm.Mov.Reg(asm.R1, asm.R8),
+		asm.RSh.Imm(asm.R1, kindShift),
+		asm.JEq.Imm(asm.R1, int32(Decide), "decided"),
+	}
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R1, asm.R7),
 		asm.RSh.Imm(asm.R1, 16),
 		asm.StoreMem(asm.RFP, keyIdx, asm.R1, asm.Word),
 	}
 	insns = append(insns, lookup(l1, keyIdx, "")...)
+	insns = append(insns, readEntry...)
 	insns = append(insns,
-		asm.LoadMem(asm.R8, asm.R0, 0, asm.Word),
-		asm.Mov.Reg(asm.R1, asm.R8),
-		asm.RSh.Imm(asm.R1, kindShift),
-		asm.JEq.Imm(asm.R1, int32(Decide), "decided"),
 		// L2: the chunk's entry for the third byte.
 		asm.Mov.Reg(asm.R1, asm.R8),
 		asm.And.Imm(asm.R1, indexMask),
@@ -380,11 +385,8 @@ func v4Tables(l1, l2, bits, bytes *ebpf.Map) asm.Instructions {
 		asm.StoreMem(asm.RFP, keyIdx, asm.R1, asm.Word),
 	)
 	insns = append(insns, lookup(l2, keyIdx, "")...)
+	insns = append(insns, readEntry...)
 	insns = append(insns,
-		asm.LoadMem(asm.R8, asm.R0, 0, asm.Word),
-		asm.Mov.Reg(asm.R1, asm.R8),
-		asm.RSh.Imm(asm.R1, kindShift),
-		asm.JEq.Imm(asm.R1, int32(Decide), "decided"),
 		asm.Mov.Reg(asm.R2, asm.R8),
 		asm.And.Imm(asm.R2, indexMask),
 		asm.StoreMem(asm.RFP, keyIdx, asm.R2, asm.Word),
