@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/pktgen"
 )
@@ -168,32 +169,11 @@ func lpmDrop(prefixes []netip.Prefix) (asm.Instructions, []*ebpf.Map, error) {
 // lpmTrie returns an LPM trie holding prefixes of bits bits (32: the
 // IPv4 ones, 128: IPv6).
 func lpmTrie(prefixes []netip.Prefix, bits int) (*ebpf.Map, error) {
-	var n int
-	for _, p := range prefixes {
-		if p.Addr().BitLen() == bits {
-			n++
-		}
+	ps := make([]xdp.ClassPrefix, len(prefixes))
+	for i, p := range prefixes {
+		ps[i] = xdp.ClassPrefix{Prefix: p, Class: 1}
 	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name: fmt.Sprintf("ipfence_lpm%d", bits), Type: ebpf.LPMTrie, KeySize: 4 + uint32(bits/8), ValueSize: 1,
-		MaxEntries: uint32(max(n, 1)), Flags: unix.BPF_F_NO_PREALLOC,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the IPv%d LPM trie: %w", map[int]int{32: 4, 128: 6}[bits], err)
-	}
-	key := make([]byte, 4+bits/8)
-	for _, p := range prefixes {
-		if p.Addr().BitLen() != bits {
-			continue
-		}
-		binary.NativeEndian.PutUint32(key[:4], uint32(p.Bits()))
-		copy(key[4:], p.Masked().Addr().AsSlice())
-		if err := m.Put(key, uint8(1)); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("adding %s to the LPM trie: %w", p, err)
-		}
-	}
-	return m, nil
+	return xdp.NewLPMTrie(fmt.Sprintf("ipfence_lpm%d", bits), ps, bits)
 }
 
 func closeMaps(maps []*ebpf.Map) {

@@ -30,30 +30,24 @@ type ClassPrefix struct {
 
 // BuildLayout compiles rules (first match wins) for both families.
 func BuildLayout(rules []Rule) (*Layout, error) {
-	v4, err := BuildV4(rules)
+	spans4, err := partition(rules, true)
 	if err != nil {
 		return nil, err
 	}
-	l := &Layout{V4: v4}
+	spans6, err := partition(rules, false)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layout{V4: buildV4(spans4), Ref4: classPrefixes(spans4), V6: classPrefixes(spans6)}
 	for _, r := range rules {
 		l.Rules = append(l.Rules, r.Name)
-	}
-	if l.Ref4, err = classPrefixes(rules, true); err != nil {
-		return nil, err
-	}
-	if l.V6, err = classPrefixes(rules, false); err != nil {
-		return nil, err
 	}
 	return l, nil
 }
 
-// classPrefixes returns the fewest prefixes of family is4 with their
-// classes that rules drop.
-func classPrefixes(rules []Rule, is4 bool) ([]ClassPrefix, error) {
-	spans, err := partition(rules, is4)
-	if err != nil {
-		return nil, err
-	}
+// classPrefixes returns the fewest prefixes, with their classes, that
+// cover the spans of classes other than 0.
+func classPrefixes(spans []span) []ClassPrefix {
 	var out []ClassPrefix
 	for _, s := range spans {
 		if s.class == 0 {
@@ -63,7 +57,7 @@ func classPrefixes(rules []Rule, is4 bool) ([]ClassPrefix, error) {
 			out = append(out, ClassPrefix{p, s.class})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Lookup returns the class of a (the model of the program).
@@ -172,29 +166,20 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 	if err != nil {
 		return nil, err
 	}
-	trie := func(name string, ps []ClassPrefix, keySize uint32) (*ebpf.Map, error) {
-		m, err := newMap(&ebpf.MapSpec{Name: name, Type: ebpf.LPMTrie, KeySize: keySize, ValueSize: 1,
-			MaxEntries: uint32(max(len(ps), 1)), Flags: unix.BPF_F_NO_PREALLOC})
-		if err != nil {
-			return nil, err
+	trie := func(name string, ps []ClassPrefix, bits int) (*ebpf.Map, error) {
+		m, err := NewLPMTrie(name, ps, bits)
+		if err == nil {
+			o.maps = append(o.maps, m)
 		}
-		key := make([]byte, keySize)
-		for _, p := range ps {
-			binary.NativeEndian.PutUint32(key, uint32(p.Prefix.Bits()))
-			copy(key[4:], p.Prefix.Masked().Addr().AsSlice())
-			if err := m.Put(key, uint8(p.Class)); err != nil {
-				return nil, fmt.Errorf("adding %s to map %s: %w", p.Prefix, name, err)
-			}
-		}
-		return m, nil
+		return m, err
 	}
-	trie6, err := trie("ipf_v6_lpm", l.V6, 20)
+	trie6, err := trie("ipf_v6_lpm", l.V6, 128)
 	if err != nil {
 		return nil, err
 	}
 	var trie4 *ebpf.Map
 	if opt.LPM4 {
-		if trie4, err = trie("ipf_v4_lpm", l.Ref4, 8); err != nil {
+		if trie4, err = trie("ipf_v4_lpm", l.Ref4, 32); err != nil {
 			return nil, err
 		}
 	}
@@ -210,6 +195,35 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
 	return o, nil
+}
+
+// NewLPMTrie returns an LPM trie map named name holding the prefixes of ps
+// that have bits bits (32: IPv4, 128: IPv6), each with its class as value.
+func NewLPMTrie(name string, ps []ClassPrefix, bits int) (*ebpf.Map, error) {
+	n := 0
+	for _, p := range ps {
+		if p.Prefix.Addr().BitLen() == bits {
+			n++
+		}
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.LPMTrie, KeySize: 4 + uint32(bits/8), ValueSize: 1,
+		MaxEntries: uint32(max(n, 1)), Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, fmt.Errorf("creating map %s: %w", name, err)
+	}
+	key := make([]byte, 4+bits/8)
+	for _, p := range ps {
+		if p.Prefix.Addr().BitLen() != bits {
+			continue
+		}
+		binary.NativeEndian.PutUint32(key, uint32(p.Prefix.Bits()))
+		copy(key[4:], p.Prefix.Masked().Addr().AsSlice())
+		if err := m.Put(key, uint8(p.Class)); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("adding %s to map %s: %w", p.Prefix, name, err)
+		}
+	}
+	return m, nil
 }
 
 // fill writes l's IPv4 tables into their maps with batch updates.
@@ -287,16 +301,17 @@ func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instru
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType
 	}
-	for range 2 { // VLAN tags: move R2 past each
+	for i := range 2 { // VLAN tags: move R2 past each
+		tagged, untagged := fmt.Sprintf("vlan%d", i), fmt.Sprintf("novlan%d", i)
 		insns = append(insns,
-			asm.JEq.Imm(asm.R5, be16(unix.ETH_P_8021Q), "vlan"+fmt.Sprint(len(insns))),
-			asm.JNE.Imm(asm.R5, be16(unix.ETH_P_8021AD), "novlan"+fmt.Sprint(len(insns))),
-			asm.Add.Imm(asm.R2, 4).WithSymbol("vlan"+fmt.Sprint(len(insns))),
+			asm.JEq.Imm(asm.R5, be16(unix.ETH_P_8021Q), tagged),
+			asm.JNE.Imm(asm.R5, be16(unix.ETH_P_8021AD), untagged),
+			asm.Add.Imm(asm.R2, 4).WithSymbol(tagged),
 			asm.Mov.Reg(asm.R4, asm.R2),
 			asm.Add.Imm(asm.R4, 14),
 			asm.JGT.Reg(asm.R4, asm.R3, "pass"),
 			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
-			asm.Mov.Reg(asm.R5, asm.R5).WithSymbol("novlan"+fmt.Sprint(len(insns))),
+			asm.Mov.Reg(asm.R5, asm.R5).WithSymbol(untagged), // a no-op to carry the label
 		)
 	}
 	insns = append(insns,

@@ -66,6 +66,11 @@ func BuildV4(rules []Rule) (*V4, error) {
 	if err != nil {
 		return nil, err
 	}
+	return buildV4(spans), nil
+}
+
+// buildV4 builds the IPv4 layout of the IPv4 spans of a partition.
+func buildV4(spans []span) *V4 {
 	t := &V4{}
 	c := cursor{spans: spans}
 	for hi := range uint32(1 << 16) {
@@ -85,7 +90,7 @@ func BuildV4(rules []Rule) (*V4, error) {
 			t.L2 = append(t.L2, t.leaf(&c, b))
 		}
 	}
-	return t, nil
+	return t
 }
 
 // leaf adds the leaf of the /24 at base and returns the L2 entry for it.
