@@ -6,8 +6,10 @@
 // Each XDP rule gets a Class (1 for the first, 2 for the second, ...); a
 // source address maps to the class of the first rule that drops it, or to
 // 0 (pass on to the nftables rules). The IPv4 layout is a direct-indexed
-// table of three levels (16, 8 and 8 bits, see V4); IPv6 uses the kernel's
-// LPM trie for now.
+// table of three levels (16, 8 and 8 bits, see V4); the IPv6 layout a
+// direct table of 16 bits, then hash tables at lengths picked from the
+// data (see V6). The kernel's LPM tries serve as the reference
+// (LoadOptions.LPM).
 package xdp
 
 import (

@@ -139,3 +139,76 @@ func TestPartition(t *testing.T) {
 		t.Error("partition of too many rules: no error")
 	}
 }
+
+func TestV6Model(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct {
+		name            string
+		rules, prefixes int
+	}{
+		{"empty", 0, 0},
+		{"one rule", 1, 2000},
+		{"three rules", 3, 8000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := randomRules(r, tc.rules, tc.prefixes)
+			l, err := BuildLayout(rules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v6 := l.V6
+			if tc.rules == 3 {
+				wide, deep := false, false
+				for _, lv := range v6.Levels {
+					wide = wide || lv.Wide()
+					deep = deep || len(lv.Next) > 0
+				}
+				if !wide || !deep {
+					t.Errorf("levels %v: want wide levels and levels that lead to others", v6.Levels)
+				}
+			}
+			as := append(probes(r, rules, 100000, false), netip.IPv6Unspecified(), netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))
+			bad := 0
+			for _, a := range as {
+				if got, want := v6.Lookup(a), model(rules, a); got != want && bad < 10 {
+					bad++
+					t.Errorf("Lookup(%s) = %d, want %d", a, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestV6Edges covers what random rules rarely give: prefixes shorter than
+// L1's 16 bits, a catch-all rule behind others, and prefixes expanded into
+// a level longer than 64 bits across the two halves of the key.
+func TestV6Edges(t *testing.T) {
+	set := func(ps ...string) *netipx.IPSet {
+		var b netipx.IPSetBuilder
+		for _, p := range ps {
+			b.AddPrefix(netip.MustParsePrefix(p))
+		}
+		s, _ := b.IPSet()
+		return s
+	}
+	rules := []Rule{
+		{Name: "a", Drop: set("2001:db8::/63", "2001:db8:0:2::/65", "2001:db8:0:3::1/128", "3000::/4", "2001:db8:1::/48")},
+		{Name: "b", Drop: set("2001:db8:1:0:8000::/65", "2001:db9::/32")},
+		{Name: "all", Drop: set("::/0")},
+	}
+	l, err := BuildLayout(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	as := probes(r, rules, 20000, false)
+	for _, p := range []string{"2001:db8::/63", "2001:db8:0:2::/65", "2001:db8:0:3::1/128", "2001:db8:1:0:8000::/65"} {
+		pp := netip.MustParsePrefix(p)
+		as = append(as, pp.Addr(), netipx.PrefixLastIP(pp), pp.Addr().Prev(), netipx.PrefixLastIP(pp).Next())
+	}
+	for _, a := range as {
+		if got, want := l.V6.Lookup(a), model(rules, a); got != want {
+			t.Errorf("Lookup(%s) = %d, want %d", a, got, want)
+		}
+	}
+}

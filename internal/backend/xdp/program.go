@@ -16,10 +16,10 @@ import (
 type Layout struct {
 	Rules []string // names, by class - 1
 	V4    *V4
-	V6    []ClassPrefix // the IPv6 prefixes and their classes, for the LPM trie
-	// Ref4 are the IPv4 prefixes and their classes, for the reference
-	// program (LoadOptions.LPM4).
-	Ref4 []ClassPrefix
+	V6    *V6
+	// Ref4 and Ref6 are the prefixes of each family and their classes,
+	// for the reference program (LoadOptions.LPM).
+	Ref4, Ref6 []ClassPrefix
 }
 
 // ClassPrefix is a prefix of an LPM trie and its class.
@@ -38,7 +38,10 @@ func BuildLayout(rules []Rule) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Layout{V4: buildV4(spans4), Ref4: classPrefixes(spans4), V6: classPrefixes(spans6)}
+	l := &Layout{V4: buildV4(spans4), Ref4: classPrefixes(spans4), Ref6: classPrefixes(spans6)}
+	if l.V6, err = buildV6(l.Ref6); err != nil {
+		return nil, err
+	}
 	for _, r := range rules {
 		l.Rules = append(l.Rules, r.Name)
 	}
@@ -66,18 +69,11 @@ func (l *Layout) Lookup(a netip.Addr) Class {
 	if a.Is4() {
 		return l.V4.Lookup(a)
 	}
-	best, class := -1, Class(0)
-	for _, p := range l.V6 {
-		if p.Prefix.Bits() > best && p.Prefix.Contains(a) {
-			best, class = p.Prefix.Bits(), p.Class
-		}
-	}
-	return class
+	return l.V6.Lookup(a)
 }
 
-// Memory is the bytes of map values the layout takes (the IPv6 trie
-// counted as its keys and values, without the kernel's node overhead).
-func (l *Layout) Memory() int { return l.V4.Memory() + 21*len(l.V6) }
+// Memory is the bytes of map values the layout takes.
+func (l *Layout) Memory() int { return l.V4.Memory() + l.V6.Memory() }
 
 // XDP verdicts.
 const (
@@ -123,9 +119,32 @@ func (o *Objects) Counters(c Class) (Counters, error) {
 
 // LoadOptions tune Load.
 type LoadOptions struct {
-	// LPM4 looks IPv4 sources up in an LPM trie, as IPv6 ones: the
-	// reference the tables are measured against.
-	LPM4 bool
+	// LPM looks sources up in an LPM trie per family instead of the
+	// tables: the reference the tables are measured against.
+	LPM bool
+}
+
+// progMaps are the maps a program reads: the tables, or with
+// LoadOptions.LPM the tries.
+type progMaps struct {
+	v4L1, v4L2, v4Bits, v4Bytes *ebpf.Map
+	v6L1, v6Narrow, v6Wide      *ebpf.Map
+	lpm4, lpm6                  *ebpf.Map
+	stats                       *ebpf.Map
+}
+
+// narrowSlot and wideSlot are a Slot as BPF reads it in a level of at
+// most 64 bits and in a longer one.
+type narrowSlot struct {
+	Hi    uint64
+	Entry Entry
+	_     uint32
+}
+
+type wideSlot struct {
+	Hi, Lo uint64
+	Entry  Entry
+	_      uint32
 }
 
 // Load creates l's maps, fills them and loads the program that reads
@@ -139,58 +158,80 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 			}
 		}
 	}()
-	newMap := func(spec *ebpf.MapSpec) (*ebpf.Map, error) {
-		m, err := ebpf.NewMap(spec)
+	var m progMaps
+	// array creates an array map of n values (at least one) and fills it
+	// with values, a slice of n.
+	array := func(name string, valueSize uint32, n int, values any) (*ebpf.Map, error) {
+		mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: valueSize, MaxEntries: uint32(max(n, 1))})
 		if err != nil {
-			return nil, fmt.Errorf("creating map %s: %w", spec.Name, err)
+			return nil, fmt.Errorf("creating map %s: %w", name, err)
 		}
-		o.maps = append(o.maps, m)
-		return m, nil
-	}
-	array := func(name string, valueSize uint32, n int) (*ebpf.Map, error) {
-		return newMap(&ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: valueSize, MaxEntries: uint32(max(n, 1))})
-	}
-	l1, err := array("ipf_v4_l1", 4, len(l.V4.L1))
-	if err != nil {
-		return nil, err
-	}
-	l2, err := array("ipf_v4_l2", 4, len(l.V4.L2))
-	if err != nil {
-		return nil, err
-	}
-	bits, err := array("ipf_v4_bits", 36, len(l.V4.Bits))
-	if err != nil {
-		return nil, err
-	}
-	bytes, err := array("ipf_v4_bytes", 256, len(l.V4.Bytes))
-	if err != nil {
-		return nil, err
+		o.maps = append(o.maps, mp)
+		if n == 0 {
+			return mp, nil
+		}
+		keys := make([]uint32, n)
+		for i := range keys {
+			keys[i] = uint32(i)
+		}
+		if _, err := mp.BatchUpdate(keys, values, nil); err != nil {
+			return nil, fmt.Errorf("filling map %s: %w", name, err)
+		}
+		return mp, nil
 	}
 	trie := func(name string, ps []ClassPrefix, bits int) (*ebpf.Map, error) {
-		m, err := NewLPMTrie(name, ps, bits)
+		mp, err := NewLPMTrie(name, ps, bits)
 		if err == nil {
-			o.maps = append(o.maps, m)
+			o.maps = append(o.maps, mp)
 		}
-		return m, err
+		return mp, err
 	}
-	trie6, err := trie("ipf_v6_lpm", l.V6, 128)
-	if err != nil {
-		return nil, err
-	}
-	var trie4 *ebpf.Map
-	if opt.LPM4 {
-		if trie4, err = trie("ipf_v4_lpm", l.Ref4, 32); err != nil {
+	if opt.LPM {
+		if m.lpm4, err = trie("ipf_v4_lpm", l.Ref4, 32); err != nil {
 			return nil, err
 		}
+		if m.lpm6, err = trie("ipf_v6_lpm", l.Ref6, 128); err != nil {
+			return nil, err
+		}
+	} else {
+		v4, v6 := l.V4, l.V6
+		narrow, wide := make([]narrowSlot, v6.NarrowSlots), make([]wideSlot, v6.WideSlots)
+		for _, lv := range v6.Levels {
+			for i, sl := range lv.Slots {
+				if lv.Wide() {
+					wide[lv.Base+i] = wideSlot{Hi: sl.Hi, Lo: sl.Lo, Entry: sl.Entry}
+				} else {
+					narrow[lv.Base+i] = narrowSlot{Hi: sl.Hi, Entry: sl.Entry}
+				}
+			}
+		}
+		for _, a := range []struct {
+			m         **ebpf.Map
+			name      string
+			valueSize uint32
+			n         int
+			values    any
+		}{
+			{&m.v4L1, "ipf_v4_l1", 4, len(v4.L1), v4.L1[:]},
+			{&m.v4L2, "ipf_v4_l2", 4 * 256, len(v4.L2), v4.L2},
+			{&m.v4Bits, "ipf_v4_bits", 36, len(v4.Bits), v4.Bits},
+			{&m.v4Bytes, "ipf_v4_bytes", 256, len(v4.Bytes), v4.Bytes},
+			{&m.v6L1, "ipf_v6_l1", 4, len(v6.L1), v6.L1[:]},
+			{&m.v6Narrow, "ipf_v6_narrow", 16, len(narrow), narrow},
+			{&m.v6Wide, "ipf_v6_wide", 24, len(wide), wide},
+		} {
+			if *a.m, err = array(a.name, a.valueSize, a.n, a.values); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if o.Stats, err = newMap(&ebpf.MapSpec{Name: "ipf_stats", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: MaxRules + 1}); err != nil {
-		return nil, err
+	if o.Stats, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipf_stats", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: MaxRules + 1}); err != nil {
+		return nil, fmt.Errorf("creating map ipf_stats: %w", err)
 	}
-	if err := fill(l, l1, l2, bits, bytes); err != nil {
-		return nil, err
-	}
+	o.maps = append(o.maps, o.Stats)
+	m.stats = o.Stats
 	o.Program, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence", Type: ebpf.XDP, License: "GPL",
-		Instructions: instructions(l1, l2, bits, bytes, trie4, trie6, o.Stats)})
+		Instructions: instructions(l, &m)})
 	if err != nil {
 		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
@@ -226,38 +267,12 @@ func NewLPMTrie(name string, ps []ClassPrefix, bits int) (*ebpf.Map, error) {
 	return m, nil
 }
 
-// fill writes l's IPv4 tables into their maps with batch updates.
-func fill(l *Layout, l1, l2, bits, bytes *ebpf.Map) error {
-	put := func(m *ebpf.Map, n int, values any) error {
-		if n == 0 {
-			return nil
-		}
-		keys := make([]uint32, n)
-		for i := range keys {
-			keys[i] = uint32(i)
-		}
-		if _, err := m.BatchUpdate(keys, values, nil); err != nil {
-			return fmt.Errorf("filling map %s: %w", m, err)
-		}
-		return nil
-	}
-	if err := put(l1, len(l.V4.L1), l.V4.L1[:]); err != nil {
-		return err
-	}
-	if err := put(l2, len(l.V4.L2), l.V4.L2); err != nil {
-		return err
-	}
-	if err := put(bits, len(l.V4.Bits), l.V4.Bits); err != nil {
-		return err
-	}
-	return put(bytes, len(l.V4.Bytes), l.V4.Bytes)
-}
-
 // Stack slots of the program.
 const (
-	keyIdx = -4  // u32 array index
-	keyV4  = -8  // LPM key: u32 prefix length, 4 bytes of address
-	keyV6  = -20 // LPM key: u32 prefix length, 16 bytes of address
+	keyIdx   = -4  // u32 array index
+	keyV4    = -8  // LPM key: u32 prefix length, 4 bytes of address
+	keyV6    = -20 // LPM key: u32 prefix length, 16 bytes of address
+	frameLen = -32 // u64 length of the frame
 )
 
 // instructions is the program: parse Ethernet (up to two VLAN tags,
@@ -266,12 +281,10 @@ const (
 // other protocols, and frames too short for their headers, pass
 // uncounted.
 //
-// Registers kept across helper calls: R6 the frame length, R7 the IPv4
-// source (host order), R8 the entry read, R9 the class.
-//
-// With trie4, IPv4 sources are looked up in that LPM trie instead of the
-// tables.
-func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instructions {
+// Registers kept across helper calls: R7 the IPv4 source, or R7 and R8
+// the IPv6 source's halves (host order); R9 the class; R6 and R8 scratch.
+// The frame length waits on the stack.
+func instructions(l *Layout, m *progMaps) asm.Instructions {
 	be16 := func(v uint16) int32 {
 		var b [2]byte
 		binary.BigEndian.PutUint16(b[:], v)
@@ -294,8 +307,9 @@ func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instru
 	insns := asm.Instructions{
 		asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
 		asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
-		asm.Mov.Reg(asm.R6, asm.R3),
-		asm.Sub.Reg(asm.R6, asm.R2),
+		asm.Mov.Reg(asm.R4, asm.R3),
+		asm.Sub.Reg(asm.R4, asm.R2),
+		asm.StoreMem(asm.RFP, frameLen, asm.R4, asm.DWord),
 		asm.Mov.Reg(asm.R4, asm.R2),
 		asm.Add.Imm(asm.R4, 14),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
@@ -318,38 +332,48 @@ func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instru
 		asm.JEq.Imm(asm.R5, be16(unix.ETH_P_IP), "v4"),
 		asm.JNE.Imm(asm.R5, be16(unix.ETH_P_IPV6), "pass"),
 
-		// IPv6: one LPM trie lookup.
+		// IPv6.
 		asm.Mov.Reg(asm.R4, asm.R2),
 		asm.Add.Imm(asm.R4, 14+40),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-		asm.StoreImm(asm.RFP, keyV6, 128, asm.Word),
 	)
-	for i := range int16(4) {
+	if m.lpm6 != nil {
+		insns = append(insns, asm.StoreImm(asm.RFP, keyV6, 128, asm.Word))
+		for i := range int16(4) {
+			insns = append(insns,
+				asm.LoadMem(asm.R5, asm.R2, 14+8+4*i, asm.Word),
+				asm.StoreMem(asm.RFP, keyV6+4+4*i, asm.R5, asm.Word))
+		}
+		insns = append(insns, trieClass(m.lpm6, keyV6)...)
+	} else {
 		insns = append(insns,
-			asm.LoadMem(asm.R5, asm.R2, 14+8+4*i, asm.Word),
-			asm.StoreMem(asm.RFP, keyV6+4+4*i, asm.R5, asm.Word))
+			asm.LoadMem(asm.R7, asm.R2, 14+8, asm.DWord),
+			asm.HostTo(asm.BE, asm.R7, asm.DWord),
+			asm.LoadMem(asm.R8, asm.R2, 14+16, asm.DWord),
+			asm.HostTo(asm.BE, asm.R8, asm.DWord),
+		)
+		insns = append(insns, v6Tables(l.V6, m)...)
 	}
-	insns = append(insns, trieClass(trie6, keyV6)...)
 	insns = append(insns,
-		// IPv4: L1 by the top 16 bits.
+		// IPv4.
 		asm.Mov.Reg(asm.R4, asm.R2).WithSymbol("v4"),
 		asm.Add.Imm(asm.R4, 14+20),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
 		asm.LoadMem(asm.R7, asm.R2, 14+12, asm.Word),
 	)
-	if trie4 != nil {
+	if m.lpm4 != nil {
 		insns = append(insns,
 			asm.StoreImm(asm.RFP, keyV4, 32, asm.Word),
 			asm.StoreMem(asm.RFP, keyV4+4, asm.R7, asm.Word))
-		insns = append(insns, trieClass(trie4, keyV4)...)
+		insns = append(insns, trieClass(m.lpm4, keyV4)...)
 	} else {
 		insns = append(insns, asm.HostTo(asm.BE, asm.R7, asm.Word))
-		insns = append(insns, v4Tables(l1, l2, bits, bytes)...)
+		insns = append(insns, v4Tables(m.v4L1, m.v4L2, m.v4Bits, m.v4Bytes)...)
 	}
 	insns = append(insns,
 		// Count the packet under its class.
 		asm.StoreMem(asm.RFP, keyIdx, asm.R9, asm.Word).WithSymbol("count"),
-		asm.LoadMapPtr(asm.R1, stats.FD()),
+		asm.LoadMapPtr(asm.R1, m.stats.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, keyIdx),
 		asm.FnMapLookupElem.Call(),
@@ -358,7 +382,8 @@ func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instru
 		asm.Add.Imm(asm.R1, 1),
 		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
 		asm.LoadMem(asm.R1, asm.R0, 8, asm.DWord),
-		asm.Add.Reg(asm.R1, asm.R6),
+		asm.LoadMem(asm.R2, asm.RFP, frameLen, asm.DWord),
+		asm.Add.Reg(asm.R1, asm.R2),
 		asm.StoreMem(asm.R0, 8, asm.R1, asm.DWord),
 
 		asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("verdict"),
@@ -367,6 +392,113 @@ func instructions(l1, l2, bits, bytes, trie4, trie6, stats *ebpf.Map) asm.Instru
 		asm.Return().WithSymbol("exit"),
 	)
 	return insns
+}
+
+// v6Tables sets R9 to the class of the IPv6 source in R7:R8 (host order)
+// from the tables (see V6.Lookup) and goes to "count".
+func v6Tables(t *V6, m *progMaps) asm.Instructions {
+	level := func(i int) string { return fmt.Sprintf("v6level%d", i) }
+	// dispatch goes on from the Entry in R1: to "v6decide" if it decides,
+	// else to the label of the level it names, one of next.
+	dispatch := func(sym string, next []int) asm.Instructions {
+		insns := asm.Instructions{
+			asm.Mov.Reg(asm.R2, asm.R1).WithSymbol(sym),
+			asm.RSh.Imm(asm.R2, kindShift),
+			asm.JEq.Imm(asm.R2, int32(Decide), "v6decide"),
+			asm.And.Imm(asm.R1, indexMask),
+		}
+		for _, n := range next {
+			insns = append(insns, asm.JEq.Imm(asm.R1, int32(n), level(n)))
+		}
+		return append(insns, asm.Ja.Label("v6miss")) // cannot happen
+	}
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R1, asm.R7),
+		asm.RSh.Imm(asm.R1, 48),
+		asm.StoreMem(asm.RFP, keyIdx, asm.R1, asm.Word),
+	}
+	insns = append(insns, lookup(m.v6L1, keyIdx, "")...)
+	insns = append(insns, asm.LoadMem(asm.R1, asm.R0, 0, asm.Word))
+	insns = append(insns, dispatch("v6l1", t.Next)...)
+	for i := range t.Levels {
+		insns = append(insns, levelProbes(&t.Levels[i], i, m, level(i))...)
+		insns = append(insns, dispatch(fmt.Sprintf("v6found%d", i), t.Levels[i].Next)...)
+	}
+	return append(insns,
+		asm.Mov.Imm(asm.R9, 0).WithSymbol("v6miss"),
+		asm.Ja.Label("count"),
+		asm.Mov.Reg(asm.R9, asm.R1).WithSymbol("v6decide"),
+		asm.And.Imm(asm.R9, indexMask),
+		asm.Ja.Label("count"),
+	)
+}
+
+// levelProbes looks the IPv6 source in R7:R8 up in level lv (index i),
+// starting at symbol sym: a bounded loop over its probes, counted in R6.
+// It goes to "v6miss" if the key is absent, or to "v6found<i>" with the
+// key's Entry in R1.
+func levelProbes(lv *Level, i int, m *progMaps, sym string) asm.Instructions {
+	loop, found := fmt.Sprintf("v6probe%d", i), fmt.Sprintf("v6found%d", i)
+	// keyHi and keyLo put the key's halves in R3 (and R4).
+	keyHi := asm.Instructions{asm.Mov.Reg(asm.R3, asm.R7)}
+	if lv.Bits < 64 {
+		keyHi = append(keyHi, asm.RSh.Imm(asm.R3, int32(64-lv.Bits)))
+	}
+	keyLo := asm.Instructions{asm.Mov.Reg(asm.R4, asm.R8)}
+	if lv.Bits < 128 {
+		keyLo = append(keyLo, asm.RSh.Imm(asm.R4, int32(128-lv.Bits)))
+	}
+	mp, entryOff := m.v6Narrow, int16(8)
+	if lv.Wide() {
+		mp, entryOff = m.v6Wide, 16
+	}
+	insns := asm.Instructions{asm.Mov.Imm(asm.R6, 0).WithSymbol(sym)}
+	// The slot: home + R6, wrapped, past the level's base.
+	insns = append(insns, keyHi...)
+	insns[len(insns)-len(keyHi)] = insns[len(insns)-len(keyHi)].WithSymbol(loop)
+	insns = append(insns,
+		asm.LoadImm(asm.R1, int64(lv.Mult[0]), asm.DWord),
+		asm.Mul.Reg(asm.R3, asm.R1),
+	)
+	if lv.Wide() {
+		insns = append(insns, keyLo...)
+		insns = append(insns,
+			asm.LoadImm(asm.R1, int64(lv.Mult[1]), asm.DWord),
+			asm.Mul.Reg(asm.R4, asm.R1),
+			asm.Add.Reg(asm.R3, asm.R4),
+		)
+	}
+	wrapped := fmt.Sprintf("v6wrapped%d", i)
+	insns = append(insns,
+		asm.RSh.Imm(asm.R3, 32),
+		asm.Mul.Imm(asm.R3, int32(len(lv.Slots))),
+		asm.RSh.Imm(asm.R3, 32),
+		asm.Add.Reg(asm.R3, asm.R6),
+		asm.JLT.Imm(asm.R3, int32(len(lv.Slots)), wrapped),
+		asm.Sub.Imm(asm.R3, int32(len(lv.Slots))),
+		asm.Add.Imm(asm.R3, int32(lv.Base)).WithSymbol(wrapped),
+		asm.StoreMem(asm.RFP, keyIdx, asm.R3, asm.Word),
+	)
+	insns = append(insns, lookup(mp, keyIdx, "")...)
+	insns = append(insns,
+		asm.LoadMem(asm.R1, asm.R0, entryOff, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "v6miss"), // an empty slot
+		asm.LoadMem(asm.R2, asm.R0, 0, asm.DWord),
+	)
+	next := fmt.Sprintf("v6next%d", i)
+	insns = append(insns, keyHi...)
+	insns = append(insns, asm.JNE.Reg(asm.R2, asm.R3, next))
+	if lv.Wide() {
+		insns = append(insns, asm.LoadMem(asm.R2, asm.R0, 8, asm.DWord))
+		insns = append(insns, keyLo...)
+		insns = append(insns, asm.JNE.Reg(asm.R2, asm.R4, next))
+	}
+	return append(insns,
+		asm.Ja.Label(found),
+		asm.Add.Imm(asm.R6, 1).WithSymbol(next),
+		asm.JLT.Imm(asm.R6, int32(lv.Probes), loop),
+		asm.Ja.Label("v6miss"),
+	)
 }
 
 // v4Tables sets R9 to the class of the IPv4 source in R7 (host order)
@@ -389,17 +521,20 @@ func v4Tables(l1, l2, bits, bytes *ebpf.Map) asm.Instructions {
 	insns = append(insns, lookup(l1, keyIdx, "")...)
 	insns = append(insns, readEntry...)
 	insns = append(insns,
-		// L2: the chunk's entry for the third byte.
+		// L2: the chunk (one map value), then its entry for the third
+		// byte.
 		asm.Mov.Reg(asm.R1, asm.R8),
 		asm.And.Imm(asm.R1, indexMask),
-		asm.LSh.Imm(asm.R1, 8),
-		asm.Mov.Reg(asm.R2, asm.R7),
-		asm.RSh.Imm(asm.R2, 8),
-		asm.And.Imm(asm.R2, 0xff),
-		asm.Add.Reg(asm.R1, asm.R2),
 		asm.StoreMem(asm.RFP, keyIdx, asm.R1, asm.Word),
 	)
 	insns = append(insns, lookup(l2, keyIdx, "")...)
+	insns = append(insns,
+		asm.Mov.Reg(asm.R1, asm.R7),
+		asm.RSh.Imm(asm.R1, 8),
+		asm.And.Imm(asm.R1, 0xff),
+		asm.LSh.Imm(asm.R1, 2),
+		asm.Add.Reg(asm.R0, asm.R1),
+	)
 	insns = append(insns, readEntry...)
 	insns = append(insns,
 		asm.Mov.Reg(asm.R2, asm.R8),

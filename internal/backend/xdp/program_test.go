@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -74,7 +77,7 @@ func TestProgramModel(t *testing.T) {
 		}
 		want[c]++
 	}
-	for _, opt := range []LoadOptions{{}, {LPM4: true}} {
+	for _, opt := range []LoadOptions{{}, {LPM: true}} {
 		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {
 			o, err := l.Load(opt)
 			if err != nil {
@@ -167,13 +170,25 @@ func setOf(t testing.TB, ps ...string) *netipx.IPSet {
 	return s
 }
 
-// feedRules returns one rule of n random IPv4 prefixes shaped like a
-// threat feed: 60% single addresses, 25% /24s, the rest /16 to /23.
-func feedRules(r *rand.Rand, n int) []Rule {
+// feedRules returns one rule of n random prefixes shaped like a threat
+// feed. IPv4: 60% single addresses, 25% /24s, the rest /16 to /23. IPv6:
+// 50% single addresses, 30% /64s, the rest /32 to /48.
+func feedRules(r *rand.Rand, n int, is4 bool) []Rule {
 	var b netipx.IPSetBuilder
-	for _, a := range pktgen.RandomV4(r, n) {
+	addrs := pktgen.RandomV4(r, n)
+	if !is4 {
+		addrs = pktgen.RandomV6(r, n)
+	}
+	for _, a := range addrs {
+		x := r.IntN(100)
 		bits := 32
-		switch x := r.IntN(100); {
+		switch {
+		case !is4 && x >= 80:
+			bits = 32 + r.IntN(17)
+		case !is4 && x >= 50:
+			bits = 64
+		case !is4:
+			bits = 128
 		case x >= 85:
 			bits = 16 + r.IntN(8)
 		case x >= 60:
@@ -186,62 +201,113 @@ func feedRules(r *rand.Rand, n int) []Rule {
 }
 
 // BenchmarkLookup times the program per packet in the kernel without a
-// device (BPF_PROG_RUN) against an LPM trie of the same prefixes, for
-// sources half in the set and half not: ns/packet is the median over 64
-// sources of each one's mean over 2000 runs.
+// device (BPF_PROG_RUN) against LPM tries of the same prefixes and an
+// empty program (what BPF_PROG_RUN itself costs), for sources half in the
+// set and half not. The three run in interleaved rounds; each reports the
+// median over rounds of the median over 64 sources of each one's mean
+// over 1000 runs.
 //
 //	sudo go test ./internal/backend/xdp -run '^$' -bench Lookup -benchtime 1x
 func BenchmarkLookup(b *testing.B) {
 	netnstest.NeedRoot(b)
-	b.Run("prefixes=0/layout=none", func(b *testing.B) {
-		// What BPF_PROG_RUN costs around any program: one that passes.
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer prog.Close()
-		benchProgram(b, prog, pktgen.RandomV4(rand.New(rand.NewPCG(1, 1)), 64))
-	})
-	for _, n := range []int{1000, 10000, 100000, 500000, 1000000} {
-		r := rand.New(rand.NewPCG(uint64(n), 5))
-		rules := feedRules(r, n)
-		l, err := BuildLayout(rules)
-		if err != nil {
-			b.Fatal(err)
-		}
-		srcs := append(pktgen.RandomFromSet(r, rules[0].Drop, 32), pktgen.RandomV4(r, 32)...)
-		b.Run(fmt.Sprintf("prefixes=%d/layout=ipfence", len(rules[0].Drop.Prefixes())), func(b *testing.B) {
-			benchLayout(b, l, LoadOptions{}, srcs)
-			b.ReportMetric(float64(l.Memory())/(1<<20), "MiB")
-		})
-		b.Run(fmt.Sprintf("prefixes=%d/layout=lpm-trie", len(rules[0].Drop.Prefixes())), func(b *testing.B) {
-			benchLayout(b, l, LoadOptions{LPM4: true}, srcs)
-		})
-	}
-}
-
-func benchLayout(b *testing.B, l *Layout, opt LoadOptions, srcs []netip.Addr) {
-	o, err := l.Load(opt)
+	// What BPF_PROG_RUN costs around any program: one that passes.
+	none, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer o.Close()
-	benchProgram(b, o.Program, srcs)
-}
-
-func benchProgram(b *testing.B, prog *ebpf.Program, srcs []netip.Addr) {
-	var per []float64
-	for range b.N {
-		per = per[:0]
-		for _, a := range srcs {
-			_, d, err := prog.Benchmark(frame(b, a), 2000, nil)
+	defer none.Close()
+	for _, family := range []string{"ipv4", "ipv6"} {
+		for _, n := range []int{1000, 10000, 100000, 500000, 1000000} {
+			r := rand.New(rand.NewPCG(uint64(n), 5))
+			rules := feedRules(r, n, family == "ipv4")
+			l, err := BuildLayout(rules)
 			if err != nil {
 				b.Fatal(err)
 			}
-			per = append(per, float64(d.Nanoseconds()))
+			others := pktgen.RandomV4(r, 32)
+			if family == "ipv6" {
+				others = pktgen.RandomV6(r, 32)
+			}
+			srcs := append(pktgen.RandomFromSet(r, rules[0].Drop, 32), others...)
+			b.Run(fmt.Sprintf("family=%s/prefixes=%d", family, len(rules[0].Drop.Prefixes())), func(b *testing.B) {
+				tables, err := l.Load(LoadOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tables.Close()
+				tries, err := l.Load(LoadOptions{LPM: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tries.Close()
+				ns := benchPrograms(b, srcs, tables.Program, tries.Program, none)
+				b.ReportMetric(ns[0], "ipfence-ns/packet")
+				b.ReportMetric(ns[1], "lpm-ns/packet")
+				b.ReportMetric(ns[2], "none-ns/packet")
+				b.ReportMetric(memlock(b, tables)/(1<<20), "ipfence-MiB")
+				b.ReportMetric(memlock(b, tries)/(1<<20), "lpm-MiB")
+			})
 		}
 	}
-	slices.Sort(per)
-	b.ReportMetric(per[len(per)/2], "ns/packet")
+}
+
+// benchPrograms returns each program's ns per packet on frames from srcs:
+// the median over interleaved rounds (b.N, at least 5) of the median over
+// sources of the mean over 1000 runs.
+func benchPrograms(b *testing.B, srcs []netip.Addr, progs ...*ebpf.Program) []float64 {
+	rounds := make([][]float64, len(progs))
+	frames := make([][]byte, len(srcs))
+	for i, a := range srcs {
+		frames[i] = frame(b, a)
+	}
+	for round := range max(b.N, 5) {
+		for k := range progs {
+			i := (k + round) % len(progs) // each program goes first in turn
+			var per []float64
+			for _, f := range frames {
+				_, d, err := progs[i].Benchmark(f, 1000, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				per = append(per, float64(d.Nanoseconds()))
+			}
+			rounds[i] = append(rounds[i], median(per))
+		}
+	}
+	out := make([]float64, len(progs))
+	for i, r := range rounds {
+		out[i] = median(r)
+	}
+	return out
+}
+
+// memlock returns the bytes the kernel accounts to the maps of o, but its
+// stats: what its tables take, overheads included.
+func memlock(b *testing.B, o *Objects) float64 {
+	total := 0.0
+	for _, m := range o.maps {
+		if m == o.Stats {
+			continue
+		}
+		fd, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(fd), "\n") {
+			if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+				n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
 }

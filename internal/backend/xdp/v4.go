@@ -22,9 +22,9 @@ import (
 // rules cut, not with the number of prefixes.
 type V4 struct {
 	L1    [1 << 16]Entry
-	L2    []Entry     // 256 per chunk
-	Bits  []BitLeaf   // leaves of one class
-	Bytes [][256]byte // leaves of several classes: a Class per address
+	L2    [][256]Entry // chunks
+	Bits  []BitLeaf    // leaves of one class
+	Bytes [][256]byte  // leaves of several classes: a Class per address
 }
 
 // Entry is an element of V4's L1 and L2: a class that decides, or where to
@@ -79,16 +79,17 @@ func buildV4(spans []span) *V4 {
 			t.L1[hi] = entry(Decide, int(cl))
 			continue
 		}
-		chunk := len(t.L2) / 256
-		t.L1[hi] = entry(Chunk, chunk)
+		t.L1[hi] = entry(Chunk, len(t.L2))
+		var chunk [256]Entry
 		for mid := range uint32(256) {
 			b := base | mid<<8
 			if cl, ok := c.uniform(b, b|0xff); ok {
-				t.L2 = append(t.L2, entry(Decide, int(cl)))
+				chunk[mid] = entry(Decide, int(cl))
 				continue
 			}
-			t.L2 = append(t.L2, t.leaf(&c, b))
+			chunk[mid] = t.leaf(&c, b)
 		}
+		t.L2 = append(t.L2, chunk)
 	}
 	return t
 }
@@ -130,7 +131,7 @@ func (t *V4) Lookup(a netip.Addr) Class {
 	if e.Kind() == Decide {
 		return Class(e.Index())
 	}
-	e = t.L2[e.Index()*256+int(v>>8&0xff)]
+	e = t.L2[e.Index()][v>>8&0xff]
 	switch e.Kind() {
 	case BitsLeaf:
 		l := &t.Bits[e.Index()]
@@ -144,9 +145,11 @@ func (t *V4) Lookup(a netip.Addr) Class {
 	return Class(e.Index())
 }
 
-// Memory is the bytes the tables take in BPF maps (values only).
+// Memory is the bytes the tables take in BPF maps: their values, each
+// rounded up to 8 bytes as array maps store them (an L2 chunk is one
+// value).
 func (t *V4) Memory() int {
-	return 4*len(t.L1) + 4*len(t.L2) + 36*len(t.Bits) + 256*len(t.Bytes)
+	return 8*len(t.L1) + 1024*len(t.L2) + 40*len(t.Bits) + 256*len(t.Bytes)
 }
 
 // cursor walks a family's spans in address order.
