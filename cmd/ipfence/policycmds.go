@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
@@ -145,6 +147,7 @@ func writeJSON(w io.Writer, v any) error {
 
 func newApplyCmd(g *globals) *cobra.Command {
 	var pf policyFlags
+	var xf xdpFlags
 	var netns string
 	var dry bool
 	c := &cobra.Command{
@@ -154,7 +157,13 @@ func newApplyCmd(g *globals) *cobra.Command {
 ipfence) in one netlink transaction: either the whole new ruleset is in force or
 the old one stays. Nothing else of the host's ruleset is touched. Before loading
 it refuses rules that would block this host's own addresses. It prints what
-changed against the last apply.`,
+changed against the last apply.
+
+Rules with backend xdp (the policy's top-level 'backend:' or a rule's own) run
+in an XDP program on the policy's 'interfaces:', ahead of the table: the
+leading drop and allow-only rules without ports. The program is swapped in one
+step (bpf_link update) and pinned under --pin-dir, so it keeps running when
+ipfence exits; 'ipfence flush' detaches it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -186,12 +195,18 @@ changed against the last apply.`,
 				defer closeBans()
 				heads := nft.Heads(c.plan)
 				var r nft.ApplyResult
-				err = bc.Load(heads, c.plan.Priority, func(bans nft.Bans) (err error) {
-					r, err = applyRetrying(ctx, nft.WithBans(c.prog, heads, c.plan.Priority, bans), netns, g)
+				nftApply := func() error {
+					err := bc.Load(heads, c.plan.Priority, func(bans nft.Bans) (err error) {
+						r, err = applyRetrying(ctx, nft.WithBans(c.prog, heads, c.plan.Priority, bans), netns, g)
+						return err
+					})
+					if err != nil {
+						return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
+					}
+					return nil
+				}
+				if rep.XDP, err = applyWithXDP(c, netns, prev, &xf, nftApply); err != nil {
 					return err
-				})
-				if err != nil {
-					return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
 				}
 				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
 				for _, src := range c.res.Sources {
@@ -214,6 +229,7 @@ changed against the last apply.`,
 	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
 	c.Flags().BoolVar(&pf.offline, "offline", false, "download nothing: URL sources from their last good copies (boot-time restore, before the network is up)")
+	xf.register(c, true)
 	return c
 }
 
@@ -240,6 +256,7 @@ type applyReport struct {
 	Chains        int            `json:"nft_chains"`
 	CompileMillis int64          `json:"compile_ms"`
 	LoadMillis    int64          `json:"load_ms"`
+	XDP           *xdpReport     `json:"xdp,omitempty"`
 }
 
 func printApply(w io.Writer, c *compiled, rep applyReport) {
@@ -254,8 +271,14 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 	fmt.Fprintf(w, "%s table inet %s in %s: %d rules, %d maps/sets, %d elements, %d chains (compile %d ms, load %d ms)\n",
 		verb, c.plan.Table, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
 	for _, r := range c.plan.Rules {
+		if r.Backend == plan.XDP {
+			fmt.Fprintf(w, "  rule %-16s %-10s XDP on %s: %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action,
+				strings.Join(c.plan.Interfaces, ", "), r.V4.Prefixes, r.V6.Prefixes)
+			continue
+		}
 		fmt.Fprintf(w, "  rule %-16s %-10s ipv4 %s; ipv6 %s\n", r.Name, r.Action, describeLayout(r.V4), describeLayout(r.V6))
 	}
+	printXDPApply(w, rep.XDP)
 	if len(rep.Changes) == 0 {
 		fmt.Fprintln(w, "no change against the last apply")
 	}
@@ -288,6 +311,7 @@ func (f *kernelFlags) register(c *cobra.Command) {
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var kf kernelFlags
+	var xf xdpFlags
 	var socket string
 	c := &cobra.Command{
 		Use:   "status [--netns NAME]",
@@ -299,6 +323,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("reading status: %w", err)
 			}
 			applied, _ := state.Dir{Path: kf.stateDir}.LoadApplied(kf.netns)
+			xs, err := readXDPStatus(kf.netns, &xf, applied)
+			if err != nil {
+				return err
+			}
 			var ds *api.Status
 			if _, err := viaDaemon(socket, func(cl *api.Client) (err error) {
 				ds, err = cl.Status(cmd.Context())
@@ -309,11 +337,13 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					Kernel  nft.TableStatus `json:"kernel"`
+					XDP     *xdpStatus      `json:"xdp,omitempty"`
 					Applied *state.Applied  `json:"applied,omitempty"`
 					Daemon  *api.Status     `json:"daemon,omitempty"`
-				}{ts, applied, ds})
+				}{ts, xs, applied, ds})
 			}
 			printStatus(cmd.OutOrStdout(), ts, applied)
+			printXDPStatus(cmd.OutOrStdout(), xs)
 			if ds != nil {
 				printDaemonStatus(cmd.OutOrStdout(), ds)
 			}
@@ -322,6 +352,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	}
 	kf.register(c)
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, "the daemon's API socket (its status is shown when it runs)")
+	xf.register(c, false)
 	return c
 }
 
@@ -368,9 +399,10 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
 
 func newFlushCmd(g *globals) *cobra.Command {
 	var kf kernelFlags
+	var xf xdpFlags
 	c := &cobra.Command{
 		Use:   "flush [--netns NAME]",
-		Short: "Remove ipfence's table (and nothing else) in one transaction",
+		Short: "Remove ipfence's table in one transaction and detach its XDP program (nothing else)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			unlock, err := state.Dir{Path: kf.stateDir}.Lock()
@@ -382,21 +414,29 @@ func newFlushCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("flushing: %w", err)
 			}
+			detached, err := xdp.Flush(xf.options(kf.netns, nil))
+			if err != nil {
+				return fmt.Errorf("flushing XDP: %w", err)
+			}
 			if err := (state.Dir{Path: kf.stateDir}).ForgetApplied(kf.netns); err != nil {
 				g.logger.Warn("forgetting what was applied", "err", err)
 			}
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed})
+				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed, "xdp_detached": detached})
 			}
 			if existed {
 				fmt.Fprintf(cmd.OutOrStdout(), "removed table inet %s\n", kf.table)
 			} else {
 				fmt.Fprintln(cmd.OutOrStdout(), "no ipfence table was loaded")
 			}
+			if detached {
+				fmt.Fprintln(cmd.OutOrStdout(), "detached the XDP program")
+			}
 			return nil
 		},
 	}
 	kf.register(c)
+	xf.register(c, false)
 	return c
 }
 

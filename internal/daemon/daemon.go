@@ -278,6 +278,9 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n := len(p.XDPRules()); n > 0 {
+		return nil, fmt.Errorf("%w: %d rules of %s run in XDP; apply it with `ipfence apply` (the daemon does not drive XDP yet), or set `backend: nftables`", ErrXDP, n, pol.File)
+	}
 	for _, w := range p.Warnings {
 		d.log.Warn(w)
 	}
@@ -286,6 +289,10 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 	}
 	return &compiled{pol: pol, res: res, plan: p, prog: nft.FromPlan(p, nft.Bans{})}, nil
 }
+
+// ErrXDP is returned for policies with XDP rules, which only `ipfence
+// apply` runs so far.
+var ErrXDP = errors.New("the daemon cannot run XDP rules")
 
 // sourceFailed records err against the source it names (every source
 // when it names none).

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -18,6 +20,7 @@ type nsStats struct {
 	conntrack        *os.File // nil when conntrack is not loaded
 	buf              []byte
 	ifname           string
+	xdp              bool // an XDP program runs on ifname
 }
 
 // counters is a snapshot of the counters Check and Measure watch.
@@ -50,6 +53,11 @@ func openStats(lab *netns.Lab) (*nsStats, error) {
 			return err
 		}
 		s.conntrack, _ = os.Open("/proc/thread-self/net/stat/nf_conntrack")
+		l, err := netlink.LinkByName(lab.FWIf)
+		if err != nil {
+			return err
+		}
+		s.xdp = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
 		return nil
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"go4.org/netipx"
@@ -52,11 +53,35 @@ func (p Port) String() string {
 	return fmt.Sprintf("%s/%d-%d", p.Proto, p.First, p.Last)
 }
 
+// Backend is where a rule is enforced.
+type Backend string
+
+const (
+	// NFTables runs the rule in ipfence's nftables table (prerouting).
+	NFTables Backend = "nftables"
+	// XDP runs it in an XDP program on the policy's interfaces, before
+	// the kernel allocates anything for the packet. Only the leading
+	// drop and allow-only rules without ports can: see Compile.
+	XDP Backend = "xdp"
+)
+
+// ParseBackend validates a backend name ("" is the default).
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case "", NFTables, XDP:
+		return b, nil
+	}
+	return "", fmt.Errorf("unknown backend %q (use nftables or xdp)", s)
+}
+
 // RuleInput is one rule with its set resolved from the sources.
 type RuleInput struct {
 	Name   string
 	Action Action
 	Ports  []Port
+	// Backend is where the policy asks the rule to run; "" is the
+	// Input's Backend.
+	Backend Backend
 	// IPv4 and IPv6 select the families the rule applies to.
 	IPv4, IPv6 bool
 	Set        *netipx.IPSet
@@ -72,6 +97,10 @@ type Input struct {
 	// Protect lists prefixes that are never blocked.
 	Protect *netipx.IPSet
 	Rules   []RuleInput
+	// Backend is the rules' default backend; "" is NFTables.
+	Backend Backend
+	// Interfaces are where XDP rules are attached.
+	Interfaces []string
 }
 
 // Builtin returns the prefixes that are protected in every plan: loopback,
@@ -93,6 +122,8 @@ type Plan struct {
 	Protect  []string `json:"protect"`
 	Rules    []*Rule  `json:"rules"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Interfaces are where the XDP rules run.
+	Interfaces []string `json:"interfaces,omitempty"`
 
 	protect *netipx.IPSet
 }
@@ -104,6 +135,10 @@ type Rule struct {
 	Ports  []Port  `json:"ports,omitempty"`
 	V4     *Layout `json:"ipv4"`
 	V6     *Layout `json:"ipv6"`
+	// Backend is where the rule runs; BackendNote says why a rule that
+	// asked for XDP runs in nftables.
+	Backend     Backend `json:"backend"`
+	BackendNote string  `json:"backend_note,omitempty"`
 
 	// Set is what the rule matches after protection (blocking rules:
 	// minus protected prefixes; allow-only: plus them).
@@ -147,7 +182,77 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 		p.Warnings = append(p.Warnings, warn...)
 		p.Rules = append(p.Rules, r)
 	}
+	if err := p.assignBackends(in); err != nil {
+		return nil, err
+	}
 	return p, nil
+}
+
+// MaxXDPRules is the most rules the XDP backend runs; later ones stay in
+// nftables.
+const MaxXDPRules = 255
+
+// ErrNoInterfaces is returned for XDP rules in a policy without
+// interfaces.
+var ErrNoInterfaces = errors.New("XDP rules need interfaces")
+
+// assignBackends decides where each rule runs. XDP runs before every
+// nftables rule and can only drop by source, so the rules that run there
+// are the leading ones asking for it that drop or allow only some
+// sources, without ports; the others, and every rule after the first that
+// stays in nftables, run in nftables (with a note and a warning when they
+// asked for XDP).
+func (p *Plan) assignBackends(in *Input) error {
+	var blocker string // the first rule that runs in nftables
+	xdp := 0
+	for i, r := range p.Rules {
+		want := in.Rules[i].Backend
+		if want == "" {
+			want = in.Backend
+		}
+		r.Backend = NFTables
+		var note string
+		switch {
+		case want != XDP:
+		case blocker != "":
+			note = fmt.Sprintf("it follows rule %q, which runs in nftables, and XDP runs first", blocker)
+		case r.Action == Reject:
+			note = "XDP can drop but not reject"
+		case r.Action == Accept:
+			note = "accept must skip the later nftables rules, which XDP cannot"
+		case len(r.Ports) > 0:
+			note = "XDP rules match sources, not ports"
+		case xdp == MaxXDPRules:
+			note = fmt.Sprintf("XDP runs at most %d rules", MaxXDPRules)
+		default:
+			r.Backend = XDP
+			xdp++
+			continue
+		}
+		if blocker == "" {
+			blocker = r.Name
+		}
+		if note != "" {
+			r.BackendNote = "runs in nftables: " + note
+			p.Warnings = append(p.Warnings, fmt.Sprintf("%s: rule %q asks for backend xdp but %s", in.Rules[i].Where, r.Name, r.BackendNote))
+		}
+	}
+	if xdp > 0 {
+		if len(in.Interfaces) == 0 {
+			return fmt.Errorf("%w: %d rules run in XDP but the policy lists no interfaces; add e.g. `interfaces: [eth0]`", ErrNoInterfaces, xdp)
+		}
+		p.Interfaces = slices.Clone(in.Interfaces)
+	}
+	return nil
+}
+
+// XDPRules returns the rules that run in XDP: the first ones of p.Rules.
+func (p *Plan) XDPRules() []*Rule {
+	n := 0
+	for n < len(p.Rules) && p.Rules[n].Backend == XDP {
+		n++
+	}
+	return p.Rules[:n]
 }
 
 func compileRule(ri *RuleInput, prot *netipx.IPSet, opt Options) (*Rule, []string, error) {

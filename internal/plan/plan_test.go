@@ -94,3 +94,46 @@ func TestCompileRefuses(t *testing.T) {
 		t.Errorf("accept all: %v", err)
 	}
 }
+
+// TestAssignBackends: the leading drop and allow-only rules without ports
+// that ask for XDP run there; the rest run in nftables, with a note when
+// they asked for XDP.
+func TestAssignBackends(t *testing.T) {
+	rule := func(name string, a Action, ports ...Port) RuleInput {
+		return RuleInput{Name: name, Action: a, Ports: ports, IPv4: true, IPv6: true, Set: set("192.0.2.0/24", "2001:db8::/32"), Where: "p.yaml:1"}
+	}
+	in := &Input{Backend: XDP, Interfaces: []string{"eth0"}, Rules: []RuleInput{
+		rule("feed", Drop), rule("geo", AllowOnly), rule("ssh", Drop, Port{Proto: "tcp", First: 22, Last: 22}),
+		rule("late", Drop), rule("rej", Reject),
+	}}
+	in.Rules[3].Backend = NFTables // asks for nftables itself: no note
+	p, err := Compile(in, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Backend{XDP, XDP, NFTables, NFTables, NFTables}
+	notes := []bool{false, false, true, false, true}
+	for i, r := range p.Rules {
+		if r.Backend != want[i] || (r.BackendNote != "") != notes[i] {
+			t.Errorf("rule %s: backend %s, note %q; want %s, note %v", r.Name, r.Backend, r.BackendNote, want[i], notes[i])
+		}
+	}
+	if got := p.XDPRules(); len(got) != 2 || got[1].Name != "geo" {
+		t.Errorf("XDPRules = %v, want feed and geo", got)
+	}
+	if len(p.Interfaces) != 1 || p.Interfaces[0] != "eth0" {
+		t.Errorf("interfaces %v", p.Interfaces)
+	}
+
+	// A rule's own backend: only it runs in XDP.
+	in = &Input{Interfaces: []string{"eth0"}, Rules: []RuleInput{rule("feed", Drop), rule("geo", AllowOnly)}}
+	in.Rules[0].Backend = XDP
+	if p, err = Compile(in, Options{}); err != nil || len(p.XDPRules()) != 1 || p.Rules[1].Backend != NFTables {
+		t.Errorf("per-rule backend: %v, %+v", err, p)
+	}
+
+	in.Interfaces = nil
+	if _, err := Compile(in, Options{}); !errors.Is(err, ErrNoInterfaces) {
+		t.Errorf("XDP rules without interfaces: %v, want ErrNoInterfaces", err)
+	}
+}

@@ -54,6 +54,10 @@ type Policy struct {
 	Sources  []*SourceDef
 	Protect  []ProtectEntry
 	Rules    []*RuleDef
+	// Backend is the rules' default backend ("" is nftables) and
+	// Interfaces where XDP rules run.
+	Backend    plan.Backend
+	Interfaces []string
 }
 
 // SourceDef is a source as defined in the policy.
@@ -79,6 +83,7 @@ type RuleDef struct {
 	Ports     []plan.Port
 	IPv4      bool
 	IPv6      bool
+	Backend   plan.Backend
 	Line      int
 }
 
@@ -91,6 +96,9 @@ type doc struct {
 	Sources  map[string]sourceDoc `yaml:"sources"`
 	Protect  []string             `yaml:"protect"`
 	Rules    []ruleDoc            `yaml:"rules"`
+	Backend  string               `yaml:"backend"`
+	// Interfaces: where XDP rules are attached.
+	Interfaces []string `yaml:"interfaces"`
 }
 
 type sourceDoc struct {
@@ -107,8 +115,9 @@ type ruleDoc struct {
 	Name   string   `yaml:"name"`
 	Action string   `yaml:"action"`
 	Match  matchDoc `yaml:"match"`
-	Ports  []string `yaml:"ports"`
-	Family string   `yaml:"family"`
+	Ports   []string `yaml:"ports"`
+	Family  string   `yaml:"family"`
+	Backend string   `yaml:"backend"`
 }
 
 type matchDoc struct {
@@ -151,6 +160,21 @@ func Parse(data []byte, file string) (*Policy, error) {
 	p.Priority = -300
 	if d.Priority != nil {
 		p.Priority = *d.Priority
+	}
+	var err error
+	if p.Backend, err = plan.ParseBackend(d.Backend); err != nil {
+		return nil, &Error{File: file, Line: lines.key("backend"), Msg: err.Error()}
+	}
+	seenIf := map[string]bool{}
+	for _, name := range d.Interfaces {
+		if !validIfName(name) {
+			return nil, &Error{File: file, Line: lines.key("interfaces"), Msg: fmt.Sprintf("interface name %q: at most 15 characters, no '/', ':' or spaces", name)}
+		}
+		if seenIf[name] {
+			return nil, &Error{File: file, Line: lines.key("interfaces"), Msg: fmt.Sprintf("interface %q is listed twice", name)}
+		}
+		seenIf[name] = true
+		p.Interfaces = append(p.Interfaces, name)
 	}
 	dir := filepath.Dir(file)
 	names := make([]string, 0, len(d.Sources))
@@ -283,7 +307,15 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 	default:
 		return nil, bad("rule %q: family %q (use ipv4, ipv6 or both)", rd.Name, rd.Family)
 	}
+	if r.Backend, err = plan.ParseBackend(rd.Backend); err != nil {
+		return nil, bad("rule %q: %v", rd.Name, err)
+	}
 	return r, nil
+}
+
+// validIfName reports whether s can name a network interface.
+func validIfName(s string) bool {
+	return s != "" && len(s) < 16 && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n")
 }
 
 // ParsePort parses "tcp/22", "udp/53" or "tcp/80-443".
@@ -420,7 +452,7 @@ func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, erro
 		}
 		res.Sources[sd.Spec.Name] = src
 	}
-	in := &plan.Input{Table: p.Table, Priority: p.Priority}
+	in := &plan.Input{Table: p.Table, Priority: p.Priority, Backend: p.Backend, Interfaces: p.Interfaces}
 	var pb prefix.Builder
 	for _, e := range p.Protect {
 		pb.AddRange(e.Range)
@@ -436,7 +468,7 @@ func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, erro
 			return nil, &Error{File: p.File, Line: r.Line, Msg: fmt.Sprintf("rule %q: %v", r.Name, err), Err: err}
 		}
 		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Ports: r.Ports,
-			IPv4: r.IPv4, IPv6: r.IPv6, Set: set, Where: r.where(p.File)})
+			IPv4: r.IPv4, IPv6: r.IPv6, Backend: r.Backend, Set: set, Where: r.where(p.File)})
 	}
 	res.Input = in
 	return res, nil

@@ -54,6 +54,12 @@ func TestParseGood(t *testing.T) {
 			t.Errorf("refresh %q: %v, want %v", tc.refresh, got, tc.want)
 		}
 	}
+	y := "backend: xdp\ninterfaces: [eth0, bond0.42]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n  - {name: b, action: drop, match: {prefixes: [1.2.3.5]}, backend: nftables}\n"
+	if p, err := Parse([]byte(y), "p.yaml"); err != nil {
+		t.Error(err)
+	} else if p.Backend != plan.XDP || len(p.Interfaces) != 2 || p.Interfaces[1] != "bond0.42" || p.Rules[0].Backend != "" || p.Rules[1].Backend != plan.NFTables {
+		t.Errorf("backend %q, interfaces %v, rule backends %q %q", p.Backend, p.Interfaces, p.Rules[0].Backend, p.Rules[1].Backend)
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -75,6 +81,10 @@ func TestParseErrors(t *testing.T) {
 		{"empty match", "rules:\n  - {name: a, action: drop}\n", 2, "matches nothing"},
 		{"bad refresh", "sources:\n  x: {format: list, paths: [f], refresh: soon}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `refresh "soon"`},
 		{"refresh too short", "sources:\n  x: {format: list, paths: [f], refresh: 10s}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "at least 1m"},
+		{"bad backend", "backend: ebpf\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `unknown backend "ebpf"`},
+		{"bad rule backend", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, backend: tc}\n", 2, `unknown backend "tc"`},
+		{"bad interface", "interfaces: [eth0, a/b]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `interface name "a/b"`},
+		{"interface twice", "interfaces: [eth0, eth0]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "listed twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "p.yaml")

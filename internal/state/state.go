@@ -35,23 +35,35 @@ type Applied struct {
 	Priority int32         `json:"priority"`
 	Protect  []string      `json:"protect"`
 	Rules    []RuleApplied `json:"rules"`
+	// Interfaces are where the XDP rules run.
+	Interfaces []string `json:"interfaces,omitempty"`
 }
 
 // RuleApplied is one rule as loaded: its effective prefixes.
 type RuleApplied struct {
-	Name       string      `json:"name"`
-	Action     plan.Action `json:"action"`
-	Ports      []plan.Port `json:"ports,omitempty"`
-	PrefixesV4 int         `json:"prefixes_ipv4"`
-	PrefixesV6 int         `json:"prefixes_ipv6"`
-	Prefixes   []string    `json:"prefixes"`
+	Name       string       `json:"name"`
+	Action     plan.Action  `json:"action"`
+	Ports      []plan.Port  `json:"ports,omitempty"`
+	Backend    plan.Backend `json:"backend,omitempty"`
+	PrefixesV4 int          `json:"prefixes_ipv4"`
+	PrefixesV6 int          `json:"prefixes_ipv6"`
+	Prefixes   []string     `json:"prefixes"`
+}
+
+// backend is where the rule ran; records older than backends say
+// nothing: nftables.
+func (r RuleApplied) backend() plan.Backend {
+	if r.Backend == "" {
+		return plan.NFTables
+	}
+	return r.Backend
 }
 
 // Summarize records a plan's rules.
 func Summarize(p *plan.Plan) *Applied {
-	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect}
+	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces}
 	for _, r := range p.Rules {
-		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
+		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, Backend: r.Backend, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
 		if r.V4.Kind == plan.KindEmpty {
 			ra.PrefixesV4 = 0
 		}
@@ -111,6 +123,8 @@ func Compare(prev, cur *Applied) []Change {
 			note = fmt.Sprintf("action %s → %s", o.Action, r.Action)
 		} else if fmt.Sprint(o.Ports) != fmt.Sprint(r.Ports) {
 			note = "ports changed"
+		} else if o.backend() != r.backend() {
+			note = fmt.Sprintf("backend %s → %s", o.backend(), r.backend())
 		}
 		if added+removed > 0 || note != "" {
 			out = append(out, Change{Rule: r.Name, Kind: "changed", Added: added, Removed: removed, Note: note})

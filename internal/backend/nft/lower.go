@@ -29,6 +29,9 @@ const BaseChainName = "prerouting"
 func FromPlan(p *plan.Plan, bans Bans) *Program {
 	prog := &Program{Table: p.Table}
 	for i, r := range p.Rules {
+		if r.Backend == plan.XDP {
+			continue // in the XDP program, ahead of this table
+		}
 		prefix := ruleChainPrefix(i, r.Name)
 		used, v6 := false, false
 		for _, l := range []*plan.Layout{r.V4, r.V6} {
@@ -117,12 +120,14 @@ type RuleHead struct {
 	V4, V6 bool // the rule has prefixes of the family
 }
 
-// Heads returns the rule heads of a plan.
+// Heads returns the rule heads of a plan. Rules that run in XDP have
+// heads of no family: the base chain does not jump to them.
 func Heads(p *plan.Plan) []RuleHead {
 	hs := make([]RuleHead, len(p.Rules))
 	for i, r := range p.Rules {
+		nft := r.Backend != plan.XDP
 		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports,
-			V4: r.V4.Kind != plan.KindEmpty, V6: r.V6.Kind != plan.KindEmpty}
+			V4: nft && r.V4.Kind != plan.KindEmpty, V6: nft && r.V6.Kind != plan.KindEmpty}
 	}
 	return hs
 }

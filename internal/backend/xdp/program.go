@@ -83,7 +83,8 @@ const (
 
 // Counters is one class's counters in the stats map, per CPU.
 type Counters struct {
-	Packets, Bytes uint64
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // Objects are a layout's maps, filled, and its program, loaded but not
@@ -233,10 +234,14 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 	o.Program, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence", Type: ebpf.XDP, License: "GPL",
 		Instructions: instructions(l, &m)})
 	if err != nil {
-		return nil, fmt.Errorf("loading the XDP program: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return o, nil
 }
+
+// ErrRejected is returned when the kernel refuses to load the program
+// (its verifier, mostly).
+var ErrRejected = errors.New("the kernel refused the XDP program")
 
 // NewLPMTrie returns an LPM trie map named name holding the prefixes of ps
 // that have bits bits (32: IPv4, 128: IPv6), each with its class as value.

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -120,3 +122,21 @@ func Ruleset(t testing.TB, ns string) string {
 }
 
 var expires = regexp.MustCompile(` expires [0-9a-z]+`)
+
+// BPFFS mounts a bpf filesystem of the test's own in a temporary folder
+// (the host's /sys/fs/bpf is left alone) and unmounts it when the test
+// ends, which releases whatever the test pinned there.
+func BPFFS(t testing.TB) string {
+	t.Helper()
+	NeedRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mounting a bpffs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting the test's bpffs: %v", err)
+		}
+	})
+	return dir
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ipfence/ipfence/internal/backend/xdp"
+	"github.com/ipfence/ipfence/internal/demo"
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// xdpPolicy writes a policy whose first two rules (a feed to drop and
+// "allow only" three countries) run in XDP on iface when backend is xdp,
+// and a third with a port stays in nftables either way.
+func xdpPolicy(t *testing.T, dir, backend, iface string) string {
+	t.Helper()
+	write(t, dir, "drop.txt", "# feed\n1.0.0.0/8\n9.9.9.9\n100.64.0.0-100.64.3.255\n2001:db8::/32\n2c0f::/16\n203.0.113.0/24\n")
+	write(t, dir, "ssh.txt", "5.0.0.0/8\n2a00::/12\n")
+	write(t, dir, "p.yaml", `
+backend: `+backend+`
+interfaces: [`+iface+`]
+sources:
+  drop: {format: list, paths: [drop.txt]}
+  ssh:  {format: list, paths: [ssh.txt]}
+  geo:  {format: country-csv, paths: ["builtin:country-ipv4.csv.gz", "builtin:country-ipv6.csv.gz"]}
+protect: [203.0.113.7, 198.18.0.0/15, 2001:2::/48]
+rules:
+  - {name: feeds,  action: drop, match: {source: drop}}
+  - {name: europe, action: allow-only, match: {source: geo, countries: [IT, FR, DE, ES, PL, NL, GB, SE]}}
+  - {name: ssh,    action: drop, ports: [udp/9999], match: {source: ssh}}
+`)
+	return filepath.Join(dir, "p.yaml")
+}
+
+// xdpSources samples every rule's set and the protected corner cases.
+func xdpSources(c *compiled) []netip.Addr {
+	r := rand.New(rand.NewPCG(9, 9))
+	var srcs []netip.Addr
+	for _, rule := range c.plan.Rules {
+		srcs = append(srcs, demo.Sample(r, rule.Set, 5000)...)
+	}
+	for _, s := range []string{"203.0.113.7", "203.0.113.8", "9.9.9.9", "5.1.2.3", "2001:db8::1"} {
+		srcs = append(srcs, netip.MustParseAddr(s))
+	}
+	return srcs
+}
+
+// TestApplyXDPVerdicts applies a policy whose leading rules run in XDP
+// (native, on the lab's veth) and checks real frames' verdicts against
+// the model and against the same policy run wholly in nftables; then the
+// counters `status` shows, an atomic swap to a changed feed, and flush.
+func TestApplyXDPVerdicts(t *testing.T) {
+	lab := netnstest.New(t)
+	pins := netnstest.BPFFS(t)
+	dir := t.TempDir()
+	pol := xdpPolicy(t, dir, "xdp", lab.FWIf)
+	args := []string{"--netns", lab.FW, "--state", dir, "--pin-dir", pins}
+	out, err := run(t, append([]string{"apply", "--policy", pol}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "XDP: 2 rules on "+lab.FWIf+" (native)") {
+		t.Errorf("apply does not report 2 XDP rules attached natively:\n%s", out)
+	}
+	c := compileFor(t, pol, dir)
+	if got := len(c.plan.XDPRules()); got != 2 || c.plan.Rules[2].Backend != plan.NFTables || c.plan.Rules[2].BackendNote == "" {
+		t.Fatalf("XDP rules %d, third rule %s (%q): want 2 in XDP and the ported one in nftables with a note",
+			got, c.plan.Rules[2].Backend, c.plan.Rules[2].BackendNote)
+	}
+	srcs := xdpSources(c)
+	checkVerdicts(t, lab, c.plan, srcs)
+	passedXDP, err := pktgen.Check(lab, srcs, 9999)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The counters: each XDP rule dropped what the model gives it (two
+	// rounds of srcs went through: checkVerdicts and the Check above).
+	var st struct {
+		XDP struct {
+			Program    uint32          `json:"program_id"`
+			Interfaces []xdp.Interface `json:"interfaces"`
+			Rules      []struct {
+				Name  string       `json:"name"`
+				Total xdp.Counters `json:"total"`
+			} `json:"rules"`
+		} `json:"xdp"`
+	}
+	status := func() {
+		t.Helper()
+		out, err := run(t, append([]string{"status", "--json"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+	}
+	status()
+	want := map[string]uint64{}
+	for _, a := range srcs {
+		if d := c.plan.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9999}); d.Rule == "feeds" || d.Rule == "europe" {
+			want[d.Rule] += 2
+		}
+	}
+	if len(st.XDP.Interfaces) != 1 || st.XDP.Interfaces[0].Mode != xdp.Native || st.XDP.Interfaces[0].Program != st.XDP.Program {
+		t.Errorf("status interfaces %+v, program %d: want %s running it natively", st.XDP.Interfaces, st.XDP.Program, lab.FWIf)
+	}
+	for _, r := range st.XDP.Rules[1:] {
+		if r.Total.Packets != want[r.Name] {
+			t.Errorf("rule %s: XDP counted %d drops, the model %d", r.Name, r.Total.Packets, want[r.Name])
+		}
+	}
+
+	// The same policy in nftables alone: the same verdict for every source.
+	nftPol := xdpPolicy(t, t.TempDir(), "nftables", lab.FWIf)
+	out, err = run(t, append([]string{"apply", "--policy", nftPol}, args...)...)
+	if err != nil || !strings.Contains(out, "the program was detached") {
+		t.Fatalf("apply with backend nftables: %v\n%s", err, out)
+	}
+	if x := xdpOf(t, lab); x != nil && x.Attached {
+		t.Errorf("an XDP program is still attached: %+v", x)
+	}
+	passedNFT, err := pktgen.Check(lab, srcs, 9999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(passedXDP, passedNFT) {
+		differ := 0
+		for i := range srcs {
+			if passedXDP[i] != passedNFT[i] {
+				differ++
+			}
+		}
+		t.Errorf("%d of %d verdicts differ between the XDP and nftables backends", differ, len(srcs))
+	}
+
+	// Back to XDP, then a changed feed: the link stays, its program is
+	// swapped, and the new feed's verdicts hold.
+	if _, err := run(t, append([]string{"apply", "--policy", pol}, args...)...); err != nil {
+		t.Fatal(err)
+	}
+	linkBefore := xdpLinkID(t, pins)
+	status()
+	progBefore := st.XDP.Program
+	write(t, dir, "drop.txt", "1.0.0.0/8\n9.9.9.9\n100.64.0.0-100.64.3.255\n2001:db8::/32\n2c0f::/16\n7.7.7.0/24\n")
+	if _, err := run(t, append([]string{"apply", "--policy", pol}, args...)...); err != nil {
+		t.Fatal(err)
+	}
+	status()
+	if linkAfter := xdpLinkID(t, pins); linkAfter != linkBefore || st.XDP.Program == progBefore {
+		t.Errorf("swap: link %d → %d, program %d → %d: want the same link with a new program", linkBefore, linkAfter, progBefore, st.XDP.Program)
+	}
+	c = compileFor(t, pol, dir)
+	checkVerdicts(t, lab, c.plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")))
+
+	out, err = run(t, append([]string{"flush"}, args...)...)
+	if err != nil || !strings.Contains(out, "detached the XDP program") {
+		t.Errorf("flush: %v\n%s", err, out)
+	}
+	if x := xdpOf(t, lab); x != nil && x.Attached {
+		t.Errorf("an XDP program is still attached after flush: %+v", x)
+	}
+	if entries, _ := os.ReadDir(pins); len(entries) > 2 { // maps.debug, progs.debug
+		t.Errorf("pins left after flush: %v", entries)
+	}
+}
+
+// xdpOf returns the XDP attachment of the lab's firewall interface.
+func xdpOf(t *testing.T, lab *netns.Lab) *netlink.LinkXdp {
+	t.Helper()
+	var x *netlink.LinkXdp
+	if err := lab.DoFW(func() error {
+		l, err := netlink.LinkByName(lab.FWIf)
+		if err == nil {
+			x = l.Attrs().Xdp
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// xdpLinkID returns the ID of the one XDP link pinned under pins.
+func xdpLinkID(t *testing.T, pins string) uint32 {
+	t.Helper()
+	links, _ := filepath.Glob(filepath.Join(pins, "*", "link_*"))
+	if len(links) != 1 {
+		t.Fatalf("pinned links %v, want one", links)
+	}
+	l, err := link.LoadPinnedLink(links[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(info.ID)
+}
+
+// TestApplyXDPBadInputKeepsProgram: an interface that does not exist, or
+// one that runs another XDP program, fails the apply with a clear error,
+// and the program in place keeps running on every interface, with the
+// nftables ruleset unchanged.
+func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
+	lab := netnstest.New(t)
+	pins := netnstest.BPFFS(t)
+	dir := t.TempDir()
+	pol := xdpPolicy(t, dir, "xdp", lab.FWIf)
+	args := []string{"--netns", lab.FW, "--state", dir, "--pin-dir", pins}
+	if _, err := run(t, append([]string{"apply", "--policy", pol}, args...)...); err != nil {
+		t.Fatal(err)
+	}
+	before := xdpOf(t, lab)
+	ruleset, err := netns.Exec(lab.FW, "nft", "list", "ruleset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A foreign program on lo, attached without a link, as `ip link set
+	// dev lo xdp obj ...` would.
+	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Close()
+	if err := lab.DoFW(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(lo, foreign.FD(), 1<<1) // XDP_FLAGS_SKB_MODE
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The feed changes, so each apply would swap the program.
+	write(t, dir, "drop.txt", "1.0.0.0/8\n9.9.9.9\n100.64.0.0-100.64.3.255\n2001:db8::/32\n2c0f::/16\n203.0.113.0/24\n7.7.7.0/24\n")
+	for _, tc := range []struct {
+		name, ifaces string
+		is           error
+		want         string
+	}{
+		{"missing interface", lab.FWIf + ", nope0", xdp.ErrNoInterface, "nope0"},
+		{"foreign program", lab.FWIf + ", lo", xdp.ErrOtherProgram, "lo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, "bad.yaml")
+			data, err := os.ReadFile(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, dir, "bad.yaml", strings.Replace(string(data), "interfaces: ["+lab.FWIf+"]", "interfaces: ["+tc.ifaces+"]", 1))
+			_, err = run(t, append([]string{"apply", "--policy", p}, args...)...)
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %v naming %s", err, tc.is, tc.want)
+			}
+			if after := xdpOf(t, lab); after == nil || after.ProgId != before.ProgId {
+				t.Errorf("XDP program %+v, want %+v still attached", after, before)
+			}
+			if now, _ := netns.Exec(lab.FW, "nft", "list", "ruleset"); !bytes.Equal(now, ruleset) {
+				t.Errorf("the nftables ruleset changed:\n%s", now)
+			}
+		})
+	}
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ipfence/ipfence/internal/backend/xdp"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/state"
+)
+
+// xdpFlags are the flags of commands that touch the XDP backend.
+type xdpFlags struct {
+	pinDir  string
+	generic bool
+}
+
+func (f *xdpFlags) register(c *cobra.Command, attach bool) {
+	c.Flags().StringVar(&f.pinDir, "pin-dir", xdp.DefaultPinDir, "bpffs folder where the XDP program, its counters and links are pinned")
+	if attach {
+		c.Flags().BoolVar(&f.generic, "xdp-generic", false, "attach XDP in generic mode even where the driver has native XDP")
+	}
+}
+
+func (f *xdpFlags) options(netns string, ifs []string) xdp.Options {
+	return xdp.Options{NetNS: netns, Interfaces: ifs, PinDir: f.pinDir, Generic: f.generic}
+}
+
+// xdpReport is what an apply did with XDP.
+type xdpReport struct {
+	Rules        int             `json:"rules"`
+	Interfaces   []xdp.Interface `json:"interfaces,omitempty"`
+	MemoryBytes  int             `json:"memory_bytes,omitempty"`
+	BuildMillis  int64           `json:"build_ms"`
+	LoadMillis   int64           `json:"load_ms"`
+	AttachMillis int64           `json:"attach_ms"`
+	// Detached: the policy has no XDP rules any more and the previous
+	// program was removed.
+	Detached bool `json:"detached,omitempty"`
+}
+
+// applyWithXDP applies the XDP part of c and, through nftApply, the
+// nftables part, in the order that never leaves a rule unenforced: when
+// rules move into XDP (or XDP only changes) XDP switches first and
+// nftables second, when rules leave XDP nftables takes them first. Each
+// part is atomic; if nftables fails after XDP switched, XDP is switched
+// back.
+func applyWithXDP(c *compiled, netns string, prev *state.Applied, xf *xdpFlags, nftApply func() error) (*xdpReport, error) {
+	rules := xdp.FromPlan(c.plan)
+	opt := xf.options(netns, c.plan.Interfaces)
+	if len(rules) == 0 {
+		if err := nftApply(); err != nil {
+			return nil, err
+		}
+		detached, err := xdp.Flush(opt)
+		if err != nil {
+			return nil, fmt.Errorf("nftables applied, but removing the previous XDP program failed: %w", err)
+		}
+		if detached {
+			return &xdpReport{Detached: true}, nil
+		}
+		return nil, nil
+	}
+	rep := &xdpReport{Rules: len(rules)}
+	t0 := time.Now()
+	l, err := xdp.BuildLayout(rules)
+	if err != nil {
+		return nil, fmt.Errorf("compiling the XDP rules: %w", err)
+	}
+	rep.BuildMillis, rep.MemoryBytes = time.Since(t0).Milliseconds(), l.Memory()
+	swap, err := xdp.Prepare(l, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer swap.Close() // before Commit: puts the old program back
+	rep.LoadMillis = swap.Load.Milliseconds()
+	attach := func() error {
+		t := time.Now()
+		err := swap.Attach()
+		rep.AttachMillis = time.Since(t).Milliseconds()
+		return err
+	}
+	if xdpFirst(prev, c.plan) {
+		if err := attach(); err != nil {
+			return nil, err
+		}
+		if err := nftApply(); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := nftApply(); err != nil {
+			return nil, err
+		}
+		if err := attach(); err != nil {
+			return nil, fmt.Errorf("nftables applied, but XDP kept its previous program: %w", err)
+		}
+	}
+	rep.Interfaces = swap.Interfaces()
+	if err := swap.Commit(); err != nil {
+		return rep, fmt.Errorf("the XDP program runs, but pinning it failed (`ipfence status` may not show it): %w", err)
+	}
+	return rep, nil
+}
+
+// xdpFirst reports whether every rule that ran in XDP before still does.
+func xdpFirst(prev *state.Applied, p *plan.Plan) bool {
+	if prev == nil {
+		return true
+	}
+	var now []string
+	for _, r := range p.XDPRules() {
+		now = append(now, r.Name)
+	}
+	for _, r := range prev.Rules {
+		if r.Backend == plan.XDP && !slices.Contains(now, r.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+func printXDPApply(w io.Writer, rep *xdpReport) {
+	if rep == nil {
+		return
+	}
+	if rep.Detached {
+		fmt.Fprintln(w, "XDP: no XDP rules any more; the program was detached")
+		return
+	}
+	var ifs []string
+	for _, i := range rep.Interfaces {
+		ifs = append(ifs, fmt.Sprintf("%s (%s)", i.Name, i.Mode))
+	}
+	fmt.Fprintf(w, "XDP: %d rules on %s, %.1f MiB of tables (compile %d ms, load %d ms, attach %d ms)\n",
+		rep.Rules, strings.Join(ifs, ", "), float64(rep.MemoryBytes)/(1<<20), rep.BuildMillis, rep.LoadMillis, rep.AttachMillis)
+}
+
+// xdpStatus is the XDP part of `ipfence status`: nil when no program is
+// pinned.
+type xdpStatus struct {
+	xdp.Status
+	Rules []xdpRuleStatus `json:"rules"`
+}
+
+type xdpRuleStatus struct {
+	Name    string         `json:"name"` // "" for class 0: passed
+	Total   xdp.Counters   `json:"total"`
+	PerCPU  []xdp.Counters `json:"per_cpu"`
+	Dropped bool           `json:"dropped"`
+}
+
+func readXDPStatus(netns string, xf *xdpFlags, a *state.Applied) (*xdpStatus, error) {
+	var names []string
+	if a != nil {
+		for _, r := range a.Rules {
+			if r.Backend == plan.XDP {
+				names = append(names, r.Name)
+			}
+		}
+	}
+	st, err := xdp.ReadStatus(xf.options(netns, nil), len(names))
+	if errors.Is(err, xdp.ErrNotLoaded) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the XDP status: %w", err)
+	}
+	out := &xdpStatus{Status: st}
+	for c, per := range st.Counters {
+		rs := xdpRuleStatus{Total: xdp.Sum(per), PerCPU: per, Dropped: c > 0}
+		if c > 0 {
+			rs.Name = names[c-1]
+		}
+		out.Rules = append(out.Rules, rs)
+	}
+	return out, nil
+}
+
+func printXDPStatus(w io.Writer, s *xdpStatus) {
+	if s == nil {
+		return
+	}
+	var ifs []string
+	for _, i := range s.Interfaces {
+		mode := string(i.Mode)
+		if i.Program != s.Program {
+			mode = "not attached"
+		}
+		ifs = append(ifs, fmt.Sprintf("%s (%s)", i.Name, mode))
+	}
+	fmt.Fprintf(w, "XDP program %d (%s) on %s, pinned in %s\n", s.Program, s.Name, strings.Join(ifs, ", "), s.PinDir)
+	for _, r := range s.Rules {
+		what := "passed on to nftables"
+		if r.Dropped {
+			what = "rule " + r.Name + " dropped"
+		}
+		var cpus []string
+		for i, c := range r.PerCPU {
+			cpus = append(cpus, fmt.Sprintf("cpu%d %d", i, c.Packets))
+		}
+		fmt.Fprintf(w, "  %-32s %12d packets %14d bytes  (%s)\n", what, r.Total.Packets, r.Total.Bytes, strings.Join(cpus, ", "))
+	}
+}

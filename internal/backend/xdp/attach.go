@@ -1,0 +1,493 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
+	"golang.org/x/sys/unix"
+
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// FromPlan returns the rules of p that run in XDP (see plan.XDPRules) as
+// XDP rules: a drop rule drops its set, an allow-only rule every address
+// of its families outside its set (which holds the protected prefixes).
+func FromPlan(p *plan.Plan) []Rule {
+	var out []Rule
+	for _, r := range p.XDPRules() {
+		drop := r.Set
+		if r.Action == plan.AllowOnly {
+			var b netipx.IPSetBuilder
+			for _, l := range []*plan.Layout{r.V4, r.V6} {
+				if l.Kind == plan.KindEmpty {
+					continue
+				}
+				full := netip4All
+				if !l.Is4 {
+					full = netip6All
+				}
+				b.AddPrefix(full)
+			}
+			b.RemoveSet(r.Set)
+			drop = mustSet(&b)
+		}
+		out = append(out, Rule{Name: r.Name, Drop: drop})
+	}
+	return out
+}
+
+var (
+	netip4All = netip.MustParsePrefix("0.0.0.0/0")
+	netip6All = netip.MustParsePrefix("::/0")
+)
+
+// DefaultPinDir is where Attach pins what must outlive ipfence: a folder
+// per network namespace holding the program, the counters and a link per
+// interface.
+const DefaultPinDir = "/sys/fs/bpf/ipfence"
+
+// Mode is how a program is attached to an interface.
+type Mode string
+
+const (
+	Native  Mode = "native"  // in the driver, before any allocation
+	Generic Mode = "generic" // after the kernel built an skb: any driver, slower
+)
+
+// Options say where a program goes.
+type Options struct {
+	NetNS      string   // "" is the current namespace
+	Interfaces []string // at least one
+	PinDir     string   // "" is DefaultPinDir; must be on a bpffs
+	// Generic attaches in generic mode even where the driver has native
+	// XDP (for tests and drivers whose native XDP misbehaves).
+	Generic bool
+}
+
+// Interface is one interface the program runs on.
+type Interface struct {
+	Name    string `json:"name"`
+	Index   int    `json:"ifindex"`
+	Mode    Mode   `json:"mode"`
+	Program uint32 `json:"program_id"`
+}
+
+// ErrNoInterface is returned when an interface of the policy does not
+// exist in the namespace.
+var ErrNoInterface = errors.New("no such interface")
+
+// ErrOtherProgram is returned when an interface already runs an XDP
+// program that ipfence did not attach.
+var ErrOtherProgram = errors.New("interface runs another XDP program")
+
+// Swap replaces the XDP program of a namespace: Attach builds the
+// replacement beside the old one and switches each interface to it in one
+// step (bpf_link update); Commit makes it the pinned one, Revert puts the
+// old program back. Close releases what is left either way.
+type Swap struct {
+	opt   Options
+	dir   string
+	objs  *Objects
+	ifs   []Interface
+	links []swapLink
+	old   *ebpf.Program // the pinned program being replaced, if any
+	Load  time.Duration // creating and filling maps, verifying the program
+}
+
+type swapLink struct {
+	name    string
+	link    link.Link
+	created bool // attached by this swap; else updated from old
+}
+
+// Prepare loads l's maps and program for opt's namespace and interfaces
+// and checks that every interface exists there. Nothing is attached: on
+// error the kernel is as it was.
+func Prepare(l *Layout, opt Options) (_ *Swap, err error) {
+	if len(opt.Interfaces) == 0 {
+		return nil, fmt.Errorf("attaching XDP rules: no interfaces given")
+	}
+	dir, err := pinDir(opt)
+	if err != nil {
+		return nil, err
+	}
+	s := &Swap{opt: opt, dir: dir}
+	if err := inNetNS(opt.NetNS, func() error {
+		for _, name := range opt.Interfaces {
+			nl, err := netlink.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("%w: %s; list them with `ip link`", ErrNoInterface, name)
+			}
+			s.ifs = append(s.ifs, Interface{Name: name, Index: nl.Attrs().Index})
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if s.objs, err = l.Load(LoadOptions{}); err != nil {
+		return nil, loadHint(err)
+	}
+	s.Load = time.Since(t0)
+	if p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, "prog"), nil); err == nil {
+		s.old = p
+	}
+	return s, nil
+}
+
+// loadHint adds what to do to a load error.
+func loadHint(err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("%w: loading XDP programs needs root (CAP_BPF and CAP_NET_ADMIN)", err)
+	case errors.Is(err, ErrRejected):
+		return fmt.Errorf("%w (a bug in ipfence, or a kernel older than it supports: please report it with this message)", err)
+	case errors.Is(err, unix.ENOMEM), errors.Is(err, unix.E2BIG):
+		return fmt.Errorf("%w: the XDP tables do not fit in kernel memory; free memory, or keep the largest rules in nftables (backend: nftables)", err)
+	}
+	return err
+}
+
+// Attach switches every interface to the new program: interfaces that
+// run ipfence's previous program switch atomically (bpf_link update), the
+// others get a new link, natively where the driver can and generic
+// otherwise. On error every interface is put back as it was.
+func (s *Swap) Attach() error {
+	err := inNetNS(s.opt.NetNS, func() error {
+		for i := range s.ifs {
+			if err := s.attach(&s.ifs[i]); err != nil {
+				return fmt.Errorf("attaching XDP to %s: %w", s.ifs[i].Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errors.Join(err, s.Revert())
+	}
+	return nil
+}
+
+func (s *Swap) attach(ifc *Interface) error {
+	path := s.linkPath(ifc.Name)
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		info, err := l.Info()
+		if err == nil && info.XDP() != nil && int(info.XDP().Ifindex) == ifc.Index {
+			if err := l.Update(s.objs.Program); err != nil {
+				l.Close()
+				return fmt.Errorf("replacing the program: %w", err)
+			}
+			s.links = append(s.links, swapLink{name: ifc.Name, link: l})
+			return s.describe(ifc)
+		}
+		// The interface was deleted or made again: that link is dead.
+		l.Close()
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("removing the stale link: %w", err)
+		}
+	}
+	modes := []link.XDPAttachFlags{link.XDPDriverMode, link.XDPGenericMode}
+	if s.opt.Generic {
+		modes = modes[1:]
+	}
+	var errs []error
+	for _, m := range modes {
+		l, err := link.AttachXDP(link.XDPOptions{Program: s.objs.Program, Interface: ifc.Index, Flags: m})
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%w (see `ip link show %s`); detach it first", ErrOtherProgram, ifc.Name)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := l.Pin(path); err != nil {
+			l.Close()
+			return fmt.Errorf("pinning the link: %w", err)
+		}
+		s.links = append(s.links, swapLink{name: ifc.Name, link: l, created: true})
+		return s.describe(ifc)
+	}
+	return errors.Join(errs...)
+}
+
+// describe fills in ifc's mode and program as the kernel reports them.
+func (s *Swap) describe(ifc *Interface) error {
+	m, id, err := attached(ifc.Index)
+	ifc.Mode, ifc.Program = m, id
+	return err
+}
+
+// attached returns the mode and program of the XDP program on the
+// interface of index (in the current namespace).
+func attached(index int) (Mode, uint32, error) {
+	nl, err := netlink.LinkByIndex(index)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading interface %d: %w", index, err)
+	}
+	x := nl.Attrs().Xdp
+	if x == nil || !x.Attached {
+		return "", 0, nil
+	}
+	mode := Native
+	if x.AttachMode == nl2XDPGeneric {
+		mode = Generic
+	}
+	return mode, x.ProgId, nil
+}
+
+// nl2XDPGeneric is XDP_ATTACHED_SKB of IFLA_XDP_ATTACHED.
+const nl2XDPGeneric = 2
+
+// Interfaces are where the new program runs (after Attach).
+func (s *Swap) Interfaces() []Interface { return s.ifs }
+
+// Revert puts every interface Attach switched back as it was: updated
+// links get the old program again, new links are removed.
+func (s *Swap) Revert() error {
+	var errs []error
+	for _, sl := range s.links {
+		if sl.created {
+			errs = append(errs, sl.link.Unpin(), sl.link.Close())
+			continue
+		}
+		if s.old != nil {
+			errs = append(errs, sl.link.Update(s.old))
+		}
+		errs = append(errs, sl.link.Close())
+	}
+	s.links = nil
+	return errors.Join(errs...)
+}
+
+// Commit pins the new program and counters in place of the old, and
+// detaches ipfence's program from interfaces no longer listed.
+func (s *Swap) Commit() error {
+	for _, sl := range s.links {
+		sl.link.Close() // pinned: stays attached
+	}
+	s.links = nil
+	errs := []error{
+		repin(s.objs.Program, filepath.Join(s.dir, "prog")),
+		repin(s.objs.Stats, filepath.Join(s.dir, "stats")),
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), "link_")
+		if ok && !slices.Contains(s.opt.Interfaces, name) {
+			errs = append(errs, os.Remove(filepath.Join(s.dir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// repin pins obj at path, replacing what is there in one rename.
+func repin(obj interface{ Pin(string) error }, path string) error {
+	tmp := path + "_new" // bpffs refuses names with dots
+	os.Remove(tmp)
+	if err := obj.Pin(tmp); err != nil {
+		return fmt.Errorf("pinning %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("pinning %s: %w", path, err)
+	}
+	return nil
+}
+
+// Close releases the swap's file descriptors; what is pinned or attached
+// stays.
+func (s *Swap) Close() error {
+	errs := []error{s.Revert()}
+	if s.objs != nil {
+		errs = append(errs, s.objs.Close())
+	}
+	if s.old != nil {
+		errs = append(errs, s.old.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Swap) linkPath(ifname string) string { return filepath.Join(s.dir, "link_"+ifname) }
+
+// Flush detaches ipfence's XDP program from every interface of the
+// namespace and removes its pins. It reports whether there was one.
+func Flush(opt Options) (bool, error) {
+	dir, err := pinPath(opt)
+	if err != nil {
+		return false, err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	// Removing a pin drops the last reference to a link (detaching it),
+	// a program or a map.
+	if err := os.RemoveAll(dir); err != nil {
+		return true, fmt.Errorf("removing the XDP pins in %s: %w", dir, err)
+	}
+	return true, nil
+}
+
+// Status is what runs in XDP in a namespace.
+type Status struct {
+	PinDir     string      `json:"pin_dir"`
+	Program    uint32      `json:"program_id"`
+	Name       string      `json:"program_name"`
+	Interfaces []Interface `json:"interfaces"`
+	// Counters are by class (0: passed, k: dropped by the k-th rule), each
+	// per CPU.
+	Counters [][]Counters `json:"counters"`
+}
+
+// ErrNotLoaded is returned by ReadStatus when no XDP program is pinned.
+var ErrNotLoaded = errors.New("no XDP program is loaded")
+
+// ReadStatus reports the pinned program of opt's namespace, where it runs
+// and its counters for classes 0..classes.
+func ReadStatus(opt Options, classes int) (Status, error) {
+	dir, err := pinPath(opt)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{PinDir: dir}
+	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, "prog"), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return st, ErrNotLoaded
+	}
+	if err != nil {
+		return st, fmt.Errorf("opening the pinned XDP program: %w", err)
+	}
+	defer prog.Close()
+	if info, err := prog.Info(); err == nil {
+		id, _ := info.ID()
+		st.Program, st.Name = uint32(id), info.Name
+	}
+	stats, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), nil)
+	if err != nil {
+		return st, fmt.Errorf("opening the pinned XDP counters: %w", err)
+	}
+	defer stats.Close()
+	for c := range min(classes, MaxRules) + 1 {
+		var per []Counters
+		if err := stats.Lookup(uint32(c), &per); err != nil {
+			return st, fmt.Errorf("reading the XDP counters of class %d: %w", c, err)
+		}
+		st.Counters = append(st.Counters, per)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return st, err
+	}
+	err = inNetNS(opt.NetNS, func() error {
+		for _, e := range entries {
+			name, ok := strings.CutPrefix(e.Name(), "link_")
+			if !ok {
+				continue
+			}
+			ifc := Interface{Name: name}
+			if nl, err := netlink.LinkByName(name); err == nil {
+				ifc.Index = nl.Attrs().Index
+				if ifc.Mode, ifc.Program, err = attached(ifc.Index); err != nil {
+					return err
+				}
+			}
+			st.Interfaces = append(st.Interfaces, ifc)
+		}
+		return nil
+	})
+	return st, err
+}
+
+// Sum adds counters over CPUs.
+func Sum(per []Counters) Counters {
+	var s Counters
+	for _, c := range per {
+		s.Packets += c.Packets
+		s.Bytes += c.Bytes
+	}
+	return s
+}
+
+// pinPath is the pin folder of opt's namespace: a folder per namespace,
+// named by the namespace's inode so that the current one and a named one
+// never share pins.
+func pinPath(opt Options) (string, error) {
+	root := opt.PinDir
+	if root == "" {
+		root = DefaultPinDir
+	}
+	nsFile := "/proc/self/ns/net"
+	if opt.NetNS != "" {
+		nsFile = netns.Path(opt.NetNS)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(nsFile, &st); err != nil {
+		return "", fmt.Errorf("network namespace %s: %w", nsName(opt.NetNS), err)
+	}
+	return filepath.Join(root, fmt.Sprintf("netns-%d", st.Ino)), nil
+}
+
+// pinDir returns the pin folder of opt's namespace, made if missing on
+// the bpffs that holds the root. The default root's bpffs is mounted at
+// /sys/fs/bpf if nothing is (as bpftool does).
+func pinDir(opt Options) (string, error) {
+	dir, err := pinPath(opt)
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Dir(dir)
+	if opt.PinDir == "" || opt.PinDir == DefaultPinDir {
+		if err := ensureBPFFS(filepath.Dir(DefaultPinDir)); err != nil {
+			return "", err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("making the XDP pin folder: %w", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return "", fmt.Errorf("XDP pin folder %s: %w", root, err)
+	}
+	if fs.Type != unix.BPF_FS_MAGIC {
+		return "", fmt.Errorf("XDP pin folder %s is not on a bpf filesystem; mount one with `mount -t bpf bpf %s`", root, root)
+	}
+	return dir, nil
+}
+
+// ensureBPFFS mounts a bpffs at dir unless one is there.
+func ensureBPFFS(dir string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err == nil && fs.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mounting the bpf filesystem at %s (needed to keep XDP programs across restarts): %w", dir, err)
+	}
+	return nil
+}
+
+// inNetNS runs fn in the named namespace ("" is the current one).
+func inNetNS(name string, fn func() error) error {
+	if name == "" {
+		return fn()
+	}
+	return netns.Do(name, fn)
+}
+
+func nsName(name string) string {
+	if name == "" {
+		return "the current network namespace"
+	}
+	return "network namespace " + name
+}
