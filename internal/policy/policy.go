@@ -112,9 +112,9 @@ type sourceDoc struct {
 }
 
 type ruleDoc struct {
-	Name   string   `yaml:"name"`
-	Action string   `yaml:"action"`
-	Match  matchDoc `yaml:"match"`
+	Name    string   `yaml:"name"`
+	Action  string   `yaml:"action"`
+	Match   matchDoc `yaml:"match"`
 	Ports   []string `yaml:"ports"`
 	Family  string   `yaml:"family"`
 	Backend string   `yaml:"backend"`
