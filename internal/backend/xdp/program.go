@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -34,11 +35,7 @@ func BuildLayout(rules []Rule) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	spans6, err := partition(rules, false)
-	if err != nil {
-		return nil, err
-	}
-	l := &Layout{V4: buildV4(spans4), Ref4: classPrefixes(spans4), Ref6: classPrefixes(spans6)}
+	l := &Layout{V4: buildV4(spans4), Ref4: lpmPrefixes(rules, true), Ref6: lpmPrefixes(rules, false)}
 	if l.V6, err = buildV6(l.Ref6); err != nil {
 		return nil, err
 	}
@@ -48,19 +45,47 @@ func BuildLayout(rules []Rule) (*Layout, error) {
 	return l, nil
 }
 
-// classPrefixes returns the fewest prefixes, with their classes, that
-// cover the spans of classes other than 0.
-func classPrefixes(spans []span) []ClassPrefix {
+// lpmPrefixes returns the prefixes of family is4 and their classes such
+// that the longest one holding an address gives its class under first
+// match: each rule's prefixes, but those its earlier rules hold whole. (A
+// prefix partly held by earlier rules holds their prefixes, which are
+// longer and win.) In address order, shorter first.
+func lpmPrefixes(rules []Rule, is4 bool) []ClassPrefix {
 	var out []ClassPrefix
-	for _, s := range spans {
-		if s.class == 0 {
+	var taken netipx.IPSetBuilder
+	for i, r := range rules {
+		if r.Drop == nil {
 			continue
 		}
-		for _, p := range netipx.IPRangeFrom(s.from, s.to).Prefixes() {
-			out = append(out, ClassPrefix{p, s.class})
+		earlier := mustSet(&taken).Ranges()
+		for _, p := range r.Drop.Prefixes() {
+			if p.Addr().Is4() == is4 && !covered(earlier, p) {
+				out = append(out, ClassPrefix{p, Class(i + 1)})
+			}
 		}
+		taken.AddSet(r.Drop)
 	}
+	slices.SortFunc(out, func(a, b ClassPrefix) int {
+		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+			return c
+		}
+		return a.Prefix.Bits() - b.Prefix.Bits()
+	})
 	return out
+}
+
+// covered reports whether one of the sorted, disjoint ranges holds p
+// whole (IPSet.ContainsPrefix walks every range).
+func covered(ranges []netipx.IPRange, p netip.Prefix) bool {
+	i, _ := slices.BinarySearchFunc(ranges, p.Addr(), func(r netipx.IPRange, a netip.Addr) int {
+		return r.From().Compare(a)
+	})
+	// ranges[i-1] is the last starting at or before p, or ranges[i] starts
+	// at p itself.
+	if i < len(ranges) && ranges[i].From() == p.Addr() {
+		return netipx.PrefixLastIP(p).Compare(ranges[i].To()) <= 0
+	}
+	return i > 0 && netipx.PrefixLastIP(p).Compare(ranges[i-1].To()) <= 0
 }
 
 // Lookup returns the class of a (the model of the program).
@@ -404,13 +429,18 @@ func instructions(l *Layout, m *progMaps) asm.Instructions {
 func v6Tables(t *V6, m *progMaps) asm.Instructions {
 	level := func(i int) string { return fmt.Sprintf("v6level%d", i) }
 	// dispatch goes on from the Entry in R1: to "v6decide" if it decides,
-	// else to the label of the level it names, one of next.
+	// else, with R9 the class of addresses the level does not hold, to the
+	// label of the level it names, one of next.
 	dispatch := func(sym string, next []int) asm.Instructions {
 		insns := asm.Instructions{
 			asm.Mov.Reg(asm.R2, asm.R1).WithSymbol(sym),
 			asm.RSh.Imm(asm.R2, kindShift),
 			asm.JEq.Imm(asm.R2, int32(Decide), "v6decide"),
-			asm.And.Imm(asm.R1, indexMask),
+			// The next level's default class, then its index.
+			asm.Mov.Reg(asm.R9, asm.R1),
+			asm.RSh.Imm(asm.R9, 8),
+			asm.And.Imm(asm.R9, 0xff),
+			asm.And.Imm(asm.R1, 0xff),
 		}
 		for _, n := range next {
 			insns = append(insns, asm.JEq.Imm(asm.R1, int32(n), level(n)))
@@ -430,10 +460,9 @@ func v6Tables(t *V6, m *progMaps) asm.Instructions {
 		insns = append(insns, dispatch(fmt.Sprintf("v6found%d", i), t.Levels[i].Next)...)
 	}
 	return append(insns,
-		asm.Mov.Imm(asm.R9, 0).WithSymbol("v6miss"),
-		asm.Ja.Label("count"),
+		asm.Ja.Label("count").WithSymbol("v6miss"), // R9: the level's default
 		asm.Mov.Reg(asm.R9, asm.R1).WithSymbol("v6decide"),
-		asm.And.Imm(asm.R9, indexMask),
+		asm.And.Imm(asm.R9, 0xff),
 		asm.Ja.Label("count"),
 	)
 }

@@ -16,7 +16,7 @@ import (
 //   - A level looks up the first Bits bits of the address in an
 //     open-addressing hash table (linear probing, multiply-shift hash).
 //     A key found decides or names the next, longer level; a key absent
-//     is class 0.
+//     takes the class the entry that led there gave.
 //
 // Each node of the tree picks its own next length: the longest prefix
 // length found under it whose expansion stays within a budget (see
@@ -26,8 +26,9 @@ import (
 // an empty slot after two or three; each level records the most probes any of its keys needs,
 // and the program unrolls that many.
 //
-// The classes come from disjoint prefixes (see classPrefixes), so an
-// address matches at most one and no longest-match is needed.
+// The classes come from prefixes under longest-prefix match (see
+// lpmPrefixes): an entry naming the next level also carries the class of
+// the addresses that level does not hold.
 type V6 struct {
 	L1     [1 << 16]Entry
 	Levels []Level
@@ -113,9 +114,12 @@ func (t *V6) Lookup(a netip.Addr) Class {
 	hi, lo := halves(a)
 	e := t.L1[hi>>48]
 	for e.Kind() == NextLevel {
-		e = t.Levels[e.Index()].find(hi, lo)
+		def := e.defaultClass()
+		if e = t.Levels[e.level()].find(hi, lo); e == 0 {
+			return def
+		}
 	}
-	return Class(e.Index())
+	return Class(e.Index() & 0xff)
 }
 
 // Memory is the bytes the tables take in BPF maps: their values, each
@@ -161,8 +165,9 @@ type v6Builder struct {
 // its prefixes, and a few more so that small nodes may jump far.
 func childBudget(n int) int { return n + 16 }
 
-// buildV6 builds the IPv6 layout of ps: disjoint IPv6 prefixes in address
-// order (see classPrefixes).
+// buildV6 builds the IPv6 layout of ps: IPv6 prefixes and their classes
+// under longest-prefix match (see lpmPrefixes), in address order, shorter
+// first.
 func buildV6(ps []ClassPrefix) (*V6, error) {
 	var all []p6
 	for _, p := range ps {
@@ -173,32 +178,148 @@ func buildV6(ps []ClassPrefix) (*V6, error) {
 		all = append(all, p6{hi, lo, p.Prefix.Bits(), p.Class})
 	}
 	b := &v6Builder{levels: map[int]int{}, first: map[int]int{}, t: &V6{}}
-	for i := 0; i < len(all); {
-		p := all[i]
-		if p.bits <= 16 { // decides 2^(16-bits) entries of L1
-			first := p.hi >> 48
-			for j := range uint64(1) << (16 - p.bits) {
-				b.t.L1[first+j] = entry(Decide, int(p.class))
-			}
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(all) && all[j].hi>>48 == p.hi>>48 {
-			j++
-		}
-		e := b.node(16, all[i:j])
-		b.first[e.Index()]++
-		b.t.L1[p.hi>>48] = e
-		i = j
-	}
+	b.fill(l1Level, 16, all, 0, 0, u128{}, u128{lo: 1<<16 - 1})
 	return b.t, b.finish()
 }
 
+// l1Level stands for V6.L1 where fill takes a level.
+const l1Level = -1
+
+// u128 is a key of a level: the first bits of an address, right-aligned.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) shr(n int) u128 {
+	switch {
+	case n >= 128:
+		return u128{}
+	case n >= 64:
+		return u128{0, a.hi >> (n - 64)}
+	case n == 0:
+		return a
+	}
+	return u128{a.hi >> n, a.lo>>n | a.hi<<(64-n)}
+}
+
+// orLow sets the low n bits.
+func (a u128) orLow(n int) u128 {
+	switch {
+	case n >= 128:
+		return u128{^uint64(0), ^uint64(0)}
+	case n >= 64:
+		return u128{a.hi | (1<<(n-64) - 1), ^uint64(0)}
+	}
+	return u128{a.hi, a.lo | (1<<n - 1)}
+}
+
+func (a u128) add(n uint64) u128 {
+	lo, carry := bits.Add64(a.lo, n, 0)
+	return u128{a.hi + carry, lo}
+}
+
+func (a u128) sub1() u128 {
+	lo, borrow := bits.Sub64(a.lo, 1, 0)
+	return u128{a.hi - borrow, lo}
+}
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+func (p *p6) addr() u128 { return u128{p.hi, p.lo} }
+
+// contains reports whether p contains q.
+func (p *p6) contains(q *p6) bool {
+	return q.bits >= p.bits && p.addr().shr(128-p.bits) == q.addr().shr(128-p.bits)
+}
+
+// fill adds the entries of level lv (keys of at bits) for the keys from
+// through to, where the prefixes ps lie: outside them the class is cur, and
+// a key absent from the level reads as nodeDef. A prefix no longer than at
+// decides its keys (those of its own inner prefixes aside); prefixes
+// longer than at that share a key make a node of the next level.
+func (b *v6Builder) fill(lv, at int, ps []p6, cur, nodeDef Class, from, to u128) {
+	pos := from
+	for i := 0; i < len(ps); {
+		p := &ps[i]
+		ks := p.addr().shr(128 - at)
+		ke := ks
+		if p.bits <= at {
+			ke = ks.add(1<<(at-p.bits) - 1)
+		}
+		if pos.less(ks) {
+			b.decide(lv, at, pos, ks.sub1(), cur, nodeDef)
+		}
+		j := i + 1
+		for j < len(ps) && p.contains(&ps[j]) {
+			j++
+		}
+		if p.bits > at {
+			for j < len(ps) && ps[j].addr().shr(128-at) == ks {
+				j++
+			}
+			b.put(lv, at, ks, b.node(at, ps[i:j], cur))
+		} else {
+			b.fill(lv, at, ps[i+1:j], p.class, nodeDef, ks, ke)
+		}
+		i = j
+		if ke == to {
+			return
+		}
+		pos = ke.add(1)
+	}
+	b.decide(lv, at, pos, to, cur, nodeDef)
+}
+
+// decide adds the keys from through to as class c, unless c is what
+// absent keys read as.
+func (b *v6Builder) decide(lv, at int, from, to u128, c, nodeDef Class) {
+	if c == nodeDef {
+		return
+	}
+	for k := from; ; k = k.add(1) {
+		b.put(lv, at, k, entry(Decide, int(c)))
+		if k == to {
+			return
+		}
+	}
+}
+
+// put adds key k with entry e to level lv (or L1).
+func (b *v6Builder) put(lv, at int, k u128, e Entry) {
+	if lv == l1Level {
+		b.t.L1[k.lo] = e
+		if e.Kind() == NextLevel {
+			b.first[e.level()]++
+		}
+		return
+	}
+	if e.Kind() == NextLevel {
+		b.next[lv][e.level()]++
+	}
+	hi, lo := k.lo, uint64(0)
+	if at > 64 {
+		hi, lo = k.shr(at-64).lo, k.lo&(1<<(at-64)-1)
+		if at == 128 {
+			lo = k.lo
+		}
+	}
+	b.entries[lv] = append(b.entries[lv], Slot{hi, lo, e | occupied})
+}
+
+// occupied marks an entry in a slot, so that a slot holding class 0 is
+// not empty.
+const occupied = 1 << 29
+
+// nextLevel is the entry naming level lv with def the class of the
+// addresses absent from it.
+func nextLevel(lv int, def Class) Entry { return entry(NextLevel, lv|int(def)<<8) }
+
+func (e Entry) level() int          { return e.Index() & 0xff }
+func (e Entry) defaultClass() Class { return Class(e.Index() >> 8 & 0xff) }
+
 // node adds the entries under a node of depth d holding the prefixes ps
-// (each longer than d, sharing their first d bits) and returns the entry
-// naming the level they went to.
-func (b *v6Builder) node(d int, ps []p6) Entry {
+// (each longer than d, sharing their first d bits; addresses under none
+// of them are class def) and returns the entry naming the level they went
+// to.
+func (b *v6Builder) node(d int, ps []p6, def Class) Entry {
 	// The longest length whose expansion fits the budget; the shortest
 	// length present always fits (it expands nothing).
 	var lengths []int
@@ -215,41 +336,22 @@ func (b *v6Builder) node(d int, ps []p6) Entry {
 		at = n
 	}
 	lv := b.level(at)
-	for i := 0; i < len(ps); {
-		p := &ps[i]
-		if p.bits <= at {
-			// Expanded: one key per address p.hi:p.lo + j<<(128-at).
-			for j := range uint64(1) << (at - p.bits) {
-				q := *p
-				var addHi, addLo uint64
-				if s := 128 - at; s >= 64 {
-					addHi = j << (s - 64)
-				} else {
-					addHi, addLo = j>>(64-s), j<<s
-				}
-				var carry uint64
-				q.lo, carry = bits.Add64(q.lo, addLo, 0)
-				q.hi, _ = bits.Add64(q.hi, addHi, carry)
-				khi, klo := q.top(at)
-				b.add(lv, khi, klo, entry(Decide, int(p.class)))
-			}
-			i++
-			continue
-		}
-		khi, klo := p.top(at)
-		j := i + 1
-		for j < len(ps) && ps[j].bits > at {
-			if h, l := ps[j].top(at); h != khi || l != klo {
-				break
-			}
-			j++
-		}
-		e := b.node(at, ps[i:j])
-		b.next[lv][e.Index()]++
-		b.add(lv, khi, klo, e)
-		i = j
+	base := shl(ps[0].addr().shr(128-d), 128-d) // the node's first address
+	b.fill(lv, at, ps, def, def, base.shr(128-at), base.orLow(128-d).shr(128-at))
+	return nextLevel(lv, def)
+}
+
+// shl shifts a left by n bits.
+func shl(a u128, n int) u128 {
+	switch {
+	case n >= 128:
+		return u128{}
+	case n >= 64:
+		return u128{a.lo << (n - 64), 0}
+	case n == 0:
+		return a
 	}
-	return entry(NextLevel, lv)
+	return u128{a.hi<<n | a.lo>>(64-n), a.lo << n}
 }
 
 // children is the number of entries ps give a level of length n: the
@@ -286,9 +388,6 @@ func (b *v6Builder) level(n int) int {
 	return len(b.t.Levels) - 1
 }
 
-func (b *v6Builder) add(lv int, hi, lo uint64, e Entry) {
-	b.entries[lv] = append(b.entries[lv], Slot{hi, lo, e})
-}
 
 // Probing limits: a table whose keys need more probes than maxProbes is
 // hashed again with other multipliers, and after a few tries doubled.
