@@ -161,8 +161,8 @@ type v6Builder struct {
 	t       *V6
 }
 
-// childBudget is the most entries a node may give its next level: twice
-// its prefixes, and a few more so that small nodes may jump far.
+// childBudget is the most entries a node may give its next level: one per
+// prefix, and a few more so that small nodes may jump far.
 func childBudget(n int) int { return n + 16 }
 
 // buildV6 builds the IPv6 layout of ps: IPv6 prefixes and their classes
