@@ -142,16 +142,6 @@ func halves(a netip.Addr) (hi, lo uint64) {
 	return hi, lo
 }
 
-// top returns the first n bits of p's address (n ≤ 128), right-aligned
-// in two halves as a level's key.
-func (p *p6) top(n int) (uint64, uint64) {
-	lv := Level{Bits: n}
-	if n <= 64 {
-		return lv.key(p.hi, 0)
-	}
-	return lv.key(p.hi, p.lo)
-}
-
 // v6Builder collects the entries of each level while the tree is built.
 type v6Builder struct {
 	levels  map[int]int   // index in t.Levels by Bits
@@ -294,13 +284,8 @@ func (b *v6Builder) put(lv, at int, k u128, e Entry) {
 	if e.Kind() == NextLevel {
 		b.next[lv][e.level()]++
 	}
-	hi, lo := k.lo, uint64(0)
-	if at > 64 {
-		hi, lo = k.shr(at-64).lo, k.lo&(1<<(at-64)-1)
-		if at == 128 {
-			lo = k.lo
-		}
-	}
+	a := shl(k, 128-at) // the key's first address
+	hi, lo := (&Level{Bits: at}).key(a.hi, a.lo)
 	b.entries[lv] = append(b.entries[lv], Slot{hi, lo, e | occupied})
 }
 
@@ -359,7 +344,7 @@ func shl(a u128, n int) u128 {
 // the others.
 func children(ps []p6, n int) int {
 	c := 0
-	var lastHi, lastLo uint64
+	var last u128
 	for i, p := range ps {
 		if p.bits <= n {
 			if n-p.bits >= 30 {
@@ -368,9 +353,9 @@ func children(ps []p6, n int) int {
 			c += 1 << (n - p.bits)
 			continue
 		}
-		if h, l := p.top(n); i == 0 || h != lastHi || l != lastLo || ps[i-1].bits <= n {
+		if k := p.addr().shr(128 - n); i == 0 || k != last || ps[i-1].bits <= n {
 			c++
-			lastHi, lastLo = h, l
+			last = k
 		}
 	}
 	return c
@@ -387,7 +372,6 @@ func (b *v6Builder) level(n int) int {
 	b.next = append(b.next, map[int]int{})
 	return len(b.t.Levels) - 1
 }
-
 
 // Probing limits: a table whose keys need more probes than maxProbes is
 // hashed again with other multipliers, and after a few tries doubled.
