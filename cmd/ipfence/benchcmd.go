@@ -30,7 +30,7 @@ var benchScenarios = []benchScenario{
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
 			return bench.Scale(ctx, lab, pick(q, bench.QuickScale, bench.FullScale), p)
 		}},
-	{"geo", "real country data (50k-160k IPv4 prefixes) as an nft interval set, ipset hash:net, iptables chains split by /8 (legacy and nft), iptables linear, ipfence's layout and an XDP LPM trie: per-packet cost for legitimate and blocked traffic, UDP and TCP latency, load time",
+	{"geo", "real country data (50k-160k IPv4 prefixes) as an nft interval set, ipset hash:net, iptables chains split by /8 (legacy and nft), iptables linear, ipfence's layout, ipfence's XDP tables and an XDP LPM trie: per-packet cost for legitimate and blocked traffic, UDP and TCP latency, load time",
 		func(q bool) int { return bench.GeoSteps(pick(q, bench.QuickGeo, bench.FullGeo)) },
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
 			return bench.Geo(ctx, lab, pick(q, bench.QuickGeo, bench.FullGeo), p)

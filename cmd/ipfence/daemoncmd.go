@@ -15,6 +15,7 @@ import (
 
 func newDaemonCmd(g *globals) *cobra.Command {
 	var cfg daemon.Config
+	var xf xdpFlags
 	c := &cobra.Command{
 		Use:   "daemon --policy FILE [--netns NAME] [--socket PATH] [--state DIR] [--metrics ADDR]",
 		Short: "Keep a policy loaded, its sources fresh, and take bans over a local API",
@@ -27,7 +28,10 @@ transaction, then:
   - serves the API on a root-only Unix socket (ipfence ban/unban/bans/status
     use it; see internal/api), coalescing concurrent bans into batched
     transactions;
-  - expires bans, checks the kernel against what it loaded and repairs drift;
+  - runs the policy's XDP rules (backend: xdp) like apply, swapping the XDP
+    program in one step when their sources change;
+  - expires bans, checks the kernel against what it loaded (the XDP program
+    on every interface too) and repairs drift;
   - exports Prometheus metrics on --metrics (default 127.0.0.1:9477; "" off);
   - tells systemd when it is ready and pets its watchdog (Type=notify).
 It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
@@ -36,6 +40,7 @@ It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			cfg.Logger = g.logger
+			cfg.XDP = xf.options(cfg.NetNS, nil)
 			return daemon.New(cfg).Run(ctx)
 		},
 	}
@@ -47,6 +52,7 @@ It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
 	c.Flags().StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
 	c.Flags().BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on the metrics address (debugging)")
 	c.Flags().DurationVar(&cfg.Tick, "tick", 10*time.Second, "how often to look for due sources and expired bans")
+	xf.register(c, true)
 	return c
 }
 

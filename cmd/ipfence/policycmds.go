@@ -256,7 +256,7 @@ type applyReport struct {
 	Chains        int            `json:"nft_chains"`
 	CompileMillis int64          `json:"compile_ms"`
 	LoadMillis    int64          `json:"load_ms"`
-	XDP           *xdpReport     `json:"xdp,omitempty"`
+	XDP           *xdp.Report    `json:"xdp,omitempty"`
 }
 
 func printApply(w io.Writer, c *compiled, rep applyReport) {
@@ -295,6 +295,8 @@ func describeLayout(l *plan.Layout) string {
 			l.Prefixes, len(l.Levels), len(st), st[0], st[len(st)-1], l.Entries(), l.Depth(), l.Cost.LookupsPass)
 	case plan.KindPlain:
 		return fmt.Sprintf("%d prefixes → interval set", l.Prefixes)
+	case plan.KindXDP:
+		return fmt.Sprintf("%d prefixes → XDP tables", l.Prefixes)
 	}
 	return string(l.Kind)
 }

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -32,100 +30,21 @@ func (f *xdpFlags) options(netns string, ifs []string) xdp.Options {
 	return xdp.Options{NetNS: netns, Interfaces: ifs, PinDir: f.pinDir, Generic: f.generic}
 }
 
-// xdpReport is what an apply did with XDP.
-type xdpReport struct {
-	Rules        int             `json:"rules"`
-	Interfaces   []xdp.Interface `json:"interfaces,omitempty"`
-	MemoryBytes  int             `json:"memory_bytes,omitempty"`
-	BuildMillis  int64           `json:"build_ms"`
-	LoadMillis   int64           `json:"load_ms"`
-	AttachMillis int64           `json:"attach_ms"`
-	// Detached: the policy has no XDP rules any more and the previous
-	// program was removed.
-	Detached bool `json:"detached,omitempty"`
+// applyWithXDP applies c: the XDP rules through xdp.Apply, the others
+// through nftApply.
+func applyWithXDP(c *compiled, netns string, prev *state.Applied, xf *xdpFlags, nftApply func() error) (*xdp.Report, error) {
+	var before []string
+	if prev != nil {
+		for _, r := range prev.Rules {
+			if r.Backend == plan.XDP {
+				before = append(before, r.Name)
+			}
+		}
+	}
+	return xdp.Apply(c.plan, xf.options(netns, c.plan.Interfaces), before, nftApply)
 }
 
-// applyWithXDP applies the XDP part of c and, through nftApply, the
-// nftables part, in the order that never leaves a rule unenforced: when
-// rules move into XDP (or XDP only changes) XDP switches first and
-// nftables second, when rules leave XDP nftables takes them first. Each
-// part is atomic; if nftables fails after XDP switched, XDP is switched
-// back.
-func applyWithXDP(c *compiled, netns string, prev *state.Applied, xf *xdpFlags, nftApply func() error) (*xdpReport, error) {
-	rules := xdp.FromPlan(c.plan)
-	opt := xf.options(netns, c.plan.Interfaces)
-	if len(rules) == 0 {
-		if err := nftApply(); err != nil {
-			return nil, err
-		}
-		detached, err := xdp.Flush(opt)
-		if err != nil {
-			return nil, fmt.Errorf("nftables applied, but removing the previous XDP program failed: %w", err)
-		}
-		if detached {
-			return &xdpReport{Detached: true}, nil
-		}
-		return nil, nil
-	}
-	rep := &xdpReport{Rules: len(rules)}
-	t0 := time.Now()
-	l, err := xdp.BuildLayout(rules)
-	if err != nil {
-		return nil, fmt.Errorf("compiling the XDP rules: %w", err)
-	}
-	rep.BuildMillis, rep.MemoryBytes = time.Since(t0).Milliseconds(), l.Memory()
-	swap, err := xdp.Prepare(l, opt)
-	if err != nil {
-		return nil, err
-	}
-	defer swap.Close() // before Commit: puts the old program back
-	rep.LoadMillis = swap.Load.Milliseconds()
-	attach := func() error {
-		t := time.Now()
-		err := swap.Attach()
-		rep.AttachMillis = time.Since(t).Milliseconds()
-		return err
-	}
-	if xdpFirst(prev, c.plan) {
-		if err := attach(); err != nil {
-			return nil, err
-		}
-		if err := nftApply(); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := nftApply(); err != nil {
-			return nil, err
-		}
-		if err := attach(); err != nil {
-			return nil, fmt.Errorf("nftables applied, but XDP kept its previous program: %w", err)
-		}
-	}
-	rep.Interfaces = swap.Interfaces()
-	if err := swap.Commit(); err != nil {
-		return rep, fmt.Errorf("the XDP program runs, but pinning it failed (`ipfence status` may not show it): %w", err)
-	}
-	return rep, nil
-}
-
-// xdpFirst reports whether every rule that ran in XDP before still does.
-func xdpFirst(prev *state.Applied, p *plan.Plan) bool {
-	if prev == nil {
-		return true
-	}
-	var now []string
-	for _, r := range p.XDPRules() {
-		now = append(now, r.Name)
-	}
-	for _, r := range prev.Rules {
-		if r.Backend == plan.XDP && !slices.Contains(now, r.Name) {
-			return false
-		}
-	}
-	return true
-}
-
-func printXDPApply(w io.Writer, rep *xdpReport) {
+func printXDPApply(w io.Writer, rep *xdp.Report) {
 	if rep == nil {
 		return
 	}

@@ -95,6 +95,7 @@ type Status struct {
 type RuleStatus struct {
 	Name       string `json:"name"`
 	Action     string `json:"action"`
+	Backend    string `json:"backend"` // nftables or xdp
 	PrefixesV4 int    `json:"prefixes_ipv4"`
 	PrefixesV6 int    `json:"prefixes_ipv6"`
 }

@@ -22,7 +22,8 @@ import (
 // ipfence) the ways operators do: one nft interval set, ipset hash:net,
 // iptables rules split into a chain per /8 (per /16 for IPv6; legacy and
 // nft variants), plain iptables rules one after another, ipfence's compiled
-// layout, and an XDP LPM trie. It measures what a packet costs for
+// layout, ipfence's XDP tables and, as their reference, the same XDP
+// program with the kernel's LPM trie. It measures what a packet costs for
 // legitimate traffic (from other countries) and for blocked traffic (drawn
 // uniformly from the set, and Zipf-distributed over a few thousand
 // attackers, as floods are), the latency of UDP request/response and of TCP
@@ -75,7 +76,7 @@ var (
 const geoAttackers = 4096
 
 // GeoConfigs are the ways of blocking a country set that Geo compares.
-var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "xdp-lpm"}
+var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "ipfence-xdp", "xdp-lpm"}
 
 // geoConfig returns the config name blocking prefixes, all of one family
 // (v6: IPv6).
@@ -108,8 +109,8 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool)
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
 		return Config{Name: name, Program: nft.FromPlan(p, nft.Bans{})}, nil
-	case "xdp-lpm":
-		return Config{Name: name, Load: XDPDropSet(prefixes)}, nil
+	case "ipfence-xdp", "xdp-lpm":
+		return Config{Name: name, Load: XDPTables(set, name == "xdp-lpm")}, nil
 	}
 	return Config{}, fmt.Errorf("unknown geo config %q (have %s)", name, strings.Join(GeoConfigs, ", "))
 }
@@ -157,12 +158,13 @@ type GeoRow struct {
 	Packets     int     `json:"packets"`
 }
 
-// XDPRunRow is the time of one run of the XDP LPM program in the kernel
-// without a device (BPF_PROG_TEST_RUN): the lookup itself, without what
-// veth adds to XDP.
+// XDPRunRow is the time of one run of an XDP config's program in the
+// kernel without a device (BPF_PROG_TEST_RUN): the lookup itself, without
+// what veth adds to XDP.
 type XDPRunRow struct {
 	Set      string  `json:"set"`
 	Prefixes int     `json:"prefixes"`
+	Config   string  `json:"config"`
 	Traffic  string  `json:"traffic"`
 	NsPerRun float64 `json:"ns_per_run"`
 }
@@ -268,11 +270,13 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (res *G
 		}
 		for _, tr := range traffic {
 			p.Step(fmt.Sprintf("geo %s: XDP program runs, %s", gs.Name, tr.Name))
-			ns, err := XDPRunNs(lab, prefixes, tr.Srcs, 10000, tr.Expect == pktgen.ExpectDrop)
-			if err != nil {
+			runs := []XDPRun{{Name: "ipfence-xdp"}, {Name: "xdp-lpm", LPM: true}}
+			if err := XDPRunNs(lab, set, runs, tr.Srcs, 10000, tr.Expect == pktgen.ExpectDrop); err != nil {
 				return nil, fmt.Errorf("geo %s: %w", gs.Name, err)
 			}
-			res.XDPRun = append(res.XDPRun, XDPRunRow{Set: gs.Name, Prefixes: gs.Prefixes, Traffic: tr.Name, NsPerRun: ns})
+			for _, run := range runs {
+				res.XDPRun = append(res.XDPRun, XDPRunRow{Set: gs.Name, Prefixes: gs.Prefixes, Config: run.Name, Traffic: tr.Name, NsPerRun: run.NsPerRun})
+			}
 		}
 		for _, c := range cfgs[1:] {
 			res.Loads = append(res.Loads, GeoLoad{Set: gs.Name, Prefixes: gs.Prefixes, Config: c.Name, LoadMs: ms(pp.LoadTimes[c.Name])})

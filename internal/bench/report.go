@@ -168,7 +168,7 @@ func (r *GeoResult) CSV() string {
 		fmt.Fprintf(&b, "latency,%s,%d,%s,%s,,,,,,,%d,,%.1f,%.1f,%.1f,%d\n", csvQuote(x.Set), x.Prefixes, x.Config, x.Probe, x.Samples, x.P50us, x.P99us, x.MaxUs, x.Lost)
 	}
 	for _, x := range r.XDPRun {
-		fmt.Fprintf(&b, "xdp_prog_run,%s,%d,xdp-lpm,%s,,,,%.1f,,,,,,,,\n", csvQuote(x.Set), x.Prefixes, x.Traffic, x.NsPerRun)
+		fmt.Fprintf(&b, "xdp_prog_run,%s,%d,%s,%s,,,,%.1f,,,,,,,,\n", csvQuote(x.Set), x.Prefixes, x.Config, x.Traffic, x.NsPerRun)
 	}
 	return b.String()
 }
@@ -208,14 +208,16 @@ func (r *GeoResult) Markdown() string {
 			out = append(out, line)
 		}
 		table(&b, []string{"config", "legit: ns over none", "blocked: ns in all", "blocked, Zipf: ns in all", "load", "UDP RTT p50 / p99", "TCP connect p50 / p99"}, out)
-		var runs []string
-		for _, x := range r.XDPRun {
-			if x.Set == s.Name {
-				runs = append(runs, fmt.Sprintf("%s %.0f ns", x.Traffic, x.NsPerRun))
+		for _, c := range ordered(r.XDPRun, func(x XDPRunRow) string { return x.Config }) {
+			var runs []string
+			for _, x := range r.XDPRun {
+				if x.Set == s.Name && x.Config == c {
+					runs = append(runs, fmt.Sprintf("%s %.0f ns", x.Traffic, x.NsPerRun))
+				}
 			}
-		}
-		if len(runs) > 0 {
-			fmt.Fprintf(&b, "\nThe XDP LPM program alone (BPF_PROG_TEST_RUN, no device): %s per run.\n", strings.Join(runs, ", "))
+			if len(runs) > 0 {
+				fmt.Fprintf(&b, "\nThe %s program alone (BPF_PROG_TEST_RUN, no device): %s per run.\n", c, strings.Join(runs, ", "))
+			}
 		}
 	}
 	b.WriteString("\nBlocked packets skip the routing step the baseline pays, so their cost is given in all, not over the baseline. XDP on a veth pays for handing the packet to XDP and back, which a real NIC's driver does not: the program's own run time is given apart.\n")

@@ -25,8 +25,14 @@ func TestGeo(t *testing.T) {
 	if want := 2 * (len(GeoConfigs) + 1) * len(GeoTraffic); len(res.Rows) != want {
 		t.Errorf("%d per-packet rows, want %d", len(res.Rows), want)
 	}
-	if len(res.Loads) != 2*len(GeoConfigs) || len(res.XDPRun) != 2*len(GeoTraffic) {
+	// XDP runs: ipfence's tables and the LPM trie, per set and traffic.
+	if len(res.Loads) != 2*len(GeoConfigs) || len(res.XDPRun) != 2*2*len(GeoTraffic) {
 		t.Errorf("%d loads, %d XDP runs", len(res.Loads), len(res.XDPRun))
+	}
+	for _, x := range res.XDPRun {
+		if x.NsPerRun <= 0 || (x.Config != "ipfence-xdp" && x.Config != "xdp-lpm") {
+			t.Errorf("XDP run %+v", x)
+		}
 	}
 	// Latency is probed from an IPv4 host, so for the IPv4 set only.
 	if want := (len(GeoConfigs) + 1) * len(probeNames); len(res.Latency) != want {

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/xdp"
@@ -96,116 +97,69 @@ func (h hook) dropPrefix(p netip.Prefix) Loader {
 	}
 }
 
-// XDPDropSet drops packets whose source is in one of prefixes at the
-// driver, with one lookup in an LPM trie map per family.
-func XDPDropSet(prefixes []netip.Prefix) Loader {
+// XDPTables drops packets whose source is in set at the firewall veth's
+// driver with ipfence's XDP program (internal/backend/xdp): its compiled
+// tables, or with lpm the kernel's LPM tries of the same prefixes (the
+// reference).
+func XDPTables(set *netipx.IPSet, lpm bool) Loader {
 	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
-		insns, maps, err := lpmDrop(prefixes)
+		objs, err := loadXDP(set, lpm)
 		if err != nil {
 			return nil, err
 		}
-		unload, err := xdpHook.attach(lab, insns, maps...)
+		unload, err := attachProgram(lab, objs.Program, objs.Close)
 		if err != nil {
-			closeMaps(maps)
+			objs.Close()
 		}
 		return unload, err
 	}
 }
 
-// lpmDrop returns the XDP program of XDPDropSet and its maps, filled: an
-// LPM trie of prefixes' IPv4 prefixes and one of their IPv6 prefixes.
-func lpmDrop(prefixes []netip.Prefix) (asm.Instructions, []*ebpf.Map, error) {
-	var maps []*ebpf.Map
-	for _, bits := range []int{32, 128} {
-		m, err := lpmTrie(prefixes, bits)
-		if err != nil {
-			closeMaps(maps)
-			return nil, nil, err
-		}
-		maps = append(maps, m)
+// loadXDP loads ipfence's XDP program dropping set.
+func loadXDP(set *netipx.IPSet, lpm bool) (*xdp.Objects, error) {
+	l, err := xdp.BuildLayout([]xdp.Rule{{Name: "bench", Drop: set}})
+	if err != nil {
+		return nil, fmt.Errorf("compiling the XDP tables: %w", err)
 	}
-	h := xdpHook
-	const (
-		key4 = -8  // struct bpf_lpm_trie_key_u8 with 4 bytes of data
-		key6 = -20 // with 16
-	)
-	insns := asm.Instructions{
-		asm.LoadMem(asm.R2, asm.R1, h.dataOff, asm.Word),
-		asm.LoadMem(asm.R3, asm.R1, h.endOff, asm.Word),
-		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, 14+20), // Ethernet and IPv4 headers
-		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType
-		asm.JEq.Imm(asm.R5, int32(hostUint16(unix.ETH_P_IP)), "v4"),
-		asm.JNE.Imm(asm.R5, int32(hostUint16(unix.ETH_P_IPV6)), "pass"),
-		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, 14+40), // Ethernet and IPv6 headers
-		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-		asm.StoreImm(asm.RFP, key6, 128, asm.Word), // prefixlen
+	objs, err := l.Load(xdp.LoadOptions{LPM: lpm})
+	if err != nil {
+		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
-	for i := range int16(4) { // the IPv6 source, a word at a time
-		insns = append(insns,
-			asm.LoadMem(asm.R5, asm.R2, 14+8+4*i, asm.Word),
-			asm.StoreMem(asm.RFP, key6+4+4*i, asm.R5, asm.Word))
-	}
-	insns = append(insns,
-		asm.LoadMapPtr(asm.R1, maps[1].FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, key6),
-		asm.FnMapLookupElem.Call(),
-		asm.Ja.Label("found"),
-		asm.StoreImm(asm.RFP, key4, 32, asm.Word).WithSymbol("v4"),
-		asm.LoadMem(asm.R5, asm.R2, 14+12, asm.Word), // IPv4 source
-		asm.StoreMem(asm.RFP, key4+4, asm.R5, asm.Word),
-		asm.LoadMapPtr(asm.R1, maps[0].FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, key4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass").WithSymbol("found"),
-	)
-	return append(insns, h.verdicts()...), maps, nil
+	return objs, nil
 }
 
-// lpmTrie returns an LPM trie holding prefixes of bits bits (32: the
-// IPv4 ones, 128: IPv6).
-func lpmTrie(prefixes []netip.Prefix, bits int) (*ebpf.Map, error) {
-	ps := make([]xdp.ClassPrefix, len(prefixes))
-	for i, p := range prefixes {
-		ps[i] = xdp.ClassPrefix{Prefix: p, Class: 1}
-	}
-	return xdp.NewLPMTrie(fmt.Sprintf("ipfence_lpm%d", bits), ps, bits)
+// XDPRun is the time of one run of an XDP program without a device.
+type XDPRun struct {
+	Name     string  // the config: ipfence-xdp or xdp-lpm
+	LPM      bool    // LPM tries instead of tables
+	NsPerRun float64 // median over frames of the mean over runs
 }
 
-func closeMaps(maps []*ebpf.Map) {
-	for _, m := range maps {
-		m.Close()
-	}
-}
-
-// XDPRunNs times XDPDropSet's program in the kernel without a device
+// XDPRunNs times ipfence's XDP program dropping set, with its tables and
+// with LPM tries (runs[i].LPM), in the kernel without a device
 // (BPF_PROG_TEST_RUN): for each of up to 64 UDP frames from srcs to lab's
-// sink of their family, repeat runs. It returns the median of the frames' mean time per run,
-// and an error if a frame does not get the verdict drop says.
-func XDPRunNs(lab *netns.Lab, prefixes []netip.Prefix, srcs []netip.Addr, repeat int, drop bool) (float64, error) {
+// sink of their family, repeat runs of each program in turn. It fills in
+// each run's median over frames of their mean time per run, and fails if
+// a frame does not get the verdict drop says.
+func XDPRunNs(lab *netns.Lab, set *netipx.IPSet, runs []XDPRun, srcs []netip.Addr, repeat int, drop bool) error {
 	if len(srcs) == 0 {
-		return 0, errors.New("timing the XDP program: no sources")
+		return errors.New("timing the XDP program: no sources")
 	}
-	insns, maps, err := lpmDrop(prefixes)
-	if err != nil {
-		return 0, err
+	progs := make([]*ebpf.Program, len(runs))
+	for i, r := range runs {
+		objs, err := loadXDP(set, r.LPM)
+		if err != nil {
+			return err
+		}
+		defer objs.Close()
+		progs[i] = objs.Program
 	}
-	defer closeMaps(maps)
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence_bench", Type: ebpf.XDP, License: "GPL", Instructions: insns})
-	if err != nil {
-		return 0, fmt.Errorf("loading the XDP program: %w", err)
-	}
-	defer prog.Close()
 	mac := []byte{2, 0, 0, 0, 0, 1}
 	want := uint32(xdpHook.passCode)
 	if drop {
 		want = uint32(xdpHook.dropCode)
 	}
-	var per []float64
+	per := make([][]float64, len(runs))
 	for _, a := range srcs[:min(len(srcs), 64)] {
 		dst := lab.Sink4
 		if a.Is6() {
@@ -214,32 +168,46 @@ func XDPRunNs(lab *netns.Lab, prefixes []netip.Prefix, srcs []netip.Addr, repeat
 		h := pktgen.Header{SrcMAC: mac, DstMAC: mac, Src: a, Dst: dst, SrcPort: 1, DstPort: 9}
 		frame, err := pktgen.AppendUDP(nil, &h, 1, make([]byte, 18))
 		if err != nil {
-			return 0, err
+			return err
 		}
-		ret, d, err := prog.Benchmark(frame, repeat, nil)
-		if err != nil {
-			return 0, fmt.Errorf("running the XDP program: %w", err)
+		for i, prog := range progs {
+			ret, d, err := prog.Benchmark(frame, repeat, nil)
+			if err != nil {
+				return fmt.Errorf("running the XDP program (%s): %w", runs[i].Name, err)
+			}
+			if ret != want {
+				return fmt.Errorf("XDP program (%s) returned %d for source %s, want %d", runs[i].Name, ret, a, want)
+			}
+			per[i] = append(per[i], float64(d.Nanoseconds()))
 		}
-		if ret != want {
-			return 0, fmt.Errorf("XDP program returned %d for source %s, want %d", ret, a, want)
-		}
-		per = append(per, float64(d.Nanoseconds()))
 	}
-	return Median(per), nil
+	for i := range runs {
+		runs[i].NsPerRun = Median(per[i])
+	}
+	return nil
 }
 
 // attach loads insns and attaches them to the firewall's veth: XDP in
-// driver mode, or tcx ingress. Unloading detaches the program and closes
-// it and maps.
-func (h hook) attach(lab *netns.Lab, insns asm.Instructions, maps ...*ebpf.Map) (func() error, error) {
+// driver mode, or tcx ingress. Unloading detaches and closes the program.
+func (h hook) attach(lab *netns.Lab, insns asm.Instructions) (func() error, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence_bench", Type: h.typ, License: "GPL", Instructions: insns})
 	if err != nil {
 		return nil, fmt.Errorf("loading the %s program: %w", h.typ, err)
 	}
+	unload, err := attachProgram(lab, prog, prog.Close)
+	if err != nil {
+		prog.Close()
+	}
+	return unload, err
+}
+
+// attachProgram attaches prog to the firewall's veth by its type: XDP in
+// driver mode, or tcx ingress. Unloading detaches it and calls release.
+func attachProgram(lab *netns.Lab, prog *ebpf.Program, release func() error) (func() error, error) {
 	var l link.Link
-	err = lab.DoFW(func() error {
+	err := lab.DoFW(func() error {
 		var err error
-		if h.typ == ebpf.XDP {
+		if prog.Type() == ebpf.XDP {
 			l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: lab.FWIndex, Flags: link.XDPDriverMode})
 		} else {
 			l, err = link.AttachTCX(link.TCXOptions{Program: prog, Interface: lab.FWIndex, Attach: ebpf.AttachTCXIngress})
@@ -247,14 +215,7 @@ func (h hook) attach(lab *netns.Lab, insns asm.Instructions, maps ...*ebpf.Map) 
 		return err
 	})
 	if err != nil {
-		prog.Close()
-		return nil, fmt.Errorf("attaching the %s program to %s: %w", h.typ, lab.FWIf, err)
+		return nil, fmt.Errorf("attaching the %s program to %s: %w", prog.Type(), lab.FWIf, err)
 	}
-	return func() error {
-		errs := []error{l.Close(), prog.Close()}
-		for _, m := range maps {
-			errs = append(errs, m.Close())
-		}
-		return errors.Join(errs...)
-	}, nil
+	return func() error { return errors.Join(l.Close(), release()) }, nil
 }

@@ -3,10 +3,13 @@
 // local API (coalesced into batched transactions), expires them, repairs
 // drift, and exports metrics.
 //
-// The kernel side is always one ipfence table. A full load replaces it in
-// one transaction; a feed refresh sends only what changed (nft.Diff) and
-// never touches the ban sets; bans are transactions of their own on the
-// ban sets (package banctl).
+// The kernel side is one ipfence table and, when the policy has XDP
+// rules, ipfence's XDP program on the policy's interfaces. A full load
+// replaces the table in one transaction; a feed refresh sends only what
+// changed (nft.Diff) and never touches the ban sets; bans are transactions
+// of their own on the ban sets (package banctl). The XDP program is
+// rebuilt and swapped in one step (xdp.Apply) only when its rules'
+// sets, or the rules themselves, change.
 package daemon
 
 import (
@@ -19,12 +22,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/banctl"
 	"github.com/ipfence/ipfence/internal/hostaddr"
@@ -53,6 +58,9 @@ type Config struct {
 	// DriftEvery is how often the kernel is checked against the desired
 	// state (default 1m).
 	DriftEvery time.Duration
+	// XDP says where XDP programs are pinned and how they attach; its
+	// namespace and interfaces are the daemon's and the policy's.
+	XDP xdp.Options
 }
 
 // Daemon is a running `ipfence daemon`. Create it with New; Run runs it.
@@ -242,7 +250,16 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	d.ctl = ctl
-	return d.loadFull(ctx, c)
+	// The rules the last apply ran in XDP, to switch in the safe order.
+	var before []string
+	if prev, err := (state.Dir{Path: d.cfg.StateDir}).LoadApplied(d.cfg.NetNS); err == nil {
+		for _, r := range prev.Rules {
+			if r.Backend == plan.XDP {
+				before = append(before, r.Name)
+			}
+		}
+	}
+	return d.loadFull(ctx, c, before)
 }
 
 // compiled is a policy resolved and compiled, not yet loaded.
@@ -278,9 +295,6 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := len(p.XDPRules()); n > 0 {
-		return nil, fmt.Errorf("%w: %d rules of %s run in XDP; apply it with `ipfence apply` (the daemon does not drive XDP yet), or set `backend: nftables`", ErrXDP, n, pol.File)
-	}
 	for _, w := range p.Warnings {
 		d.log.Warn(w)
 	}
@@ -289,10 +303,6 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 	}
 	return &compiled{pol: pol, res: res, plan: p, prog: nft.FromPlan(p, nft.Bans{})}, nil
 }
-
-// ErrXDP is returned for policies with XDP rules, which only `ipfence
-// apply` runs so far.
-var ErrXDP = errors.New("the daemon cannot run XDP rules")
 
 // sourceFailed records err against the source it names (every source
 // when it names none).
@@ -308,11 +318,52 @@ func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
 }
 
 // loadFull replaces the table with c and the current bans in one
-// transaction, then records c as loaded. Called with d.mu held.
-func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
+// transaction, and ipfence's XDP program with c's (before: the rules that
+// ran in XDP), then records c as loaded. Called with d.mu held.
+func (d *Daemon) loadFull(ctx context.Context, c *compiled, before []string) error {
 	t0 := time.Now()
+	load := func() error { return d.loadTable(ctx, c) }
+	var err error
+	if d.plan != nil && sameXDP(d.plan, c.plan) {
+		err = load() // the XDP program in force is c's
+	} else {
+		err = d.applyXDP(c.plan, before, load)
+	}
+	if err != nil {
+		d.lastErr = err.Error()
+		return fmt.Errorf("loading the policy: %w", err)
+	}
+	d.metrics.applySeconds.WithLabelValues("full").Observe(time.Since(t0).Seconds())
+	d.loaded(c)
+	return nil
+}
+
+// applyXDP runs p's XDP rules through xdp.Apply, with other as the
+// nftables transaction; without XDP rules it runs other and detaches a
+// previous program.
+func (d *Daemon) applyXDP(p *plan.Plan, before []string, other func() error) error {
+	opt := d.cfg.XDP
+	opt.NetNS, opt.Interfaces = d.cfg.NetNS, p.Interfaces
+	rep, err := xdp.Apply(p, opt, before, other)
+	if err != nil {
+		return err
+	}
+	switch {
+	case rep == nil:
+	case rep.Detached:
+		d.log.Info("no XDP rules any more; the XDP program was detached")
+	default:
+		d.log.Info("XDP program swapped", "rules", rep.Rules, "interfaces", p.Interfaces, "memory_bytes", rep.MemoryBytes,
+			"build_ms", rep.BuildMillis, "load_ms", rep.LoadMillis, "attach_ms", rep.AttachMillis)
+	}
+	return nil
+}
+
+// loadTable replaces the table with c and the current bans in one
+// transaction.
+func (d *Daemon) loadTable(ctx context.Context, c *compiled) error {
 	heads := nft.Heads(c.plan)
-	err := d.ctl.Load(heads, c.plan.Priority, func(bans nft.Bans) error {
+	return d.ctl.Load(heads, c.plan.Priority, func(bans nft.Bans) error {
 		prog := nft.WithBans(c.prog, heads, c.plan.Priority, bans)
 		var err error
 		for try := 0; try < 3; try++ {
@@ -326,13 +377,6 @@ func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
 		}
 		return err
 	})
-	if err != nil {
-		d.lastErr = err.Error()
-		return fmt.Errorf("loading the policy: %w", err)
-	}
-	d.metrics.applySeconds.WithLabelValues("full").Observe(time.Since(t0).Seconds())
-	d.loaded(c)
-	return nil
 }
 
 // loaded records c as what the kernel holds: sources committed as last
@@ -374,25 +418,40 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 		return ReloadResult{}, err
 	}
 	res := ReloadResult{Mode: "none"}
+	before := xdpNames(d.plan)
 	u, err := nft.DiffKeeping(d.prog, c.prog, isBanSet)
 	switch {
 	case errors.Is(err, nft.ErrNeedsReload) || (err == nil && !sameHeads(d.plan, c.plan)):
 		res.Mode = "full"
-		if err := d.loadFull(ctx, c); err != nil {
+		if err := d.loadFull(ctx, c, before); err != nil {
 			return res, err
 		}
 	case err != nil:
 		return res, err
-	case emptyUpdate(u):
+	case emptyUpdate(u) && sameXDP(d.plan, c.plan):
 		d.loaded(c)
 	default:
 		res.Mode = "update"
-		ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
+		update := func() error {
+			if emptyUpdate(u) {
+				return nil
+			}
+			ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
+			if err != nil {
+				return fmt.Errorf("updating the ruleset: %w", err)
+			}
+			res.Added, res.Deleted = ur.Added, ur.Deleted
+			return nil
+		}
+		if sameXDP(d.plan, c.plan) {
+			err = update()
+		} else {
+			err = d.applyXDP(c.plan, before, update)
+		}
 		if err != nil {
 			d.lastErr = err.Error()
-			return res, fmt.Errorf("updating the ruleset: %w", err)
+			return res, err
 		}
-		res.Added, res.Deleted = ur.Added, ur.Deleted
 		d.metrics.applySeconds.WithLabelValues("update").Observe(time.Since(t0).Seconds())
 		d.loaded(c)
 	}
@@ -429,6 +488,31 @@ func isBanSet(name string) bool {
 		}
 	}
 	return false
+}
+
+// xdpNames returns the names of p's XDP rules.
+func xdpNames(p *plan.Plan) []string {
+	var out []string
+	for _, r := range p.XDPRules() {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// sameXDP reports whether two plans run the same XDP program: the same
+// rules with the same sets on the same interfaces.
+func sameXDP(a, b *plan.Plan) bool {
+	ra, rb := a.XDPRules(), b.XDPRules()
+	if len(ra) != len(rb) || !slices.Equal(a.Interfaces, b.Interfaces) {
+		return false
+	}
+	for i := range ra {
+		if ra[i].Name != rb[i].Name || ra[i].Action != rb[i].Action ||
+			!slices.Equal(ra[i].Set.Ranges(), rb[i].Set.Ranges()) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameHeads reports whether two plans have the same base chain.
@@ -497,6 +581,9 @@ func (d *Daemon) checkDrift(ctx context.Context) error {
 	for k := range want {
 		drift = drift || !got[k]
 	}
+	if err := d.checkXDP(); err != nil {
+		return err
+	}
 	if !drift {
 		// The structure is there; check the bans' elements (a sample of
 		// the addresses, all prefix pieces) and put back what is off.
@@ -514,7 +601,41 @@ func (d *Daemon) checkDrift(ctx context.Context) error {
 	d.drift++
 	d.metrics.drift.Inc()
 	d.log.Warn("the kernel's ipfence table differs from what was loaded; loading it again", "exists", ts.Exists)
-	return d.loadFull(ctx, &compiled{pol: d.pol, res: d.res, plan: d.plan, prog: d.prog})
+	if err := d.loadTable(ctx, &compiled{pol: d.pol, res: d.res, plan: d.plan, prog: d.prog}); err != nil {
+		d.lastErr = err.Error()
+		return fmt.Errorf("loading the table again: %w", err)
+	}
+	return nil
+}
+
+// checkXDP checks that ipfence's XDP program runs on every interface of
+// the plan and attaches it again where it does not (an interface made
+// again, a program detached by hand). Called with d.mu held.
+func (d *Daemon) checkXDP() error {
+	if len(d.plan.XDPRules()) == 0 {
+		return nil
+	}
+	opt := d.cfg.XDP
+	opt.NetNS = d.cfg.NetNS
+	st, err := xdp.ReadStatus(opt, 0)
+	if err != nil && !errors.Is(err, xdp.ErrNotLoaded) {
+		return err
+	}
+	running := 0
+	for _, ifc := range st.Interfaces {
+		if slices.Contains(d.plan.Interfaces, ifc.Name) && ifc.Program != 0 && ifc.Program == st.Program {
+			running++
+		}
+	}
+	if err == nil && running == len(d.plan.Interfaces) {
+		return nil
+	}
+	d.drift++
+	d.metrics.drift.Inc()
+	d.log.Warn("ipfence's XDP program does not run on every interface of the policy; attaching it again",
+		"interfaces", d.plan.Interfaces, "running", running)
+	names := xdpNames(d.plan)
+	return d.applyXDP(d.plan, names, func() error { return nil })
 }
 
 // BanStorePath is where the bans of a namespace are kept.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
@@ -414,5 +415,118 @@ func concurrently(t *testing.T, n int, fn func(int) error) {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDaemonXDP runs a policy whose feed rule runs in XDP: the feed drops
+// at the driver, bans and the port rule stay in nftables, a feed refresh
+// swaps the XDP program (the link stays), a program gone from an
+// interface is attached again by the drift check, and the counters reach
+// the metrics.
+func TestDaemonXDP(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	feed := filepath.Join(dir, "feed.txt")
+	writeFile(t, feed, "192.0.2.0/24\n2001:db8:1::/48\n")
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, fmt.Sprintf("backend: xdp\ninterfaces: [%s]\n", lab.FWIf)+
+		"sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\n"+
+		"protect: [198.18.0.0/15, 2001:2::/48]\n"+
+		"rules:\n  - {name: feed, action: drop, match: {source: feed}}\n"+
+		"  - {name: ssh, action: drop, ports: [udp/9999], match: {prefixes: [100.64.0.0/10]}}\n")
+	cfg := Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"),
+		Tick: 50 * time.Millisecond, DriftEvery: 200 * time.Millisecond, XDP: xdp.Options{PinDir: netnstest.BPFFS(t)}}
+	r := startDaemon(t, cfg)
+	ctx := context.Background()
+	xopt := cfg.XDP
+	xopt.NetNS = lab.FW
+	status := func() xdp.Status {
+		t.Helper()
+		st, err := xdp.ReadStatus(xopt, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Interfaces) != 1 || st.Interfaces[0].Program != st.Program {
+			t.Fatalf("XDP status %+v: want the program on %s", st, lab.FWIf)
+		}
+		return st
+	}
+	st := status()
+	if s, err := r.cl.Status(ctx); err != nil || s.Rules[0].Backend != "xdp" || s.Rules[1].Backend != "nftables" {
+		t.Errorf("status: %+v, %v", s, err)
+	}
+	srcs := []string{"192.0.2.1", "203.0.113.5", "100.64.1.1", "2001:db8:1::1", "2001:db8:2::1"}
+	if got := verdicts(t, lab, srcs...); got != "dpddp" {
+		t.Fatalf("verdicts at start %q, want dpddp", got)
+	}
+	if n := xdp.Sum(status().Counters[1]).Packets; n == 0 {
+		t.Error("the XDP feed rule counted no packet")
+	}
+	if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: "203.0.113.5", TTL: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddddp" {
+		t.Errorf("verdicts with a ban %q, want ddddp", got)
+	}
+
+	// A feed refresh swaps the program; nftables is left as it was.
+	table := netnstest.Ruleset(t, lab.FW)
+	writeFile(t, feed, "192.0.2.0/24\n2001:db8::/32\n")
+	rr, err := r.cl.Reload(ctx)
+	if err != nil || rr.Mode != "update" {
+		t.Fatalf("reload: %+v, %v", rr, err)
+	}
+	if after := netnstest.Ruleset(t, lab.FW); after != table {
+		t.Error("a refresh of an XDP rule's feed changed the nftables ruleset")
+	}
+	if now := status(); now.Program == st.Program {
+		t.Error("the feed changed but the XDP program was not swapped")
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddddd" {
+		t.Errorf("verdicts after the refresh %q, want ddddd", got)
+	}
+
+	// The link's pin removed by hand: the program is detached, and the
+	// drift check attaches it again.
+	dirs, err := filepath.Glob(filepath.Join(cfg.XDP.PinDir, "netns-*", "link_"+lab.FWIf))
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("link pins %v, %v", dirs, err)
+	}
+	if err := os.Remove(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := xdp.ReadStatus(xopt, 1)
+		if err == nil && len(st.Interfaces) == 1 && st.Interfaces[0].Program == st.Program {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("XDP not attached again after 10s: %+v, %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddddd" {
+		t.Errorf("verdicts after the drift repair %q, want ddddd", got)
+	}
+	rec := httptest.NewRecorder()
+	r.d.metrics.handler(false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{`ipfence_rule_packets_total{rule="feed"}`, `ipfence_xdp_passed_packets_total`, `ipfence_drift_repairs_total 1`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
+		}
+	}
+
+	// The rule moves to nftables: the program is detached.
+	writeFile(t, pol, "sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\nprotect: [198.18.0.0/15, 2001:2::/48]\n"+
+		"rules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
+	if rr, err := r.cl.Reload(ctx); err != nil || rr.Mode != "full" {
+		t.Fatalf("reload to nftables: %+v, %v", rr, err)
+	}
+	if _, err := xdp.ReadStatus(xopt, 1); !errors.Is(err, xdp.ErrNotLoaded) {
+		t.Errorf("XDP status after moving to nftables: %v, want ErrNotLoaded", err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "ddpdd" {
+		t.Errorf("verdicts in nftables %q, want ddpdd", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
 )
 
@@ -76,10 +77,11 @@ var (
 	descPackets  = prometheus.NewDesc("ipfence_rule_packets_total", "Packets a rule (or the bans) acted on.", []string{"rule"}, nil)
 	descBytes    = prometheus.NewDesc("ipfence_rule_bytes_total", "Bytes a rule (or the bans) acted on.", []string{"rule"}, nil)
 	descApplied  = prometheus.NewDesc("ipfence_applied_timestamp_seconds", "When the ruleset in force was loaded.", nil, nil)
+	descXDPPass  = prometheus.NewDesc("ipfence_xdp_passed_packets_total", "Packets the XDP program passed on to nftables (since its last swap).", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied} {
+	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass} {
 		ch <- d
 	}
 }
@@ -100,6 +102,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	d.mu.Lock()
 	table, netns := d.plan.Table, d.cfg.NetNS
+	xdpRules := xdpNames(d.plan)
+	xdpOpt := d.cfg.XDP
+	xdpOpt.NetNS = netns
 	hit := map[string]string{nft.BanChain: "ban"}
 	for _, r := range d.plan.Rules {
 		ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(r.V4.Prefixes), r.Name, "ipv4")
@@ -121,6 +126,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, b2f(ss.stale), name)
 	}
 	d.mu.Unlock()
+
+	// XDP rules count in the program's per-CPU counters (class k is the
+	// k-th rule), which restart at each swap.
+	if len(xdpRules) > 0 {
+		if st, err := xdp.ReadStatus(xdpOpt, len(xdpRules)); err == nil {
+			for c, per := range st.Counters {
+				sum := xdp.Sum(per)
+				if c == 0 {
+					ch <- prometheus.MustNewConstMetric(descXDPPass, prometheus.CounterValue, float64(sum.Packets))
+					continue
+				}
+				ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(sum.Packets), xdpRules[c-1])
+				ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(sum.Bytes), xdpRules[c-1])
+			}
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

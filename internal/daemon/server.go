@@ -159,7 +159,7 @@ func (d *Daemon) Status() api.Status {
 	st := api.Status{Policy: d.cfg.Policy, NetNS: d.cfg.NetNS, Table: d.plan.Table, Started: d.started,
 		Applied: d.applied, Bans: c, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
 	for _, r := range d.plan.Rules {
-		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action)}
+		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend)}
 		if r.V4.Kind != plan.KindEmpty {
 			rs.PrefixesV4 = r.V4.Prefixes
 		}

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // Kind is the shape chosen for one family of one rule's set.
@@ -24,6 +26,9 @@ const (
 	// KindTree: hash verdict maps keyed on the source address masked to
 	// each level's length; see Layout.
 	KindTree Kind = "tree"
+	// KindXDP: the rule runs in XDP, whose backend compiles its own
+	// tables from the rule's set; only Prefixes is set.
+	KindXDP Kind = "xdp"
 )
 
 // EntryKind is what a map entry of a tree level says.
@@ -257,6 +262,24 @@ const DefaultElementPrice = 2.0
 
 // ErrTooLarge is returned when no tree layout fits in MaxEntries.
 var ErrTooLarge = fmt.Errorf("no layout fits the element limit")
+
+// BuildXDP returns the layout of a rule that runs in XDP: KindXDP with
+// the prefix count, or KindEmpty or KindAll.
+func BuildXDP(s *netipx.IPSet, is4 bool) *Layout {
+	l := &Layout{Is4: is4, Kind: KindXDP}
+	v4, v6 := prefix.Count(s)
+	l.Prefixes = v6
+	if is4 {
+		l.Prefixes = v4
+	}
+	switch {
+	case l.Prefixes == 0:
+		l.Kind = KindEmpty
+	case l.Prefixes == 1 && s.ContainsPrefix(fullPrefix(is4)):
+		l.Kind = KindAll
+	}
+	return l
+}
 
 // Build chooses and builds the layout of the addresses of one family
 // (is4) of s.

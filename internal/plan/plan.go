@@ -175,7 +175,7 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 			return nil, fmt.Errorf("%s: rule %q: the name is used twice", ri.Where, ri.Name)
 		}
 		seen[ri.Name] = true
-		r, warn, err := compileRule(ri, prot, opt)
+		r, warn, err := compileRule(ri, prot)
 		if err != nil {
 			return nil, err
 		}
@@ -184,6 +184,11 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 	}
 	if err := p.assignBackends(in); err != nil {
 		return nil, err
+	}
+	for i, r := range p.Rules {
+		if err := r.buildLayouts(&in.Rules[i], opt); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -255,7 +260,7 @@ func (p *Plan) XDPRules() []*Rule {
 	return p.Rules[:n]
 }
 
-func compileRule(ri *RuleInput, prot *netipx.IPSet, opt Options) (*Rule, []string, error) {
+func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 	var warn []string
 	set := ri.Set
 	if set == nil {
@@ -308,24 +313,36 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet, opt Options) (*Rule, []strin
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
 	}
-	r := &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff}
+	return &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff}, warn, nil
+}
+
+// buildLayouts builds r's layouts once its backend is known: nftables
+// rules get the layout Build chooses, XDP rules only their prefix count
+// (the XDP backend compiles its own tables).
+func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 	o := opt
 	o.PassIsIn = ri.Action == AllowOnly
-	if r.V4, err = Build(eff, true, o); err != nil {
-		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+	for _, f := range []struct {
+		l       **Layout
+		is4, on bool
+	}{{&r.V4, true, ri.IPv4}, {&r.V6, false, ri.IPv6}} {
+		switch {
+		case !f.on:
+			// A family the rule does not apply to must not be
+			// evaluated at all (allow-only would otherwise block the
+			// whole family).
+			*f.l = &Layout{Is4: f.is4, Kind: KindEmpty}
+		case r.Backend == XDP:
+			*f.l = BuildXDP(r.Set, f.is4)
+		default:
+			l, err := Build(r.Set, f.is4, o)
+			if err != nil {
+				return fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+			}
+			*f.l = l
+		}
 	}
-	if r.V6, err = Build(eff, false, o); err != nil {
-		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
-	}
-	// A family the rule does not apply to must not be evaluated at all
-	// (allow-only would otherwise block the whole family).
-	if !ri.IPv4 {
-		r.V4 = &Layout{Is4: true, Kind: KindEmpty}
-	}
-	if !ri.IPv6 {
-		r.V6 = &Layout{Kind: KindEmpty}
-	}
-	return r, warn, nil
+	return nil
 }
 
 func intersect(a, b *netipx.IPSet) []netip.Prefix {

@@ -118,6 +118,20 @@ func TestAssignBackends(t *testing.T) {
 			t.Errorf("rule %s: backend %s, note %q; want %s, note %v", r.Name, r.Backend, r.BackendNote, want[i], notes[i])
 		}
 	}
+	// XDP rules carry counts, not nftables layouts; the others their
+	// layout.
+	for _, r := range p.Rules {
+		kind := KindPlain
+		if r.Backend == XDP {
+			kind = KindXDP
+		}
+		for _, l := range []*Layout{r.V4, r.V6} {
+			b, _ := Build(r.Set, l.Is4, Options{})
+			if l.Kind != kind || l.Prefixes != b.Prefixes {
+				t.Errorf("rule %s (%s): %v layout of %d prefixes, want %s of %d", r.Name, r.Backend, l.Kind, l.Prefixes, kind, b.Prefixes)
+			}
+		}
+	}
 	if got := p.XDPRules(); len(got) != 2 || got[1].Name != "geo" {
 		t.Errorf("XDPRules = %v, want feed and geo", got)
 	}

@@ -115,24 +115,8 @@ type swapLink struct {
 // and checks that every interface exists there. Nothing is attached: on
 // error the kernel is as it was.
 func Prepare(l *Layout, opt Options) (_ *Swap, err error) {
-	if len(opt.Interfaces) == 0 {
-		return nil, fmt.Errorf("attaching XDP rules: no interfaces given")
-	}
-	dir, err := pinDir(opt)
-	if err != nil {
-		return nil, err
-	}
-	s := &Swap{opt: opt, dir: dir}
-	if err := inNetNS(opt.NetNS, func() error {
-		for _, name := range opt.Interfaces {
-			nl, err := netlink.LinkByName(name)
-			if err != nil {
-				return fmt.Errorf("%w: %s; list them with `ip link`", ErrNoInterface, name)
-			}
-			s.ifs = append(s.ifs, Interface{Name: name, Index: nl.Attrs().Index})
-		}
-		return nil
-	}); err != nil {
+	s := &Swap{opt: opt}
+	if s.dir, s.ifs, err = resolve(opt); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -140,10 +124,38 @@ func Prepare(l *Layout, opt Options) (_ *Swap, err error) {
 		return nil, loadHint(err)
 	}
 	s.Load = time.Since(t0)
-	if p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, "prog"), nil); err == nil {
+	if p, err := ebpf.LoadPinnedProgram(filepath.Join(s.dir, "prog"), nil); err == nil {
 		s.old = p
 	}
 	return s, nil
+}
+
+// Check returns the error Prepare would for opt's pin folder and
+// interfaces, without building anything: to fail before compiling.
+func Check(opt Options) error {
+	_, _, err := resolve(opt)
+	return err
+}
+
+// resolve returns opt's pin folder, made if missing, and its interfaces.
+func resolve(opt Options) (dir string, ifs []Interface, err error) {
+	if len(opt.Interfaces) == 0 {
+		return "", nil, fmt.Errorf("attaching XDP rules: no interfaces given")
+	}
+	if dir, err = pinDir(opt); err != nil {
+		return "", nil, err
+	}
+	err = inNetNS(opt.NetNS, func() error {
+		for _, name := range opt.Interfaces {
+			nl, err := netlink.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("%w: %s; list them with `ip link`", ErrNoInterface, name)
+			}
+			ifs = append(ifs, Interface{Name: name, Index: nl.Attrs().Index})
+		}
+		return nil
+	})
+	return dir, ifs, err
 }
 
 // loadHint adds what to do to a load error.
@@ -154,7 +166,7 @@ func loadHint(err error) error {
 	case errors.Is(err, ErrRejected):
 		return fmt.Errorf("%w (a bug in ipfence, or a kernel older than it supports: please report it with this message)", err)
 	case errors.Is(err, unix.ENOMEM), errors.Is(err, unix.E2BIG):
-		return fmt.Errorf("%w: the XDP tables do not fit in kernel memory; free memory, or keep the largest rules in nftables (backend: nftables)", err)
+		return fmt.Errorf("%w: the XDP tables do not fit in the memory ipfence may use (the machine's, or its cgroup's limit such as systemd's MemoryMax=); raise it, or keep the largest rules in nftables (backend: nftables)", err)
 	}
 	return err
 }

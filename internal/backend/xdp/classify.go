@@ -52,7 +52,34 @@ func partition(rules []Rule, is4 bool) ([]span, error) {
 	if len(rules) > MaxRules {
 		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
 	}
+	return partitionAfter(rules, earlierSets(rules), is4), nil
+}
+
+// earlierSets returns, for each rule, the addresses the rules before it
+// drop.
+func earlierSets(rules []Rule) []*netipx.IPSet {
+	out := make([]*netipx.IPSet, len(rules))
 	var taken netipx.IPSetBuilder
+	last, empty := &netipx.IPSet{}, true
+	for i, r := range rules {
+		out[i] = last
+		if r.Drop == nil || i == len(rules)-1 {
+			continue
+		}
+		if empty {
+			last, empty = r.Drop, false // no union to build
+		} else {
+			taken.AddSet(last)
+			taken.AddSet(r.Drop)
+			last = mustSet(&taken)
+			taken = netipx.IPSetBuilder{}
+		}
+	}
+	return out
+}
+
+// partitionAfter is partition given earlierSets(rules).
+func partitionAfter(rules []Rule, earlier []*netipx.IPSet, is4 bool) []span {
 	var spans []span
 	for i, r := range rules {
 		if r.Drop == nil {
@@ -60,14 +87,13 @@ func partition(rules []Rule, is4 bool) ([]span, error) {
 		}
 		var b netipx.IPSetBuilder
 		b.AddSet(r.Drop)
-		b.RemoveSet(mustSet(&taken))
+		b.RemoveSet(earlier[i])
 		own := mustSet(&b)
 		for _, rg := range own.Ranges() {
 			if rg.From().Is4() == is4 {
 				spans = append(spans, span{rg.From(), rg.To(), Class(i + 1)})
 			}
 		}
-		taken.AddSet(r.Drop)
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
 	first, last := netip.IPv6Unspecified(), netip.AddrFrom16([16]byte{
@@ -94,7 +120,7 @@ func partition(rules []Rule, is4 bool) ([]span, error) {
 	if next.IsValid() && (len(spans) == 0 || spans[len(spans)-1].to != last) {
 		add(span{next, last, 0})
 	}
-	return out, nil
+	return out
 }
 
 // mustSet builds b; netipx only fails on invalid input, which sets built

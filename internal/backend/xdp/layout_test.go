@@ -24,9 +24,8 @@ func model(rules []Rule, a netip.Addr) Class {
 // overlapping, with lengths spread so that every level and both leaf kinds
 // are exercised.
 func randomRules(r *rand.Rand, n, prefixes int) []Rule {
-	rules := make([]Rule, n)
-	for i := range rules {
-		var b netipx.IPSetBuilder
+	bs := make([]netipx.IPSetBuilder, n)
+	for i := range bs {
 		for range prefixes {
 			a := pktgen.RandomV4(r, 1)[0]
 			if r.IntN(4) == 0 {
@@ -36,15 +35,19 @@ func randomRules(r *rand.Rand, n, prefixes int) []Rule {
 			if a.Is6() {
 				bits = []int{16, 29, 32, 48, 56, 64, 127, 128}[r.IntN(8)]
 			}
-			b.AddPrefix(netip.PrefixFrom(a, bits).Masked())
-			// A neighbour in the same /24 (or /64), for mixed leaves.
+			bs[i].AddPrefix(netip.PrefixFrom(a, bits).Masked())
+			// A neighbour in the same /24, in any rule, for leaves of
+			// two and three classes.
 			if a.Is4() && r.IntN(2) == 0 {
 				v := a.As4()
 				v[3] ^= byte(r.IntN(256))
-				b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4(v), 30).Masked())
+				bs[r.IntN(n)].AddPrefix(netip.PrefixFrom(netip.AddrFrom4(v), 30).Masked())
 			}
 		}
-		s, _ := b.IPSet()
+	}
+	rules := make([]Rule, n)
+	for i := range rules {
+		s, _ := bs[i].IPSet()
 		rules[i] = Rule{Name: string(rune('a' + i)), Drop: s}
 	}
 	return rules
@@ -88,8 +91,15 @@ func TestV4Model(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.rules == 3 && (len(v4.Bits) == 0 || len(v4.Bytes) == 0) {
-				t.Errorf("%d bit leaves, %d byte leaves: want both kinds exercised", len(v4.Bits), len(v4.Bytes))
+			if tc.rules == 3 {
+				kinds := map[bool]int{} // bit leaves by whether Else drops
+				for _, l := range v4.Bits {
+					kinds[l.Else != 0]++
+				}
+				if kinds[false] == 0 || kinds[true] == 0 || len(v4.Bytes) == 0 {
+					t.Errorf("bit leaves of one rule %d, of two %d, byte leaves %d: want every kind exercised",
+						kinds[false], kinds[true], len(v4.Bytes))
+				}
 			}
 			as := append(probes(r, rules, 100000, true), netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("255.255.255.255"))
 			bad := 0

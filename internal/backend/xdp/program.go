@@ -31,11 +31,13 @@ type ClassPrefix struct {
 
 // BuildLayout compiles rules (first match wins) for both families.
 func BuildLayout(rules []Rule) (*Layout, error) {
-	spans4, err := partition(rules, true)
-	if err != nil {
-		return nil, err
+	if len(rules) > MaxRules {
+		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
 	}
-	l := &Layout{V4: buildV4(spans4), Ref4: lpmPrefixes(rules, true), Ref6: lpmPrefixes(rules, false)}
+	earlier := earlierSets(rules)
+	l := &Layout{V4: buildV4(partitionAfter(rules, earlier, true))}
+	l.Ref4, l.Ref6 = lpmPrefixes(rules, earlier)
+	var err error
 	if l.V6, err = buildV6(l.Ref6); err != nil {
 		return nil, err
 	}
@@ -45,25 +47,24 @@ func BuildLayout(rules []Rule) (*Layout, error) {
 	return l, nil
 }
 
-// lpmPrefixes returns the prefixes of family is4 and their classes such
-// that the longest one holding an address gives its class under first
-// match: each rule's prefixes, but those its earlier rules hold whole. (A
-// prefix partly held by earlier rules holds their prefixes, which are
-// longer and win.) In address order, shorter first.
-func lpmPrefixes(rules []Rule, is4 bool) []ClassPrefix {
+// lpmPrefixes returns the prefixes of each family and their classes
+// such that the longest one holding an address gives its class under
+// first match: each rule's prefixes, but those its earlier rules (see
+// earlierSets) hold whole. (A prefix partly held by earlier rules holds
+// their prefixes, which are longer and win.) In address order, shorter
+// first.
+func lpmPrefixes(rules []Rule, earlier []*netipx.IPSet) (v4, v6 []ClassPrefix) {
 	var out []ClassPrefix
-	var taken netipx.IPSetBuilder
 	for i, r := range rules {
 		if r.Drop == nil {
 			continue
 		}
-		earlier := mustSet(&taken).Ranges()
+		ranges := earlier[i].Ranges()
 		for _, p := range r.Drop.Prefixes() {
-			if p.Addr().Is4() == is4 && !covered(earlier, p) {
+			if !covered(ranges, p) {
 				out = append(out, ClassPrefix{p, Class(i + 1)})
 			}
 		}
-		taken.AddSet(r.Drop)
 	}
 	slices.SortFunc(out, func(a, b ClassPrefix) int {
 		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
@@ -71,7 +72,14 @@ func lpmPrefixes(rules []Rule, is4 bool) []ClassPrefix {
 		}
 		return a.Prefix.Bits() - b.Prefix.Bits()
 	})
-	return out
+	// IPv4 sorts first.
+	n, _ := slices.BinarySearchFunc(out, true, func(p ClassPrefix, _ bool) int {
+		if p.Prefix.Addr().Is4() {
+			return -1
+		}
+		return 1
+	})
+	return out[:n:n], out[n:]
 }
 
 // covered reports whether one of the sorted, disjoint ranges holds p
@@ -240,7 +248,7 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 		}{
 			{&m.v4L1, "ipf_v4_l1", 4, len(v4.L1), v4.L1[:]},
 			{&m.v4L2, "ipf_v4_l2", 4 * 256, len(v4.L2), v4.L2},
-			{&m.v4Bits, "ipf_v4_bits", 36, len(v4.Bits), v4.Bits},
+			{&m.v4Bits, "ipf_v4_bits", 40, len(v4.Bits), v4.Bits},
 			{&m.v4Bytes, "ipf_v4_bytes", 256, len(v4.Bytes), v4.Bytes},
 			{&m.v6L1, "ipf_v6_l1", 4, len(v6.L1), v6.L1[:]},
 			{&m.v6Narrow, "ipf_v6_narrow", 16, len(narrow), narrow},
@@ -578,7 +586,6 @@ func v4Tables(l1, l2, bits, bytes *ebpf.Map) asm.Instructions {
 	)
 	insns = append(insns, lookup(bits, keyIdx, "")...)
 	insns = append(insns,
-		asm.Mov.Imm(asm.R9, 0),
 		asm.Mov.Reg(asm.R1, asm.R7), // word offset: (last byte / 32) * 4
 		asm.And.Imm(asm.R1, 0xff),
 		asm.RSh.Imm(asm.R1, 5),
@@ -590,8 +597,9 @@ func v4Tables(l1, l2, bits, bytes *ebpf.Map) asm.Instructions {
 		asm.And.Imm(asm.R1, 31),
 		asm.RSh.Reg(asm.R2, asm.R1),
 		asm.And.Imm(asm.R2, 1),
-		asm.JEq.Imm(asm.R2, 0, "count"),
-		asm.LoadMem(asm.R9, asm.R0, 32, asm.Word),
+		asm.LoadMem(asm.R9, asm.R0, 32, asm.Word), // Class
+		asm.JEq.Imm(asm.R2, 1, "count"),
+		asm.LoadMem(asm.R9, asm.R0, 36, asm.Word), // Else
 		asm.Ja.Label("count"),
 	)
 	insns = append(insns, lookup(bytes, keyIdx, "byteleaf")...)

@@ -2,6 +2,7 @@ package xdp
 
 import (
 	"net/netip"
+	"slices"
 )
 
 // V4 is the IPv4 layout: a direct-indexed table in three levels, the
@@ -12,9 +13,9 @@ import (
 //   - an L1 entry that does not decide points to a chunk of L2, an entry
 //     per /24 of that /16 (256 per chunk);
 //   - an L2 entry that does not decide points to a leaf for that /24:
-//     a 256-bit bitmap and the class of its set bits (clear bits pass),
-//     or, when rules of two classes meet inside one /24, a class per
-//     address.
+//     a 256-bit bitmap with a class for its set bits and one for its
+//     clear bits, or, when three classes or more meet inside one /24
+//     (passing counts as one), a class per address.
 //
 // A lookup is at most three array reads: in BPF, array map lookups that
 // the verifier inlines, so a packet costs a few nanoseconds whatever the
@@ -23,8 +24,8 @@ import (
 type V4 struct {
 	L1    [1 << 16]Entry
 	L2    [][256]Entry // chunks
-	Bits  []BitLeaf    // leaves of one class
-	Bytes [][256]byte  // leaves of several classes: a Class per address
+	Bits  []BitLeaf    // leaves of two classes
+	Bytes [][256]byte  // leaves of three classes or more: a Class per address
 }
 
 // Entry is an element of V4's L1 and L2: a class that decides, or where to
@@ -54,10 +55,12 @@ func (e Entry) Kind() EntryKind { return EntryKind(e >> kindShift) }
 func (e Entry) Index() int      { return int(e & indexMask) }
 
 // BitLeaf is a /24 of two classes: addresses whose bit is set are Class,
-// the others 0. Bit i of word i/32 is the address with last byte i.
+// the others Else. Bit i of word i/32 is the address with last byte i.
+// Classes are 32 bits wide to keep the BPF value aligned.
 type BitLeaf struct {
 	Words [8]uint32
-	Class uint32 // a Class; 32 bits wide to keep the BPF value aligned
+	Class uint32
+	Else  uint32
 }
 
 // BuildV4 builds the IPv4 layout of rules.
@@ -97,25 +100,23 @@ func buildV4(spans []span) *V4 {
 // leaf adds the leaf of the /24 at base and returns the L2 entry for it.
 func (t *V4) leaf(c *cursor, base uint32) Entry {
 	var classes [256]byte
-	var one Class
-	several := false
+	var seen []Class // distinct classes in address order, up to three
 	for lo := range uint32(256) {
 		cl := c.at(base | lo)
 		classes[lo] = byte(cl)
-		if cl != 0 {
-			if one != 0 && cl != one {
-				several = true
-			}
-			one = cl
+		if len(seen) < 3 && !slices.Contains(seen, cl) {
+			seen = append(seen, cl)
 		}
 	}
-	if several {
+	if len(seen) > 2 {
 		t.Bytes = append(t.Bytes, classes)
 		return entry(ByteLeaf, len(t.Bytes)-1)
 	}
-	l := BitLeaf{Class: uint32(one)}
+	// Not uniform (L2 would have decided), so two classes: the first
+	// address's is Else.
+	l := BitLeaf{Class: uint32(seen[1]), Else: uint32(seen[0])}
 	for i, cl := range classes {
-		if cl != 0 {
+		if Class(cl) == seen[1] {
 			l.Words[i/32] |= 1 << (i % 32)
 		}
 	}
@@ -138,7 +139,7 @@ func (t *V4) Lookup(a netip.Addr) Class {
 		if l.Words[v&0xff/32]>>(v%32)&1 != 0 {
 			return Class(l.Class)
 		}
-		return 0
+		return Class(l.Else)
 	case ByteLeaf:
 		return Class(t.Bytes[e.Index()][v&0xff])
 	}
