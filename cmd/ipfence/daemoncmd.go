@@ -17,7 +17,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 	var cfg daemon.Config
 	var xf xdpFlags
 	c := &cobra.Command{
-		Use:   "daemon --policy FILE [--netns NAME] [--socket PATH] [--state DIR] [--metrics ADDR]",
+		Use:   "daemon --policy FILE [--netns NAME] [--socket PATH] [--state DIR] [--metrics ADDR] [--pin-dir DIR] [--xdp-generic]",
 		Short: "Keep a policy loaded, its sources fresh, and take bans over a local API",
 		Long: `Daemon loads the policy (with the bans kept in the state folder) in one
 transaction, then:

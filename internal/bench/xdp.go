@@ -117,7 +117,11 @@ func XDPTables(set *netipx.IPSet, lpm bool) Loader {
 
 // loadXDP loads ipfence's XDP program dropping set.
 func loadXDP(set *netipx.IPSet, lpm bool) (*xdp.Objects, error) {
-	l, err := xdp.BuildLayout([]xdp.Rule{{Name: "bench", Drop: set}})
+	build := xdp.BuildLayout
+	if lpm {
+		build = xdp.BuildReference
+	}
+	l, err := build([]xdp.Rule{{Name: "bench", Drop: set}})
 	if err != nil {
 		return nil, fmt.Errorf("compiling the XDP tables: %w", err)
 	}

@@ -86,6 +86,9 @@ type Daemon struct {
 	drift    int
 	lastErr  string
 	elements int
+	// xdpPlan is the plan whose XDP rules run (nil: none); it lags
+	// behind plan when an XDP swap failed, so the next reload tries again.
+	xdpPlan *plan.Plan
 }
 
 // sourceState is what the daemon knows of one source.
@@ -322,15 +325,24 @@ func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
 // ran in XDP), then records c as loaded. Called with d.mu held.
 func (d *Daemon) loadFull(ctx context.Context, c *compiled, before []string) error {
 	t0 := time.Now()
-	load := func() error { return d.loadTable(ctx, c) }
+	tableDone := false
+	load := func() error {
+		err := d.loadTable(ctx, c)
+		tableDone = err == nil
+		return err
+	}
 	var err error
-	if d.plan != nil && sameXDP(d.plan, c.plan) {
-		err = load() // the XDP program in force is c's
+	if d.plan != nil && d.xdpCurrent(c.plan) {
+		err = load()
 	} else {
 		err = d.applyXDP(c.plan, before, load)
 	}
 	if err != nil {
 		d.lastErr = err.Error()
+		if tableDone {
+			d.loaded(c) // the table is c's; XDP tries again at the next reload
+			d.lastErr = err.Error()
+		}
 		return fmt.Errorf("loading the policy: %w", err)
 	}
 	d.metrics.applySeconds.WithLabelValues("full").Observe(time.Since(t0).Seconds())
@@ -347,6 +359,10 @@ func (d *Daemon) applyXDP(p *plan.Plan, before []string, other func() error) err
 	rep, err := xdp.Apply(p, opt, before, other)
 	if err != nil {
 		return err
+	}
+	d.xdpPlan = nil
+	if len(p.XDPRules()) > 0 {
+		d.xdpPlan = p
 	}
 	switch {
 	case rep == nil:
@@ -418,7 +434,7 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 		return ReloadResult{}, err
 	}
 	res := ReloadResult{Mode: "none"}
-	before := xdpNames(d.plan)
+	before := xdpNames(d.xdpPlan)
 	u, err := nft.DiffKeeping(d.prog, c.prog, isBanSet)
 	switch {
 	case errors.Is(err, nft.ErrNeedsReload) || (err == nil && !sameHeads(d.plan, c.plan)):
@@ -428,27 +444,31 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 		}
 	case err != nil:
 		return res, err
-	case emptyUpdate(u) && sameXDP(d.plan, c.plan):
+	case emptyUpdate(u) && d.xdpCurrent(c.plan):
 		d.loaded(c)
 	default:
 		res.Mode = "update"
+		tableDone := false
 		update := func() error {
-			if emptyUpdate(u) {
-				return nil
+			if !emptyUpdate(u) {
+				ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
+				if err != nil {
+					return fmt.Errorf("updating the ruleset: %w", err)
+				}
+				res.Added, res.Deleted = ur.Added, ur.Deleted
 			}
-			ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
-			if err != nil {
-				return fmt.Errorf("updating the ruleset: %w", err)
-			}
-			res.Added, res.Deleted = ur.Added, ur.Deleted
+			tableDone = true
 			return nil
 		}
-		if sameXDP(d.plan, c.plan) {
+		if d.xdpCurrent(c.plan) {
 			err = update()
 		} else {
 			err = d.applyXDP(c.plan, before, update)
 		}
 		if err != nil {
+			if tableDone {
+				d.loaded(c) // the table is c's; XDP tries again at the next reload
+			}
 			d.lastErr = err.Error()
 			return res, err
 		}
@@ -490,8 +510,19 @@ func isBanSet(name string) bool {
 	return false
 }
 
-// xdpNames returns the names of p's XDP rules.
+// xdpCurrent reports whether the XDP program in force is p's.
+func (d *Daemon) xdpCurrent(p *plan.Plan) bool {
+	if d.xdpPlan == nil {
+		return len(p.XDPRules()) == 0
+	}
+	return sameXDP(d.xdpPlan, p)
+}
+
+// xdpNames returns the names of p's XDP rules (none for nil).
 func xdpNames(p *plan.Plan) []string {
+	if p == nil {
+		return nil
+	}
 	var out []string
 	for _, r := range p.XDPRules() {
 		out = append(out, r.Name)
@@ -559,6 +590,11 @@ const verifySample = 2000
 func (d *Daemon) checkDrift(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return errors.Join(d.checkTable(ctx), d.checkXDP())
+}
+
+// checkTable is checkDrift for the table. Called with d.mu held.
+func (d *Daemon) checkTable(ctx context.Context) error {
 	ts, err := nft.Status(ctx, d.plan.Table, d.cfg.NetNS)
 	if err != nil {
 		return err
@@ -580,9 +616,6 @@ func (d *Daemon) checkDrift(ctx context.Context) error {
 	drift := !ts.Exists || len(got) != len(want)
 	for k := range want {
 		drift = drift || !got[k]
-	}
-	if err := d.checkXDP(); err != nil {
-		return err
 	}
 	if !drift {
 		// The structure is there; check the bans' elements (a sample of
@@ -609,33 +642,38 @@ func (d *Daemon) checkDrift(ctx context.Context) error {
 }
 
 // checkXDP checks that ipfence's XDP program runs on every interface of
-// the plan and attaches it again where it does not (an interface made
-// again, a program detached by hand). Called with d.mu held.
+// the plan and attaches the pinned program again where it does not (an
+// interface made again, a link pin removed); it builds the program again
+// when none is pinned or the last swap failed. Called with d.mu held.
 func (d *Daemon) checkXDP() error {
 	if len(d.plan.XDPRules()) == 0 {
 		return nil
 	}
 	opt := d.cfg.XDP
-	opt.NetNS = d.cfg.NetNS
-	st, err := xdp.ReadStatus(opt, 0)
-	if err != nil && !errors.Is(err, xdp.ErrNotLoaded) {
-		return err
-	}
-	running := 0
-	for _, ifc := range st.Interfaces {
-		if slices.Contains(d.plan.Interfaces, ifc.Name) && ifc.Program != 0 && ifc.Program == st.Program {
-			running++
+	opt.NetNS, opt.Interfaces = d.cfg.NetNS, d.plan.Interfaces
+	fixed, err := xdp.Reattach(opt)
+	if d.xdpCurrent(d.plan) && err == nil {
+		if len(fixed) > 0 {
+			d.drift++
+			d.metrics.drift.Inc()
+			d.log.Warn("ipfence's XDP program had left interfaces of the policy; attached it again", "interfaces", fixed)
 		}
-	}
-	if err == nil && running == len(d.plan.Interfaces) {
 		return nil
+	}
+	if err != nil && !errors.Is(err, xdp.ErrNotLoaded) {
+		d.lastErr = err.Error()
+		return fmt.Errorf("checking the XDP program: %w", err)
+	}
+	// The program in force is not the plan's (no program, or a swap that
+	// failed): build it.
+	if err := d.applyXDP(d.plan, xdpNames(d.xdpPlan), func() error { return nil }); err != nil {
+		d.lastErr = err.Error()
+		return fmt.Errorf("loading the XDP program again: %w", err)
 	}
 	d.drift++
 	d.metrics.drift.Inc()
-	d.log.Warn("ipfence's XDP program does not run on every interface of the policy; attaching it again",
-		"interfaces", d.plan.Interfaces, "running", running)
-	names := xdpNames(d.plan)
-	return d.applyXDP(d.plan, names, func() error { return nil })
+	d.log.Warn("ipfence's XDP program was not the policy's; loaded it again")
+	return nil
 }
 
 // BanStorePath is where the bans of a namespace are kept.

@@ -517,6 +517,26 @@ func TestDaemonXDP(t *testing.T) {
 		}
 	}
 
+	// A policy naming an interface that does not exist: the reload fails
+	// and says so, the program and the table stay.
+	st = status()
+	table = netnstest.Ruleset(t, lab.FW)
+	good, err := os.ReadFile(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, pol, strings.Replace(string(good), "interfaces: ["+lab.FWIf+"]", "interfaces: ["+lab.FWIf+", nosuch0]", 1))
+	if _, err := r.cl.Reload(ctx); err == nil {
+		t.Error("reload with a missing interface succeeded")
+	}
+	if s, err := r.cl.Status(ctx); err != nil || !strings.Contains(s.LastError, "nosuch0") {
+		t.Errorf("status after the failed reload: last error %q, %v", s.LastError, err)
+	}
+	if now := status(); now.Program != st.Program || netnstest.Ruleset(t, lab.FW) != table {
+		t.Error("a failed reload changed the XDP program or the table")
+	}
+	writeFile(t, pol, string(good))
+
 	// The rule moves to nftables: the program is detached.
 	writeFile(t, pol, "sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\nprotect: [198.18.0.0/15, 2001:2::/48]\n"+
 		"rules:\n  - {name: feed, action: drop, match: {source: feed}}\n")

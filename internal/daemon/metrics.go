@@ -13,6 +13,7 @@ import (
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/plan"
 )
 
 // metrics are the daemon's Prometheus metrics, on a registry of its own.
@@ -111,7 +112,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(r.V6.Prefixes), r.Name, "ipv6")
 	}
 	for i, r := range d.plan.Rules {
-		hit[nft.HitChain(i, r.Name)] = r.Name
+		if r.Backend != plan.XDP { // counted by the XDP program
+			hit[nft.HitChain(i, r.Name)] = r.Name
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descNftElems, prometheus.GaugeValue, float64(d.elements))
 	ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(d.applied.Unix()))

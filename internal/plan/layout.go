@@ -192,6 +192,8 @@ func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
 			}
 		}
 		return false, 0
+	case KindXDP:
+		panic("plan: a rule that runs in XDP has no nftables layout to look up; use Rule.Set")
 	}
 	if l.index == nil {
 		l.index = make([]map[netip.Addr]Entry, len(l.Levels))

@@ -91,14 +91,13 @@ func Apply(p *plan.Plan, opt Options, before []string, other func() error) (*Rep
 	return rep, nil
 }
 
-// stillXDP reports whether every rule of before still runs in XDP in p.
+// stillXDP reports whether no rule of before runs in nftables in p (rules
+// gone from p need enforcing nowhere). When rules leave XDP and others
+// enter it in one apply, the ones entering are unenforced between the two
+// switches (milliseconds: both parts are built beforehand).
 func stillXDP(before []string, p *plan.Plan) bool {
-	var now []string
-	for _, r := range p.XDPRules() {
-		now = append(now, r.Name)
-	}
-	for _, name := range before {
-		if !slices.Contains(now, name) {
+	for _, r := range p.Rules {
+		if r.Backend != plan.XDP && slices.Contains(before, r.Name) {
 			return false
 		}
 	}

@@ -158,6 +158,51 @@ func resolve(opt Options) (dir string, ifs []Interface, err error) {
 	return dir, ifs, err
 }
 
+// Reattach attaches the pinned program of opt's namespace to those of
+// opt.Interfaces that do not run it (an interface made again, a link pin
+// removed), building nothing, and returns their names. It returns
+// ErrNotLoaded when no program is pinned.
+func Reattach(opt Options) ([]string, error) {
+	dir, ifs, err := resolve(opt)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, "prog"), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNotLoaded
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the pinned XDP program: %w", err)
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		return nil, fmt.Errorf("reading the pinned XDP program: %w", err)
+	}
+	id, _ := info.ID()
+	s := &Swap{opt: opt, dir: dir, objs: &Objects{Program: prog}}
+	var fixed []string
+	err = inNetNS(opt.NetNS, func() error {
+		for i := range ifs {
+			if _, running, err := attached(ifs[i].Index); err != nil || running == uint32(id) {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if err := s.attach(&ifs[i]); err != nil {
+				return fmt.Errorf("attaching XDP to %s again: %w", ifs[i].Name, err)
+			}
+			fixed = append(fixed, ifs[i].Name)
+		}
+		return nil
+	})
+	for _, sl := range s.links {
+		sl.link.Close() // pinned: stays attached
+	}
+	return fixed, err
+}
+
 // loadHint adds what to do to a load error.
 func loadHint(err error) error {
 	switch {

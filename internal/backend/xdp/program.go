@@ -47,6 +47,21 @@ func BuildLayout(rules []Rule) (*Layout, error) {
 	return l, nil
 }
 
+// BuildReference compiles rules into LPM prefixes only: a Layout that
+// loads with LoadOptions.LPM and has no tables (Lookup and Memory need
+// BuildLayout's).
+func BuildReference(rules []Rule) (*Layout, error) {
+	if len(rules) > MaxRules {
+		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
+	}
+	l := &Layout{}
+	l.Ref4, l.Ref6 = lpmPrefixes(rules, earlierSets(rules))
+	for _, r := range rules {
+		l.Rules = append(l.Rules, r.Name)
+	}
+	return l, nil
+}
+
 // lpmPrefixes returns the prefixes of each family and their classes
 // such that the longest one holding an address gives its class under
 // first match: each rule's prefixes, but those its earlier rules (see
