@@ -76,6 +76,7 @@ func newRootCmd() *cobra.Command {
 		newStressCmd(g),
 		newDemoCmd(g),
 		newBenchCmd(g),
+		newDoctorCmd(g),
 	)
 	return root
 }

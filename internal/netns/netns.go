@@ -258,6 +258,21 @@ func create(name string) (*os.File, error) {
 	return f, nil
 }
 
+// Scratch makes an empty network namespace named like a lab's (Prefix +
+// name + "-fw", so that Sweep removes it if this process dies) for short
+// probes, and returns its name and how to remove it.
+func Scratch(name string) (string, func() error, error) {
+	full := Prefix + name + "-fw"
+	if err := checkLabName(name); err != nil {
+		return "", nil, err
+	}
+	f, err := create(full)
+	if err != nil {
+		return "", nil, err
+	}
+	return full, func() error { return errors.Join(f.Close(), remove(full)) }, nil
+}
+
 // remove unmounts and deletes a named namespace; the kernel frees it once
 // no process or open file refers to it. A missing name is not an error.
 func remove(name string) error {

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ipfence/ipfence/internal/doctor"
+)
+
+func newDoctorCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Report what this host offers ipfence's backends (nftables, iptables, ipset, XDP)",
+		Long: `Doctor reports the kernel, whether nf_tables works over netlink, the nft,
+iptables (legacy or nf_tables flavour), ip6tables and ipset commands, whether XDP
+programs load and attach (native and generic) and whether /sys/fs/bpf is a bpf
+file system, with the host's interfaces and their drivers (native XDP depends on
+the driver). Probes that change kernel state run in a scratch network namespace
+that is removed afterwards: the host's own firewall is never touched.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := doctor.Run()
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), r)
+			}
+			printDoctor(cmd.OutOrStdout(), r)
+			return nil
+		},
+	}
+}
+
+func printDoctor(w io.Writer, r *doctor.Report) {
+	fmt.Fprintf(w, "kernel     %s\n", r.Kernel)
+	line := func(name string, c doctor.Check, extra string) {
+		state := "no"
+		if c.OK {
+			state = "ok"
+		}
+		fmt.Fprintf(w, "%-10s %-3s %s%s\n", name, state, extra, c.Detail)
+	}
+	line("nftables", r.NFTables, "")
+	line("nft", r.Nft, "")
+	line("iptables", r.IPTables.Check, fmt.Sprintf("[in use: %s; installed: %s; restore commands: %v] ",
+		r.IPTables.Flavour, strings.Join(r.IPTables.Installed, ", "), r.IPTables.Restore))
+	line("ip6tables", r.IP6, "")
+	line("ipset", r.IPSet, "")
+	line("xdp", r.XDP.Check, "")
+	line("bpffs", r.BPFFS, "")
+	var ifs []string
+	for _, i := range r.XDP.Interfaces {
+		if i.Driver != "" {
+			ifs = append(ifs, fmt.Sprintf("%s (%s)", i.Name, i.Driver))
+		} else {
+			ifs = append(ifs, i.Name+" (virtual)")
+		}
+	}
+	fmt.Fprintf(w, "interfaces %s\n", strings.Join(ifs, ", "))
+}
