@@ -61,20 +61,36 @@ func xdpSources(c *compiled) []netip.Addr {
 	return srcs
 }
 
+// xdpSetup is a lab where xdpPolicy was applied with XDP on the
+// firewall's veth.
+type xdpSetup struct {
+	lab            *netns.Lab
+	dir, pins, pol string   // state and policy folder, bpffs, policy file
+	args           []string // the flags of every command on the lab
+	out            string   // apply's output
+}
+
+// applyXDPPolicy applies xdpPolicy with XDP on a new lab's firewall
+// veth, pinning under a bpffs of the test's own.
+func applyXDPPolicy(t *testing.T) xdpSetup {
+	t.Helper()
+	s := xdpSetup{lab: netnstest.New(t), pins: netnstest.BPFFS(t), dir: t.TempDir()}
+	s.pol = xdpPolicy(t, s.dir, "xdp", s.lab.FWIf)
+	s.args = []string{"--netns", s.lab.FW, "--state", s.dir, "--pin-dir", s.pins}
+	var err error
+	if s.out, err = run(t, append([]string{"apply", "--policy", s.pol}, s.args...)...); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestApplyXDPVerdicts applies a policy whose leading rules run in XDP
 // (native, on the lab's veth) and checks real frames' verdicts against
 // the model and against the same policy run wholly in nftables; then the
 // counters `status` shows, an atomic swap to a changed feed, and flush.
 func TestApplyXDPVerdicts(t *testing.T) {
-	lab := netnstest.New(t)
-	pins := netnstest.BPFFS(t)
-	dir := t.TempDir()
-	pol := xdpPolicy(t, dir, "xdp", lab.FWIf)
-	args := []string{"--netns", lab.FW, "--state", dir, "--pin-dir", pins}
-	out, err := run(t, append([]string{"apply", "--policy", pol}, args...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := applyXDPPolicy(t)
+	lab, dir, pins, pol, args, out := s.lab, s.dir, s.pins, s.pol, s.args, s.out
 	if !strings.Contains(out, "XDP: 2 rules on "+lab.FWIf+" (native)") {
 		t.Errorf("apply does not report 2 XDP rules attached natively:\n%s", out)
 	}
@@ -222,14 +238,8 @@ func xdpLinkID(t *testing.T, pins string) uint32 {
 // and the program in place keeps running on every interface, with the
 // nftables ruleset unchanged.
 func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
-	lab := netnstest.New(t)
-	pins := netnstest.BPFFS(t)
-	dir := t.TempDir()
-	pol := xdpPolicy(t, dir, "xdp", lab.FWIf)
-	args := []string{"--netns", lab.FW, "--state", dir, "--pin-dir", pins}
-	if _, err := run(t, append([]string{"apply", "--policy", pol}, args...)...); err != nil {
-		t.Fatal(err)
-	}
+	s := applyXDPPolicy(t)
+	lab, dir, pol, args := s.lab, s.dir, s.pol, s.args
 	before := xdpOf(t, lab)
 	ruleset, err := netns.Exec(lab.FW, "nft", "list", "ruleset")
 	if err != nil {

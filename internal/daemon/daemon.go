@@ -324,29 +324,39 @@ func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
 // transaction, and ipfence's XDP program with c's (before: the rules that
 // ran in XDP), then records c as loaded. Called with d.mu held.
 func (d *Daemon) loadFull(ctx context.Context, c *compiled, before []string) error {
-	t0 := time.Now()
+	if err := d.apply(c, before, "full", time.Now(), func() error { return d.loadTable(ctx, c) }); err != nil {
+		return fmt.Errorf("loading the policy: %w", err)
+	}
+	return nil
+}
+
+// apply runs table, the transaction that puts c's nftables part in the
+// kernel, and around it c's XDP rules unless the XDP program in force is
+// c's already (before: the rules that ran in XDP); see xdp.Apply. Once
+// the table is in, c is recorded as loaded, even if XDP then failed (the
+// next reload tries XDP again). kind and t0 are for the apply metric.
+// Called with d.mu held.
+func (d *Daemon) apply(c *compiled, before []string, kind string, t0 time.Time, table func() error) error {
 	tableDone := false
-	load := func() error {
-		err := d.loadTable(ctx, c)
+	run := func() error {
+		err := table()
 		tableDone = err == nil
 		return err
 	}
 	var err error
 	if d.plan != nil && d.xdpCurrent(c.plan) {
-		err = load()
+		err = run()
 	} else {
-		err = d.applyXDP(c.plan, before, load)
+		err = d.applyXDP(c.plan, before, run)
+	}
+	if tableDone {
+		d.loaded(c)
 	}
 	if err != nil {
 		d.lastErr = err.Error()
-		if tableDone {
-			d.loaded(c) // the table is c's; XDP tries again at the next reload
-			d.lastErr = err.Error()
-		}
-		return fmt.Errorf("loading the policy: %w", err)
+		return err
 	}
-	d.metrics.applySeconds.WithLabelValues("full").Observe(time.Since(t0).Seconds())
-	d.loaded(c)
+	d.metrics.applySeconds.WithLabelValues(kind).Observe(time.Since(t0).Seconds())
 	return nil
 }
 
@@ -354,9 +364,7 @@ func (d *Daemon) loadFull(ctx context.Context, c *compiled, before []string) err
 // nftables transaction; without XDP rules it runs other and detaches a
 // previous program.
 func (d *Daemon) applyXDP(p *plan.Plan, before []string, other func() error) error {
-	opt := d.cfg.XDP
-	opt.NetNS, opt.Interfaces = d.cfg.NetNS, p.Interfaces
-	rep, err := xdp.Apply(p, opt, before, other)
+	rep, err := xdp.Apply(p, d.xdpOptions(p), before, other)
 	if err != nil {
 		return err
 	}
@@ -448,32 +456,20 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 		d.loaded(c)
 	default:
 		res.Mode = "update"
-		tableDone := false
-		update := func() error {
-			if !emptyUpdate(u) {
-				ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
-				if err != nil {
-					return fmt.Errorf("updating the ruleset: %w", err)
-				}
-				res.Added, res.Deleted = ur.Added, ur.Deleted
+		err := d.apply(c, before, "update", t0, func() error {
+			if emptyUpdate(u) {
+				return nil
 			}
-			tableDone = true
+			ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
+			if err != nil {
+				return fmt.Errorf("updating the ruleset: %w", err)
+			}
+			res.Added, res.Deleted = ur.Added, ur.Deleted
 			return nil
-		}
-		if d.xdpCurrent(c.plan) {
-			err = update()
-		} else {
-			err = d.applyXDP(c.plan, before, update)
-		}
+		})
 		if err != nil {
-			if tableDone {
-				d.loaded(c) // the table is c's; XDP tries again at the next reload
-			}
-			d.lastErr = err.Error()
 			return res, err
 		}
-		d.metrics.applySeconds.WithLabelValues("update").Observe(time.Since(t0).Seconds())
-		d.loaded(c)
 	}
 	res.Duration = time.Since(t0)
 	res.Changed = res.Mode != "none"
@@ -508,6 +504,14 @@ func isBanSet(name string) bool {
 		}
 	}
 	return false
+}
+
+// xdpOptions are the XDP options for p's interfaces in the daemon's
+// namespace.
+func (d *Daemon) xdpOptions(p *plan.Plan) xdp.Options {
+	opt := d.cfg.XDP
+	opt.NetNS, opt.Interfaces = d.cfg.NetNS, p.Interfaces
+	return opt
 }
 
 // xdpCurrent reports whether the XDP program in force is p's.
@@ -649,9 +653,7 @@ func (d *Daemon) checkXDP() error {
 	if len(d.plan.XDPRules()) == 0 {
 		return nil
 	}
-	opt := d.cfg.XDP
-	opt.NetNS, opt.Interfaces = d.cfg.NetNS, d.plan.Interfaces
-	fixed, err := xdp.Reattach(opt)
+	fixed, err := xdp.Reattach(d.xdpOptions(d.plan))
 	if d.xdpCurrent(d.plan) && err == nil {
 		if len(fixed) > 0 {
 			d.drift++

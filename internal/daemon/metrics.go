@@ -103,9 +103,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	d.mu.Lock()
 	table, netns := d.plan.Table, d.cfg.NetNS
-	xdpRules := xdpNames(d.plan)
-	xdpOpt := d.cfg.XDP
-	xdpOpt.NetNS = netns
+	xdpRules, xdpOpt := xdpNames(d.plan), d.xdpOptions(d.plan)
 	hit := map[string]string{nft.BanChain: "ban"}
 	for _, r := range d.plan.Rules {
 		ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(r.V4.Prefixes), r.Name, "ipv4")

@@ -265,22 +265,21 @@ const DefaultElementPrice = 2.0
 // ErrTooLarge is returned when no tree layout fits in MaxEntries.
 var ErrTooLarge = fmt.Errorf("no layout fits the element limit")
 
-// BuildXDP returns the layout of a rule that runs in XDP: KindXDP with
-// the prefix count, or KindEmpty or KindAll.
-func BuildXDP(s *netipx.IPSet, is4 bool) *Layout {
-	l := &Layout{Is4: is4, Kind: KindXDP}
-	v4, v6 := prefix.Count(s)
-	l.Prefixes = v6
-	if is4 {
-		l.Prefixes = v4
+// BuildXDP returns the layouts of a rule that runs in XDP, IPv4 and
+// IPv6: KindXDP with the prefix count, or KindEmpty or KindAll.
+func BuildXDP(s *netipx.IPSet) (v4, v6 *Layout) {
+	n4, n6 := prefix.Count(s)
+	layout := func(is4 bool, n int) *Layout {
+		l := &Layout{Is4: is4, Kind: KindXDP, Prefixes: n}
+		switch {
+		case n == 0:
+			l.Kind = KindEmpty
+		case n == 1 && s.ContainsPrefix(fullPrefix(is4)):
+			l.Kind = KindAll
+		}
+		return l
 	}
-	switch {
-	case l.Prefixes == 0:
-		l.Kind = KindEmpty
-	case l.Prefixes == 1 && s.ContainsPrefix(fullPrefix(is4)):
-		l.Kind = KindAll
-	}
-	return l
+	return layout(true, n4), layout(false, n6)
 }
 
 // Build chooses and builds the layout of the addresses of one family

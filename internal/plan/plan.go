@@ -322,10 +322,15 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 	o := opt
 	o.PassIsIn = ri.Action == AllowOnly
+	var xdp4, xdp6 *Layout
+	if r.Backend == XDP {
+		xdp4, xdp6 = BuildXDP(r.Set)
+	}
 	for _, f := range []struct {
 		l       **Layout
+		xdp     *Layout
 		is4, on bool
-	}{{&r.V4, true, ri.IPv4}, {&r.V6, false, ri.IPv6}} {
+	}{{&r.V4, xdp4, true, ri.IPv4}, {&r.V6, xdp6, false, ri.IPv6}} {
 		switch {
 		case !f.on:
 			// A family the rule does not apply to must not be
@@ -333,7 +338,7 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 			// whole family).
 			*f.l = &Layout{Is4: f.is4, Kind: KindEmpty}
 		case r.Backend == XDP:
-			*f.l = BuildXDP(r.Set, f.is4)
+			*f.l = f.xdp
 		default:
 			l, err := Build(r.Set, f.is4, o)
 			if err != nil {

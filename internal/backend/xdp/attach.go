@@ -184,10 +184,11 @@ func Reattach(opt Options) ([]string, error) {
 	var fixed []string
 	err = inNetNS(opt.NetNS, func() error {
 		for i := range ifs {
-			if _, running, err := attached(ifs[i].Index); err != nil || running == uint32(id) {
-				if err != nil {
-					return err
-				}
+			_, running, err := attached(ifs[i].Index)
+			if err != nil {
+				return err
+			}
+			if running == uint32(id) {
 				continue
 			}
 			if err := s.attach(&ifs[i]); err != nil {

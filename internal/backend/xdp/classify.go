@@ -49,10 +49,18 @@ type span struct {
 // covering the whole family: first match wins, gaps are class 0, and
 // neighbours of one class are merged.
 func partition(rules []Rule, is4 bool) ([]span, error) {
-	if len(rules) > MaxRules {
-		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
+	if err := checkRules(rules); err != nil {
+		return nil, err
 	}
 	return partitionAfter(rules, earlierSets(rules), is4), nil
+}
+
+// checkRules refuses more rules than a layout holds.
+func checkRules(rules []Rule) error {
+	if len(rules) > MaxRules {
+		return fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
+	}
+	return nil
 }
 
 // earlierSets returns, for each rule, the addresses the rules before it
@@ -66,13 +74,11 @@ func earlierSets(rules []Rule) []*netipx.IPSet {
 		if r.Drop == nil || i == len(rules)-1 {
 			continue
 		}
+		taken.AddSet(r.Drop)
 		if empty {
 			last, empty = r.Drop, false // no union to build
 		} else {
-			taken.AddSet(last)
-			taken.AddSet(r.Drop)
 			last = mustSet(&taken)
-			taken = netipx.IPSetBuilder{}
 		}
 	}
 	return out

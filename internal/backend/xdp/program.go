@@ -31,18 +31,13 @@ type ClassPrefix struct {
 
 // BuildLayout compiles rules (first match wins) for both families.
 func BuildLayout(rules []Rule) (*Layout, error) {
-	if len(rules) > MaxRules {
-		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
-	}
-	earlier := earlierSets(rules)
-	l := &Layout{V4: buildV4(partitionAfter(rules, earlier, true))}
-	l.Ref4, l.Ref6 = lpmPrefixes(rules, earlier)
-	var err error
-	if l.V6, err = buildV6(l.Ref6); err != nil {
+	l, earlier, err := buildReference(rules)
+	if err != nil {
 		return nil, err
 	}
-	for _, r := range rules {
-		l.Rules = append(l.Rules, r.Name)
+	l.V4 = buildV4(partitionAfter(rules, earlier, true))
+	if l.V6, err = buildV6(l.Ref6); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -51,15 +46,22 @@ func BuildLayout(rules []Rule) (*Layout, error) {
 // loads with LoadOptions.LPM and has no tables (Lookup and Memory need
 // BuildLayout's).
 func BuildReference(rules []Rule) (*Layout, error) {
-	if len(rules) > MaxRules {
-		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
+	l, _, err := buildReference(rules)
+	return l, err
+}
+
+// buildReference is BuildReference, also returning earlierSets(rules).
+func buildReference(rules []Rule) (*Layout, []*netipx.IPSet, error) {
+	if err := checkRules(rules); err != nil {
+		return nil, nil, err
 	}
+	earlier := earlierSets(rules)
 	l := &Layout{}
-	l.Ref4, l.Ref6 = lpmPrefixes(rules, earlierSets(rules))
+	l.Ref4, l.Ref6 = lpmPrefixes(rules, earlier)
 	for _, r := range rules {
 		l.Rules = append(l.Rules, r.Name)
 	}
-	return l, nil
+	return l, earlier, nil
 }
 
 // lpmPrefixes returns the prefixes of each family and their classes
