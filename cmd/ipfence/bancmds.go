@@ -155,6 +155,9 @@ func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *banct
 		return err
 	}
 	defer unlock()
+	if applied, _ := (state.Dir{Path: f.stateDir}).LoadApplied(f.netns); applied != nil && applied.IPTables() {
+		return fmt.Errorf("bans %w; the policy applied here runs in %s", ErrNotNFTables, applied.Backend)
+	}
 	c, closeBans, err := openBans(ctx, f, ensure)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/hostaddr"
@@ -27,20 +28,27 @@ import (
 type policyFlags struct {
 	policy   string
 	stateDir string
-	offline  bool // URLs from their last good copies only
+	offline  bool   // URLs from their last good copies only
+	backend  string // overrides the policy's backend
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
 	c.Flags().StringVarP(&f.policy, "policy", "p", "", "policy file (YAML); relative source paths resolve from its folder")
 	c.Flags().StringVar(&f.stateDir, "state", state.DefaultDir, "state folder: feed caches, last good loads, what was applied")
+	c.Flags().StringVar(&f.backend, "backend", "", "override the policy's backend: nftables, ipset, iptables-split, xdp or auto")
 	_ = c.MarkFlagRequired("policy")
 }
 
 // compiled is a policy taken from file to Program.
 type compiled struct {
-	res      *policy.Resolved
-	plan     *plan.Plan
-	prog     *nft.Program
+	res  *policy.Resolved
+	plan *plan.Plan
+	// prog is the nftables program, ipt the iptables one: one of them,
+	// as the plan's backend is.
+	prog *nft.Program
+	ipt  *ipt.Program
+	// why says how backend auto chose.
+	why      string
 	loader   *source.Loader
 	duration time.Duration
 }
@@ -57,6 +65,10 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
+	why, err := resolveBackend(res.Input, f.backend)
+	if err != nil {
+		return nil, err
+	}
 	p, err := plan.Compile(res.Input, plan.Options{})
 	if err != nil {
 		return nil, err
@@ -64,7 +76,14 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	for _, w := range p.Warnings {
 		g.logger.Warn(w)
 	}
-	return &compiled{res: res, plan: p, prog: nft.FromPlan(p, nft.Bans{}), loader: l, duration: time.Since(t0)}, nil
+	c := &compiled{res: res, plan: p, why: why, loader: l}
+	if p.Backend == plan.NFTables {
+		c.prog = nft.FromPlan(p, nft.Bans{})
+	} else if c.ipt, err = ipt.FromPlan(p, ipt.LowerOptions{RejectMark: pol.RejectMark}); err != nil {
+		return nil, err
+	}
+	c.duration = time.Since(t0)
+	return c, nil
 }
 
 func newCompileCmd(g *globals) *cobra.Command {
@@ -95,6 +114,10 @@ layout chosen, its levels and element counts, and the cost model's estimate.`,
 			if g.json {
 				return writeJSON(w, planJSON(c))
 			}
+			if c.ipt != nil {
+				_, err = io.WriteString(w, iptScript(c.ipt))
+				return err
+			}
 			_, err = io.WriteString(w, nft.Render(c.prog))
 			return err
 		},
@@ -112,6 +135,8 @@ type planSummary struct {
 	Elements      int                      `json:"nft_elements"`
 	Chains        int                      `json:"nft_chains"`
 	CompileMillis int64                    `json:"compile_ms"`
+	// BackendWhy says why backend auto chose the plan's backend.
+	BackendWhy string `json:"backend_why,omitempty"`
 }
 
 type sourceSummary struct {
@@ -128,15 +153,26 @@ func planJSON(c *compiled) planSummary {
 		stale, _ := src.Stale()
 		s.Sources[name] = sourceSummary{Format: src.Format(), PrefixesV4: v4, PrefixesV6: v6, Stale: stale}
 	}
-	s.Sets, s.Elements, s.Chains = progCounts(c.prog)
+	s.Sets, s.Elements, s.Chains = progCounts(c)
+	s.BackendWhy = c.why
 	return s
 }
 
-func progCounts(p *nft.Program) (sets, elems, chains int) {
-	for _, s := range p.Sets {
+// progCounts counts the sets, elements and chains of c's program.
+func progCounts(c *compiled) (sets, elems, chains int) {
+	if c.ipt != nil {
+		for _, s := range c.ipt.Sets {
+			elems += len(s.Elems)
+		}
+		for _, t := range c.ipt.Tables {
+			chains += len(t.Raw)
+		}
+		return len(c.ipt.Sets), elems, chains
+	}
+	for _, s := range c.prog.Sets {
 		elems += len(s.Elems)
 	}
-	return len(p.Sets), elems, len(p.Chains)
+	return len(c.prog.Sets), elems, len(c.prog.Chains)
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -148,7 +184,7 @@ func writeJSON(w io.Writer, v any) error {
 func newApplyCmd(g *globals) *cobra.Command {
 	var pf policyFlags
 	var xf xdpFlags
-	var netns string
+	var netns, iptFlavour string
 	var dry bool
 	c := &cobra.Command{
 		Use:   "apply --policy FILE [--netns NAME] [--dry-run]",
@@ -179,8 +215,20 @@ ipfence exits; 'ipfence flush' detaches it.`,
 			cur := state.Summarize(c.plan)
 			diff := state.Compare(prev, cur)
 			rep := applyReport{NetNS: netns, DryRun: dry, Changes: diff, CompileMillis: c.duration.Milliseconds()}
-			rep.Sets, rep.Elements, rep.Chains = progCounts(c.prog)
-			if !dry {
+			rep.Sets, rep.Elements, rep.Chains = progCounts(c)
+			rep.Backend, rep.BackendWhy = c.plan.Backend, c.why
+			if !dry && c.ipt != nil {
+				unlock, err := st.Lock()
+				if err != nil {
+					return err
+				}
+				defer unlock()
+				if rep.IPTables, err = applyIPT(ctx, c, netns, iptFlavour, prev, &xf); err != nil {
+					return err
+				}
+				rep.LoadMillis = rep.IPTables.Load.Milliseconds()
+			}
+			if !dry && c.ipt == nil {
 				unlock, err := st.Lock()
 				if err != nil {
 					return err
@@ -209,6 +257,11 @@ ipfence exits; 'ipfence flush' detaches it.`,
 					return err
 				}
 				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
+				if err := removeIPT(ctx, c.plan.Table, netns, prev); err != nil {
+					return err
+				}
+			}
+			if !dry {
 				for _, src := range c.res.Sources {
 					if err := c.loader.Commit(src); err != nil {
 						g.logger.Warn("recording last good source", "source", src.Name(), "err", err)
@@ -229,6 +282,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
 	c.Flags().BoolVar(&pf.offline, "offline", false, "download nothing: URL sources from their last good copies (boot-time restore, before the network is up)")
+	c.Flags().StringVar(&iptFlavour, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
 	xf.register(c, true)
 	return c
 }
@@ -257,6 +311,9 @@ type applyReport struct {
 	CompileMillis int64          `json:"compile_ms"`
 	LoadMillis    int64          `json:"load_ms"`
 	XDP           *xdp.Report    `json:"xdp,omitempty"`
+	Backend       plan.Backend   `json:"backend"`
+	BackendWhy    string         `json:"backend_why,omitempty"`
+	IPTables      *ipt.Result    `json:"iptables,omitempty"`
 }
 
 func printApply(w io.Writer, c *compiled, rep applyReport) {
@@ -268,8 +325,20 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 	if rep.NetNS != "" {
 		where = "network namespace " + rep.NetNS
 	}
-	fmt.Fprintf(w, "%s table inet %s in %s: %d rules, %d maps/sets, %d elements, %d chains (compile %d ms, load %d ms)\n",
-		verb, c.plan.Table, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
+	if c.ipt != nil {
+		fl := ""
+		if rep.IPTables != nil {
+			fl = " (" + rep.IPTables.Flavour + " flavour)"
+		}
+		fmt.Fprintf(w, "%s backend %s%s in %s: %d rules, %d ipsets, %d elements, %d chains (compile %d ms, load %d ms)\n",
+			verb, c.plan.Backend, fl, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
+	} else {
+		fmt.Fprintf(w, "%s table inet %s in %s: %d rules, %d maps/sets, %d elements, %d chains (compile %d ms, load %d ms)\n",
+			verb, c.plan.Table, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
+	}
+	if c.why != "" {
+		fmt.Fprintf(w, "backend auto chose %s: %s\n", c.plan.Backend, c.why)
+	}
 	for _, r := range c.plan.Rules {
 		if r.Backend == plan.XDP {
 			fmt.Fprintf(w, "  rule %-16s %-10s XDP on %s: %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action,
@@ -297,6 +366,10 @@ func describeLayout(l *plan.Layout) string {
 		return fmt.Sprintf("%d prefixes → interval set", l.Prefixes)
 	case plan.KindXDP:
 		return fmt.Sprintf("%d prefixes → XDP tables", l.Prefixes)
+	case plan.KindIPSet:
+		return fmt.Sprintf("%d prefixes → ipsets", l.Prefixes)
+	case plan.KindSplit:
+		return fmt.Sprintf("%d prefixes → chains per /%d", l.Prefixes, map[bool]int{true: 8, false: 16}[l.Is4])
 	}
 	return string(l.Kind)
 }
@@ -329,6 +402,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var is *ipt.Status
+			if applied != nil && applied.IPTables() {
+				if is, err = ipt.ReadStatus(cmd.Context(), kf.table, ipt.Options{NetNS: kf.netns}); err != nil {
+					return fmt.Errorf("reading the iptables status: %w", err)
+				}
+			}
 			var ds *api.Status
 			if _, err := viaDaemon(socket, func(cl *api.Client) (err error) {
 				ds, err = cl.Status(cmd.Context())
@@ -338,13 +417,18 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
-					Kernel  nft.TableStatus `json:"kernel"`
-					XDP     *xdpStatus      `json:"xdp,omitempty"`
-					Applied *state.Applied  `json:"applied,omitempty"`
-					Daemon  *api.Status     `json:"daemon,omitempty"`
-				}{ts, xs, applied, ds})
+					Kernel   nft.TableStatus `json:"kernel"`
+					XDP      *xdpStatus      `json:"xdp,omitempty"`
+					IPTables *ipt.Status     `json:"iptables,omitempty"`
+					Applied  *state.Applied  `json:"applied,omitempty"`
+					Daemon   *api.Status     `json:"daemon,omitempty"`
+				}{ts, xs, is, applied, ds})
 			}
-			printStatus(cmd.OutOrStdout(), ts, applied)
+			if is != nil {
+				printIPTStatus(cmd.OutOrStdout(), is, applied)
+			} else {
+				printStatus(cmd.OutOrStdout(), ts, applied)
+			}
 			printXDPStatus(cmd.OutOrStdout(), xs)
 			if ds != nil {
 				printDaemonStatus(cmd.OutOrStdout(), ds)
@@ -384,12 +468,7 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
 		return
 	}
 	fmt.Fprintf(w, "table inet %s loaded: %d chains, %d sets/maps\n", ts.Table, len(ts.Chains), len(ts.Sets))
-	if a != nil {
-		fmt.Fprintf(w, "applied %s from %d rules\n", a.Time.Format(time.RFC3339), len(a.Rules))
-		for _, r := range a.Rules {
-			fmt.Fprintf(w, "  rule %-16s %-10s %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action, r.PrefixesV4, r.PrefixesV6)
-		}
-	}
+	printApplied(w, a)
 	for _, c := range ts.Chains {
 		for _, r := range c.Rules {
 			if r.HasCounter {
@@ -399,12 +478,43 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
 	}
 }
 
+// printApplied prints what was applied, rule by rule.
+func printApplied(w io.Writer, a *state.Applied) {
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(w, "applied %s from %d rules\n", a.Time.Format(time.RFC3339), len(a.Rules))
+	for _, r := range a.Rules {
+		fmt.Fprintf(w, "  rule %-16s %-10s %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action, r.PrefixesV4, r.PrefixesV6)
+	}
+}
+
+// printIPTStatus prints the iptables backends' status: chains, the
+// rules' counters (both families), the reject chain's and the sets.
+func printIPTStatus(w io.Writer, s *ipt.Status, a *state.Applied) {
+	if !s.Loaded {
+		fmt.Fprintf(w, "no ipfence chains loaded (iptables %s flavour)\n", s.Flavour)
+		return
+	}
+	fmt.Fprintf(w, "backend %s loaded (iptables %s flavour): %d chains, %d ipsets\n", a.Backend, s.Flavour, s.Chains, len(s.Sets))
+	printApplied(w, a)
+	for _, r := range s.Rules {
+		fmt.Fprintf(w, "  rule %-24s %12d packets %14d bytes\n", r.Rule, r.Packets, r.Bytes)
+	}
+	if s.Rejected > 0 {
+		fmt.Fprintf(w, "  rejected in the filter table %12d packets\n", s.Rejected)
+	}
+	for _, set := range s.Sets {
+		fmt.Fprintf(w, "  ipset %-26s %10d elements %12d bytes\n", set.Name, set.Elements, set.Memory)
+	}
+}
+
 func newFlushCmd(g *globals) *cobra.Command {
 	var kf kernelFlags
 	var xf xdpFlags
 	c := &cobra.Command{
 		Use:   "flush [--netns NAME]",
-		Short: "Remove ipfence's table in one transaction and detach its XDP program (nothing else)",
+		Short: "Remove ipfence's table, XDP program, iptables chains and ipsets (nothing else)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			unlock, err := state.Dir{Path: kf.stateDir}.Lock()
@@ -420,16 +530,24 @@ func newFlushCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("flushing XDP: %w", err)
 			}
+			chains, err := ipt.Flush(cmd.Context(), kf.table, ipt.Options{NetNS: kf.netns})
+			if err != nil {
+				return fmt.Errorf("flushing the iptables chains and ipsets: %w", err)
+			}
 			if err := (state.Dir{Path: kf.stateDir}).ForgetApplied(kf.netns); err != nil {
 				g.logger.Warn("forgetting what was applied", "err", err)
 			}
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed, "xdp_detached": detached})
+				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed, "xdp_detached": detached, "iptables_removed": chains})
 			}
-			if existed {
+			switch {
+			case existed:
 				fmt.Fprintf(cmd.OutOrStdout(), "removed table inet %s\n", kf.table)
-			} else {
+			case !chains:
 				fmt.Fprintln(cmd.OutOrStdout(), "no ipfence table was loaded")
+			}
+			if chains {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed ipfence's iptables chains and ipsets (%s*)\n", kf.table)
 			}
 			if detached {
 				fmt.Fprintln(cmd.OutOrStdout(), "detached the XDP program")

@@ -39,6 +39,10 @@ import (
 	"github.com/ipfence/ipfence/internal/state"
 )
 
+// ErrBackend is returned for a policy whose rules run in an iptables
+// backend: the daemon keeps nftables (and XDP) policies loaded.
+var ErrBackend = errors.New("the daemon runs the nftables and xdp backends only")
+
 // Config configures a Daemon.
 type Config struct {
 	Policy   string // policy file
@@ -293,6 +297,12 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 	if err != nil {
 		d.sourceFailed(pol, err)
 		return nil, err
+	}
+	if res.Input.Backend != "" && res.Input.Backend != plan.NFTables && res.Input.Backend != plan.XDP && res.Input.Backend != plan.Auto {
+		return nil, fmt.Errorf("%w: the policy says backend %s; load it with `ipfence apply` (e.g. from a systemd timer)", ErrBackend, res.Input.Backend)
+	}
+	if res.Input.Backend == plan.Auto {
+		res.Input.Backend = plan.NFTables // the daemon runs nftables; it fails to load where there is none
 	}
 	p, err := plan.Compile(res.Input, plan.Options{})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/plan"
 )
 
 // Check is one probe's outcome.
@@ -252,4 +253,32 @@ func interfaces() []Interface {
 		out = append(out, ifc)
 	}
 	return out
+}
+
+// Pick chooses the backend of a policy that says `backend: auto`: nftables
+// when the kernel takes an inet table over netlink, else ipset when ipset
+// and iptables-restore work, else iptables-split when iptables-restore
+// does. It probes in a scratch namespace and says why it chose.
+func Pick() (plan.Backend, string, error) {
+	name, remove, err := netns.Scratch(fmt.Sprintf("pick%d", os.Getpid()))
+	if err != nil {
+		return "", "", fmt.Errorf("making a scratch network namespace for the probes: %w", err)
+	}
+	defer remove()
+	nf := probeNFTables(name)
+	if nf.OK {
+		return plan.NFTables, "nftables: " + nf.Detail, nil
+	}
+	why := "nftables unavailable (" + nf.Detail + ")"
+	ipt := probe(Check{OK: true}, name, "loading the raw table with iptables-restore and ip6tables-restore",
+		[]string{"sh", "-c", "printf '*raw\\nCOMMIT\\n' | iptables-restore --noflush && printf '*raw\\nCOMMIT\\n' | ip6tables-restore --noflush"})
+	if !ipt.OK {
+		return "", "", fmt.Errorf("no backend works on this host: %s; iptables: %s", why, ipt.Detail)
+	}
+	set := probe(Check{OK: true}, name, "creating and destroying a hash:net set",
+		[]string{"ipset", "create", "ipf_doctor", "hash:net"}, []string{"ipset", "destroy", "ipf_doctor"})
+	if set.OK {
+		return plan.IPSet, why + "; ipset and iptables-restore work", nil
+	}
+	return plan.IPTablesSplit, why + "; ipset unavailable (" + set.Detail + "); iptables-restore works", nil
 }

@@ -29,6 +29,10 @@ const (
 	// KindXDP: the rule runs in XDP, whose backend compiles its own
 	// tables from the rule's set; only Prefixes is set.
 	KindXDP Kind = "xdp"
+	// KindIPSet and KindSplit: the rule runs in iptables, matching ipsets
+	// or chains of plain rules; only Prefixes is set.
+	KindIPSet Kind = "ipset"
+	KindSplit Kind = "iptables-split"
 )
 
 // EntryKind is what a map entry of a tree level says.
@@ -192,8 +196,8 @@ func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
 			}
 		}
 		return false, 0
-	case KindXDP:
-		panic("plan: a rule that runs in XDP has no nftables layout to look up; use Rule.Set")
+	case KindXDP, KindIPSet, KindSplit:
+		panic("plan: a rule that runs in " + string(l.Kind) + " has no nftables layout to look up; use Rule.Set")
 	}
 	if l.index == nil {
 		l.index = make([]map[netip.Addr]Entry, len(l.Levels))
@@ -265,12 +269,13 @@ const DefaultElementPrice = 2.0
 // ErrTooLarge is returned when no tree layout fits in MaxEntries.
 var ErrTooLarge = fmt.Errorf("no layout fits the element limit")
 
-// BuildXDP returns the layouts of a rule that runs in XDP, IPv4 and
-// IPv6: KindXDP with the prefix count, or KindEmpty or KindAll.
-func BuildXDP(s *netipx.IPSet) (v4, v6 *Layout) {
+// BuildCounts returns the layouts of a rule whose backend builds its own
+// tables (kind KindXDP, KindIPSet or KindSplit), IPv4 and IPv6: kind with
+// the prefix count, or KindEmpty or KindAll.
+func BuildCounts(s *netipx.IPSet, kind Kind) (v4, v6 *Layout) {
 	n4, n6 := prefix.Count(s)
 	layout := func(is4 bool, n int) *Layout {
-		l := &Layout{Is4: is4, Kind: KindXDP, Prefixes: n}
+		l := &Layout{Is4: is4, Kind: kind, Prefixes: n}
 		switch {
 		case n == 0:
 			l.Kind = KindEmpty

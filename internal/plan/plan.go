@@ -63,22 +63,47 @@ const (
 	// the kernel allocates anything for the packet. Only the leading
 	// drop and allow-only rules without ports can: see Compile.
 	XDP Backend = "xdp"
+	// IPSet runs the rules in ipfence's iptables chains (raw table),
+	// matching sources against ipsets: for hosts without nftables.
+	IPSet Backend = "ipset"
+	// IPTablesSplit runs them in iptables chains of plain rules, one
+	// chain per /8 (IPv4) or /16 (IPv6): for hosts without ipset either.
+	IPTablesSplit Backend = "iptables-split"
+	// Auto is resolved before Compile to the first of NFTables, IPSet and
+	// IPTablesSplit the host supports.
+	Auto Backend = "auto"
 )
 
-// ParseBackend validates a backend name ("" is the default).
+// Firewall reports whether b is a backend that runs a whole policy's
+// rules (every backend but XDP, which runs only the leading ones).
+func (b Backend) Firewall() bool { return b == NFTables || b == IPSet || b == IPTablesSplit }
+
+// ParseBackend validates a policy's backend name ("" is the default).
 func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case "", NFTables, XDP, IPSet, IPTablesSplit, Auto:
+		return b, nil
+	}
+	return "", fmt.Errorf("unknown backend %q (use nftables, xdp, ipset, iptables-split or auto)", s)
+}
+
+// ParseRuleBackend validates a rule's backend name ("" is the policy's).
+func ParseRuleBackend(s string) (Backend, error) {
 	switch b := Backend(s); b {
 	case "", NFTables, XDP:
 		return b, nil
 	}
-	return "", fmt.Errorf("unknown backend %q (use nftables or xdp)", s)
+	return "", fmt.Errorf("unknown backend %q for a rule (use nftables or xdp; ipset and iptables-split are the policy's top-level backend)", s)
 }
 
 // RuleInput is one rule with its set resolved from the sources.
 type RuleInput struct {
 	Name   string
 	Action Action
-	Ports  []Port
+	// Otherwise is what an allow-only rule does with the sources outside
+	// its set: Drop ("") or Reject.
+	Otherwise Action
+	Ports     []Port
 	// Backend is where the policy asks the rule to run; "" is the
 	// Input's Backend.
 	Backend Backend
@@ -97,7 +122,9 @@ type Input struct {
 	// Protect lists prefixes that are never blocked.
 	Protect *netipx.IPSet
 	Rules   []RuleInput
-	// Backend is the rules' default backend; "" is NFTables.
+	// Backend is the rules' default backend; "" is NFTables. XDP runs
+	// the leading rules that can in XDP and the others in NFTables; Auto
+	// must be resolved first.
 	Backend Backend
 	// Interfaces are where XDP rules are attached.
 	Interfaces []string
@@ -124,19 +151,25 @@ type Plan struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Interfaces are where the XDP rules run.
 	Interfaces []string `json:"interfaces,omitempty"`
+	// Backend is where the rules that do not run in XDP run: NFTables,
+	// IPSet or IPTablesSplit.
+	Backend Backend `json:"backend"`
 
 	protect *netipx.IPSet
 }
 
 // Rule is one compiled rule.
 type Rule struct {
-	Name   string  `json:"name"`
-	Action Action  `json:"action"`
-	Ports  []Port  `json:"ports,omitempty"`
-	V4     *Layout `json:"ipv4"`
-	V6     *Layout `json:"ipv6"`
-	// Backend is where the rule runs; BackendNote says why a rule that
-	// asked for XDP runs in nftables.
+	Name   string `json:"name"`
+	Action Action `json:"action"`
+	// Otherwise is Reject for an allow-only rule that rejects the sources
+	// outside its set, "" otherwise.
+	Otherwise Action  `json:"otherwise,omitempty"`
+	Ports     []Port  `json:"ports,omitempty"`
+	V4        *Layout `json:"ipv4"`
+	V6        *Layout `json:"ipv6"`
+	// Backend is where the rule runs (XDP or the Plan's Backend);
+	// BackendNote says why a rule that asked for XDP does not.
 	Backend     Backend `json:"backend"`
 	BackendNote string  `json:"backend_note,omitempty"`
 
@@ -208,20 +241,31 @@ var ErrNoInterfaces = errors.New("XDP rules need interfaces")
 // stays in nftables, run in nftables (with a note and a warning when they
 // asked for XDP).
 func (p *Plan) assignBackends(in *Input) error {
-	var blocker string // the first rule that runs in nftables
+	switch p.Backend = in.Backend; p.Backend {
+	case "", XDP:
+		p.Backend = NFTables
+	case Auto:
+		return errors.New("plan: backend auto must be resolved before Compile")
+	}
+	var blocker string // the first rule that does not run in XDP
 	xdp := 0
 	for i, r := range p.Rules {
 		want := in.Rules[i].Backend
 		if want == "" {
 			want = in.Backend
 		}
-		r.Backend = NFTables
+		if want.Firewall() && want != p.Backend {
+			return fmt.Errorf("%s: rule %q asks for backend %s, but the policy's rules run in %s", in.Rules[i].Where, r.Name, want, p.Backend)
+		}
+		r.Backend = p.Backend
 		var note string
 		switch {
 		case want != XDP:
+		case p.Backend != NFTables:
+			return fmt.Errorf("%s: rule %q asks for backend xdp, which runs ahead of an nftables table; with backend %s no rule can", in.Rules[i].Where, r.Name, p.Backend)
 		case blocker != "":
 			note = fmt.Sprintf("it follows rule %q, which runs in nftables, and XDP runs first", blocker)
-		case r.Action == Reject:
+		case r.Hit() == Reject:
 			note = "XDP can drop but not reject"
 		case r.Action == Accept:
 			note = "accept must skip the later nftables rules, which XDP cannot"
@@ -313,32 +357,55 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
 	}
-	return &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff}, warn, nil
+	r := &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff}
+	switch ri.Otherwise {
+	case "", Drop:
+	case Reject:
+		if ri.Action != AllowOnly {
+			return nil, nil, fmt.Errorf("%s: rule %q: otherwise is for allow-only rules", ri.Where, ri.Name)
+		}
+		r.Otherwise = Reject
+	default:
+		return nil, nil, fmt.Errorf("%s: rule %q: otherwise %q (use drop or reject)", ri.Where, ri.Name, ri.Otherwise)
+	}
+	return r, warn, nil
+}
+
+// Hit is what the rule does with the packets it decides: its action, or
+// for allow-only rules Drop or Reject (Otherwise).
+func (r *Rule) Hit() Action {
+	switch {
+	case r.Action != AllowOnly:
+		return r.Action
+	case r.Otherwise == Reject:
+		return Reject
+	}
+	return Drop
 }
 
 // buildLayouts builds r's layouts once its backend is known: nftables
-// rules get the layout Build chooses, XDP rules only their prefix count
-// (the XDP backend compiles its own tables).
+// rules get the layout Build chooses, the others only their prefix count
+// (their backends compile their own tables and sets).
 func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 	o := opt
 	o.PassIsIn = ri.Action == AllowOnly
-	var xdp4, xdp6 *Layout
-	if r.Backend == XDP {
-		xdp4, xdp6 = BuildXDP(r.Set)
+	var own4, own6 *Layout
+	if r.Backend != NFTables {
+		own4, own6 = BuildCounts(r.Set, Kind(r.Backend))
 	}
 	for _, f := range []struct {
 		l       **Layout
-		xdp     *Layout
+		own     *Layout
 		is4, on bool
-	}{{&r.V4, xdp4, true, ri.IPv4}, {&r.V6, xdp6, false, ri.IPv6}} {
+	}{{&r.V4, own4, true, ri.IPv4}, {&r.V6, own6, false, ri.IPv6}} {
 		switch {
 		case !f.on:
 			// A family the rule does not apply to must not be
 			// evaluated at all (allow-only would otherwise block the
 			// whole family).
 			*f.l = &Layout{Is4: f.is4, Kind: KindEmpty}
-		case r.Backend == XDP:
-			*f.l = f.xdp
+		case f.own != nil:
+			*f.l = f.own
 		default:
 			l, err := Build(r.Set, f.is4, o)
 			if err != nil {
@@ -416,7 +483,7 @@ func (p *Plan) Verdict(pkt Packet) Decision {
 			}
 		case AllowOnly:
 			if !in {
-				return Decision{Verdict: "drop", Rule: r.Name}
+				return Decision{Verdict: string(r.Hit()), Rule: r.Name}
 			}
 		}
 	}

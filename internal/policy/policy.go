@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -58,6 +59,10 @@ type Policy struct {
 	// Interfaces where XDP rules run.
 	Backend    plan.Backend
 	Interfaces []string
+	// RejectMark is the packet mark bit the iptables backends use to
+	// reject in the filter table what reject rules match in raw (0: the
+	// backend's default).
+	RejectMark uint32
 }
 
 // SourceDef is a source as defined in the policy.
@@ -76,6 +81,7 @@ type ProtectEntry struct {
 type RuleDef struct {
 	Name      string
 	Action    plan.Action
+	Otherwise plan.Action
 	Sources   []string
 	Countries []string
 	Invert    bool
@@ -97,6 +103,8 @@ type doc struct {
 	Protect  []string             `yaml:"protect"`
 	Rules    []ruleDoc            `yaml:"rules"`
 	Backend  string               `yaml:"backend"`
+	// RejectMark: the mark bit of the iptables backends' reject rules.
+	RejectMark string `yaml:"reject_mark"`
 	// Interfaces: where XDP rules are attached.
 	Interfaces []string `yaml:"interfaces"`
 }
@@ -112,12 +120,13 @@ type sourceDoc struct {
 }
 
 type ruleDoc struct {
-	Name    string   `yaml:"name"`
-	Action  string   `yaml:"action"`
-	Match   matchDoc `yaml:"match"`
-	Ports   []string `yaml:"ports"`
-	Family  string   `yaml:"family"`
-	Backend string   `yaml:"backend"`
+	Name      string   `yaml:"name"`
+	Action    string   `yaml:"action"`
+	Otherwise string   `yaml:"otherwise"`
+	Match     matchDoc `yaml:"match"`
+	Ports     []string `yaml:"ports"`
+	Family    string   `yaml:"family"`
+	Backend   string   `yaml:"backend"`
 }
 
 type matchDoc struct {
@@ -164,6 +173,13 @@ func Parse(data []byte, file string) (*Policy, error) {
 	var err error
 	if p.Backend, err = plan.ParseBackend(d.Backend); err != nil {
 		return nil, &Error{File: file, Line: lines.key("backend"), Msg: err.Error()}
+	}
+	if d.RejectMark != "" {
+		m, err := strconv.ParseUint(d.RejectMark, 0, 32)
+		if err != nil || bits.OnesCount64(m) != 1 {
+			return nil, &Error{File: file, Line: lines.key("reject_mark"), Msg: fmt.Sprintf("reject_mark %q: give one bit of the packet mark, e.g. 0x100000", d.RejectMark)}
+		}
+		p.RejectMark = uint32(m)
 	}
 	seenIf := map[string]bool{}
 	for _, name := range d.Interfaces {
@@ -307,7 +323,17 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 	default:
 		return nil, bad("rule %q: family %q (use ipv4, ipv6 or both)", rd.Name, rd.Family)
 	}
-	if r.Backend, err = plan.ParseBackend(rd.Backend); err != nil {
+	switch rd.Otherwise {
+	case "":
+	case string(plan.Drop), string(plan.Reject):
+		if r.Action != plan.AllowOnly {
+			return nil, bad("rule %q: otherwise is for allow-only rules (what they do with sources outside the set)", rd.Name)
+		}
+		r.Otherwise = plan.Action(rd.Otherwise)
+	default:
+		return nil, bad("rule %q: otherwise %q (use drop or reject)", rd.Name, rd.Otherwise)
+	}
+	if r.Backend, err = plan.ParseRuleBackend(rd.Backend); err != nil {
 		return nil, bad("rule %q: %v", rd.Name, err)
 	}
 	return r, nil
@@ -467,7 +493,7 @@ func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, erro
 		if err != nil {
 			return nil, &Error{File: p.File, Line: r.Line, Msg: fmt.Sprintf("rule %q: %v", r.Name, err), Err: err}
 		}
-		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Ports: r.Ports,
+		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
 			IPv4: r.IPv4, IPv6: r.IPv6, Backend: r.Backend, Set: set, Where: r.where(p.File)})
 	}
 	res.Input = in

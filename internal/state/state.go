@@ -37,7 +37,23 @@ type Applied struct {
 	Rules    []RuleApplied `json:"rules"`
 	// Interfaces are where the XDP rules run.
 	Interfaces []string `json:"interfaces,omitempty"`
+	// Backend is where the rules that do not run in XDP ran ("" in
+	// state written before there was a choice: nftables).
+	Backend plan.Backend `json:"backend,omitempty"`
 }
+
+// HasXDP reports whether some rule ran in XDP.
+func (a *Applied) HasXDP() bool {
+	for _, r := range a.Rules {
+		if r.Backend == plan.XDP {
+			return true
+		}
+	}
+	return false
+}
+
+// IPTables reports whether the rules ran in an iptables backend.
+func (a *Applied) IPTables() bool { return a.Backend == plan.IPSet || a.Backend == plan.IPTablesSplit }
 
 // RuleApplied is one rule as loaded: its effective prefixes.
 type RuleApplied struct {
@@ -61,7 +77,7 @@ func (r RuleApplied) backend() plan.Backend {
 
 // Summarize records a plan's rules.
 func Summarize(p *plan.Plan) *Applied {
-	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces}
+	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend}
 	for _, r := range p.Rules {
 		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, Backend: r.Backend, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
 		if r.V4.Kind == plan.KindEmpty {

@@ -46,7 +46,7 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 			lowerLayout(prog, l, fam, name, r.Action, HitChain(i, r.Name))
 		}
 		if used {
-			prog.Chains = append(prog.Chains, hitChain(HitChain(i, r.Name), r.Action, v6))
+			prog.Chains = append(prog.Chains, hitChain(HitChain(i, r.Name), r.Hit(), v6))
 		}
 	}
 	for i, s := range BanSets() {

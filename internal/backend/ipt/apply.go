@@ -1,0 +1,431 @@
+package ipt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Flavours of iptables: the legacy x_tables, or iptables-nft, which puts
+// the same rules into nf_tables.
+const (
+	Legacy = "legacy"
+	NFT    = "nft"
+)
+
+// Options say where and with which iptables Apply, Flush and Status work.
+type Options struct {
+	// NetNS is the network namespace (`ip netns` name); "" the current.
+	NetNS string
+	// Flavour is Legacy or NFT; "" is the flavour the `iptables` command
+	// is (update-alternatives).
+	Flavour string
+}
+
+// ErrFlavour is returned for an unknown flavour.
+var ErrFlavour = errors.New("unknown iptables flavour")
+
+// InUse returns the flavour the `iptables` command is.
+func InUse() (string, error) {
+	out, err := exec.Command("iptables", "-V").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("running iptables -V: %w: %s (install the iptables package)", err, bytes.TrimSpace(out))
+	}
+	if bytes.Contains(out, []byte("nf_tables")) {
+		return NFT, nil
+	}
+	return Legacy, nil
+}
+
+// flavour resolves o.Flavour.
+func (o *Options) flavour() (string, error) {
+	switch o.Flavour {
+	case "":
+		return InUse()
+	case Legacy, NFT:
+		return o.Flavour, nil
+	}
+	return "", fmt.Errorf("%w %q (use legacy or nft)", ErrFlavour, o.Flavour)
+}
+
+// tool is the command of family f and flavour fl: "iptables-nft-restore".
+func tool(f Family, fl, what string) string {
+	return commands[f] + "-" + fl + "-" + what
+}
+
+// run runs argv in namespace ns with stdin.
+func run(ctx context.Context, ns, stdin string, argv ...string) ([]byte, error) {
+	if ns != "" {
+		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), &CommandError{Argv: argv, Err: err, Stderr: strings.TrimSpace(errb.String())}
+	}
+	return out.Bytes(), nil
+}
+
+// CommandError is a command that failed.
+type CommandError struct {
+	Argv   []string
+	Err    error
+	Stderr string
+}
+
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("%s: %v: %s", strings.Join(e.Argv, " "), e.Err, e.Stderr)
+}
+
+func (e *CommandError) Unwrap() error { return e.Err }
+
+// restore runs `iptables-restore --noflush -w` of family f with text.
+func restore(ctx context.Context, o *Options, fl string, f Family, text string) error {
+	if text == "" {
+		return nil
+	}
+	_, err := run(ctx, o.NetNS, text, tool(f, fl, "restore"), "--noflush", "-w", "10")
+	return err
+}
+
+// ipsetRestore runs `ipset restore` of text.
+func ipsetRestore(ctx context.Context, o *Options, text string) error {
+	if text == "" {
+		return nil
+	}
+	_, err := run(ctx, o.NetNS, text, "ipset", "restore")
+	return err
+}
+
+// tables lists the tables of family f and flavour fl that hold rules
+// now. For legacy it reads /proc/net/ip_tables_names, since listing a
+// table that is not loaded would load it (and make every packet pass it).
+func tables(ctx context.Context, o *Options, fl string, f Family) ([]string, error) {
+	if fl == NFT {
+		return []string{"raw", "filter"}, nil
+	}
+	name := [...]string{"/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"}[f]
+	out, err := run(ctx, o.NetNS, "", "cat", name)
+	if err != nil {
+		return nil, nil // the x_tables module is not loaded: no table
+	}
+	var ts []string
+	for _, t := range strings.Fields(string(out)) {
+		if t == "raw" || t == "filter" {
+			ts = append(ts, t)
+		}
+	}
+	return ts, nil
+}
+
+// current reads what family f's tables hold of ipfence's (prefix).
+func current(ctx context.Context, o *Options, fl string, f Family, prefix string, counters bool) (State, string, error) {
+	ts, err := tables(ctx, o, fl, f)
+	if err != nil {
+		return State{}, "", err
+	}
+	var save strings.Builder
+	for _, t := range ts {
+		argv := []string{tool(f, fl, "save"), "-t", t}
+		if counters {
+			argv = append(argv, "-c")
+		}
+		out, err := run(ctx, o.NetNS, "", argv...)
+		if err != nil {
+			var ce *CommandError
+			if fl == NFT && errors.As(err, &ce) && strings.Contains(ce.Stderr, "not exist") {
+				continue // no such table
+			}
+			return State{}, "", fmt.Errorf("reading the %s table: %w", t, err)
+		}
+		save.Write(out)
+	}
+	return ParseSave(prefix, stripCounters(save.String())), save.String(), nil
+}
+
+// counterPrefix matches the "[packets:bytes] " iptables-save -c writes.
+var counterPrefix = regexp.MustCompile(`(?m)^\[\d+:\d+\] `)
+
+func stripCounters(s string) string { return counterPrefix.ReplaceAllString(s, "") }
+
+// ownSets returns the sets of prefix's program naming scheme that exist.
+func ownSets(ctx context.Context, o *Options, prefix string) ([]string, error) {
+	out, err := run(ctx, o.NetNS, "", "ipset", "list", "-n")
+	if err != nil {
+		return nil, fmt.Errorf("listing ipsets: %w", err)
+	}
+	re := setPattern(prefix)
+	var names []string
+	for _, n := range strings.Fields(string(out)) {
+		if re.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// Result is what Apply did.
+type Result struct {
+	Flavour  string        `json:"flavour"`
+	Sets     int           `json:"sets"`
+	Elements int           `json:"elements"`
+	Chains   int           `json:"chains"`
+	Rules    int           `json:"rules"`
+	Load     time.Duration `json:"-"`
+}
+
+// Apply loads p: the sets filled beside the live ones and swapped in
+// (never empty, never half filled), then each family's chains replaced
+// in one iptables-restore commit per table, then the sets no rule uses
+// any more destroyed. If a step fails, what the earlier steps changed is
+// put back: the old rules and the old set contents.
+func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
+	t0 := time.Now()
+	fl, err := o.flavour()
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Flavour: fl, Sets: len(p.Sets)}
+	for _, s := range p.Sets {
+		res.Elements += len(s.Elems)
+	}
+	var cur, want [2]State
+	for _, f := range []Family{IPv4, IPv6} {
+		if cur[f], _, err = current(ctx, &o, fl, f, p.Prefix, false); err != nil {
+			return res, err
+		}
+		want[f] = p.Desired(f)
+		res.Chains += len(want[f].Raw.Chains) + len(want[f].Filter.Chains)
+		res.Rules += len(want[f].Raw.Rules) + len(want[f].Filter.Rules)
+	}
+	var existing []string
+	live := map[string]bool{}
+	// Without ipset (split backend on a host without it) there are none.
+	if _, lerr := exec.LookPath("ipset"); lerr == nil || len(p.Sets) > 0 {
+		if existing, err = ownSets(ctx, &o, p.Prefix); err != nil {
+			return res, err
+		}
+		for _, n := range existing {
+			live[n] = true
+		}
+	}
+	if len(p.Sets) > 0 {
+		var stale []string
+		for _, s := range p.Sets {
+			if live[s.Name+TempSuffix] {
+				stale = append(stale, s.Name+TempSuffix)
+			}
+		}
+		if err := ipsetRestore(ctx, &o, p.FillScript(stale)); err != nil {
+			var temps []string
+			for _, s := range p.Sets {
+				temps = append(temps, s.Name+TempSuffix)
+			}
+			_, _ = run(ctx, o.NetNS, destroyScript(temps), "ipset", "restore", "-exist")
+			return res, fmt.Errorf("loading the ipsets (nothing was changed): %w", err)
+		}
+		if err := ipsetRestore(ctx, &o, p.SwapScript(live)); err != nil {
+			return res, errors.Join(fmt.Errorf("swapping the new ipsets in: %w", err),
+				ipsetRestore(ctx, &o, p.UndoSwapScript(live)))
+		}
+	}
+	undo := func(done int, cause error) error {
+		errs := []error{cause}
+		for f := range Family(done) {
+			errs = append(errs, restore(ctx, &o, fl, f, Transition(&want[f], &cur[f])))
+		}
+		// The failed family may have committed its filter table.
+		if now, _, err := current(ctx, &o, fl, Family(done), p.Prefix, false); err == nil {
+			errs = append(errs, restore(ctx, &o, fl, Family(done), Transition(&now, &cur[done])))
+		}
+		if len(p.Sets) > 0 {
+			errs = append(errs, ipsetRestore(ctx, &o, p.UndoSwapScript(live)))
+		}
+		return errors.Join(errs...)
+	}
+	for _, f := range []Family{IPv4, IPv6} {
+		if err := restore(ctx, &o, fl, f, Transition(&cur[f], &want[f])); err != nil {
+			return res, undo(int(f), fmt.Errorf("loading the %s rules (the old rules were put back): %w", commands[f], err))
+		}
+	}
+	var gone []string
+	for _, s := range p.Sets {
+		gone = append(gone, s.Name+TempSuffix)
+	}
+	for _, n := range existing {
+		if !slices.ContainsFunc(p.Sets, func(s *Set) bool { return s.Name == n || s.Name+TempSuffix == n }) {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		if err := ipsetRestore(ctx, &o, destroyScript(gone)); err != nil {
+			return res, fmt.Errorf("the rules are in force, but destroying the ipsets they no longer use failed: %w", err)
+		}
+	}
+	res.Load = time.Since(t0)
+	return res, nil
+}
+
+// Installed returns the iptables flavours whose commands exist.
+func Installed() []string {
+	var out []string
+	for _, fl := range []string{Legacy, NFT} {
+		if _, err := exec.LookPath(tool(IPv4, fl, "restore")); err == nil {
+			out = append(out, fl)
+		}
+	}
+	return out
+}
+
+// Flush removes every chain, jump and set of ipfence's (prefix), in every
+// flavour installed, and nothing else. It reports whether there was any.
+func Flush(ctx context.Context, prefix string, o Options) (bool, error) {
+	found := false
+	fls := Installed()
+	if o.Flavour != "" {
+		fls = []string{o.Flavour}
+	}
+	for _, fl := range fls {
+		for _, f := range []Family{IPv4, IPv6} {
+			cur, _, err := current(ctx, &o, fl, f, prefix, false)
+			if err != nil {
+				return found, err
+			}
+			if cur.Empty() {
+				continue
+			}
+			found = true
+			if err := restore(ctx, &o, fl, f, Transition(&cur, &State{})); err != nil {
+				return found, fmt.Errorf("removing ipfence's %s-%s chains: %w", commands[f], fl, err)
+			}
+		}
+	}
+	if _, err := exec.LookPath("ipset"); err != nil {
+		return found, nil
+	}
+	sets, err := ownSets(ctx, &o, prefix)
+	if err != nil {
+		return found, err
+	}
+	if len(sets) > 0 {
+		found = true
+		if err := ipsetRestore(ctx, &o, destroyScript(sets)); err != nil {
+			return found, fmt.Errorf("destroying ipfence's ipsets: %w", err)
+		}
+	}
+	return found, nil
+}
+
+// RuleCount is one rule's packets and bytes, from the counters of its
+// hit chain's verdict rules.
+type RuleCount struct {
+	Rule    string `json:"rule"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Status is what Status reads.
+type Status struct {
+	Flavour string      `json:"flavour"`
+	Loaded  bool        `json:"loaded"`
+	Chains  int         `json:"chains"`
+	Rules   []RuleCount `json:"rules"`
+	// Rejected counts the packets the filter table's reject chain
+	// rejected (reject rules mark them in raw).
+	Rejected uint64      `json:"rejected"`
+	Sets     []SetStatus `json:"sets"`
+}
+
+// SetStatus is one ipset's size.
+type SetStatus struct {
+	Name     string `json:"name"`
+	Elements int    `json:"elements"`
+	Memory   int    `json:"memory_bytes"`
+}
+
+// hitLine matches a hit chain's verdict rule with its counters, and
+// rejectLine the reject chain's.
+var (
+	hitLine    = regexp.MustCompile(`^\[(\d+):(\d+)\] -A \S+ .*--comment "ipfence rule (.*?)"`)
+	rejectLine = regexp.MustCompile(`^\[(\d+):\d+\] -A \S+ .*-j REJECT`)
+)
+
+// ReadStatus reads ipfence's chains of prefix and their counters (both
+// families summed, in the flavour in use) and its sets' sizes.
+func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) {
+	fl, err := o.flavour()
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Flavour: fl}
+	idx := map[string]int{}
+	for _, f := range []Family{IPv4, IPv6} {
+		cur, save, err := current(ctx, &o, fl, f, prefix, true)
+		if err != nil {
+			return nil, err
+		}
+		st.Loaded = st.Loaded || !cur.Empty()
+		st.Chains += len(cur.Raw.Chains) + len(cur.Filter.Chains)
+		for line := range strings.Lines(save) {
+			if m := rejectLine.FindStringSubmatch(line); m != nil {
+				n, _ := strconv.ParseUint(m[1], 10, 64)
+				st.Rejected += n
+				continue
+			}
+			m := hitLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			name, err := strconv.Unquote(`"` + m[3] + `"`)
+			if err != nil {
+				name = m[3]
+			}
+			i, ok := idx[name]
+			if !ok {
+				i = len(st.Rules)
+				idx[name] = i
+				st.Rules = append(st.Rules, RuleCount{Rule: name})
+			}
+			pk, _ := strconv.ParseUint(m[1], 10, 64)
+			by, _ := strconv.ParseUint(m[2], 10, 64)
+			st.Rules[i].Packets += pk
+			st.Rules[i].Bytes += by
+		}
+	}
+	if _, err := exec.LookPath("ipset"); err != nil {
+		return st, nil
+	}
+	sets, err := ownSets(ctx, &o, prefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range sets {
+		out, err := run(ctx, o.NetNS, "", "ipset", "list", "-t", name)
+		if err != nil {
+			return nil, err
+		}
+		ss := SetStatus{Name: name}
+		for line := range strings.Lines(string(out)) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+			switch k {
+			case "Number of entries":
+				ss.Elements, _ = strconv.Atoi(v)
+			case "Size in memory":
+				ss.Memory, _ = strconv.Atoi(v)
+			}
+		}
+		st.Sets = append(st.Sets, ss)
+	}
+	return st, nil
+}

@@ -1,0 +1,246 @@
+package ipt_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/backend/ipt"
+	"github.com/ipfence/ipfence/internal/demo"
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// set builds an IPSet of prefixes or ranges.
+func set(t testing.TB, items ...string) *netipx.IPSet {
+	t.Helper()
+	var b netipx.IPSetBuilder
+	for _, s := range items {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			b.AddPrefix(p)
+		} else if r, err := netipx.ParseIPRange(s); err == nil {
+			b.AddRange(r)
+		} else {
+			b.Add(netip.MustParseAddr(s))
+		}
+	}
+	s, err := b.IPSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// testInput is a policy of every action, with ports, both families,
+// single addresses and prefixes of many lengths.
+func testInput(t testing.TB, backend plan.Backend) *plan.Input {
+	r := rand.New(rand.NewPCG(3, 3))
+	var feed []string
+	for range 3000 {
+		feed = append(feed, netip.AddrFrom4([4]byte{byte(1 + r.IntN(100)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}).String())
+	}
+	for range 500 {
+		a := netip.AddrFrom4([4]byte{byte(101 + r.IntN(90)), byte(r.IntN(256)), byte(r.IntN(256)), 0})
+		feed = append(feed, netip.PrefixFrom(a, 12+r.IntN(13)).Masked().String())
+	}
+	for range 800 {
+		a := netip.AddrFrom16([16]byte{0x20, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))})
+		feed = append(feed, netip.PrefixFrom(a, 20+r.IntN(109)).Masked().String())
+	}
+	return &plan.Input{Backend: backend, Protect: set(t, "198.18.0.0/15", "2001:2::/48"), Rules: []plan.RuleInput{
+		{Name: "allow", Action: plan.Accept, IPv4: true, IPv6: true, Set: set(t, "1.2.3.0/24", "2001:db8:5::/48", "5.0.0.0/8")},
+		{Name: "feeds", Action: plan.Drop, IPv4: true, IPv6: true, Set: set(t, feed...)},
+		{Name: "clients", Action: plan.AllowOnly, Otherwise: plan.Reject, Ports: []plan.Port{{Proto: "udp", First: 9000, Last: 9001}},
+			IPv4: true, IPv6: true, Set: set(t, "200.0.0.0/8", "201.1.0.0/16", "2a00::/12")},
+		{Name: "rej", Action: plan.Reject, IPv4: true, IPv6: false, Set: set(t, "210.0.0.0/7", "212.5.5.5")},
+		{Name: "v6only", Action: plan.AllowOnly, IPv4: false, IPv6: true, Set: set(t, "2000::/4")},
+	}}
+}
+
+// sample draws sources inside and around every rule's set.
+func sample(p *plan.Plan, n int) []netip.Addr {
+	r := rand.New(rand.NewPCG(9, 9))
+	var srcs []netip.Addr
+	for _, rule := range p.Rules {
+		srcs = append(srcs, demo.Sample(r, rule.Set, n)...)
+	}
+	return srcs
+}
+
+// checkVerdicts sends a UDP packet per source and port and compares what
+// passed with the model; it returns how many packets each rule decided,
+// by the model.
+func checkVerdicts(t *testing.T, lab *netns.Lab, p *plan.Plan, srcs []netip.Addr, ports ...uint16) (decided map[string]uint64, rejected uint64) {
+	t.Helper()
+	decided = map[string]uint64{}
+	for _, port := range ports {
+		passed, err := pktgen.Check(lab, srcs, port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, dropped := 0, 0
+		for i, a := range srcs {
+			want := p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: port})
+			if want.Rule != "" && want.Rule != "protect" {
+				decided[want.Rule]++
+			}
+			if want.Verdict == "reject" {
+				rejected++
+			}
+			if !passed[i] {
+				dropped++
+			}
+			if passed[i] != (want.Verdict == "accept") {
+				if bad++; bad <= 10 {
+					t.Errorf("port %d, %s: kernel passed=%v, model %+v", port, a, passed[i], want)
+				}
+			}
+		}
+		if dropped == 0 || dropped == len(srcs) {
+			t.Errorf("port %d: %d of %d dropped: the sample does not exercise both verdicts", port, dropped, len(srcs))
+		}
+	}
+	return decided, rejected
+}
+
+// checkCounters compares the rules' counters with what the model says
+// they decided.
+func checkCounters(t *testing.T, o ipt.Options, table string, decided map[string]uint64, rejected uint64) {
+	t.Helper()
+	st, err := ipt.ReadStatus(context.Background(), table, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Loaded {
+		t.Errorf("status: not loaded")
+	}
+	got := map[string]uint64{}
+	for _, rc := range st.Rules {
+		got[rc.Rule] = rc.Packets
+	}
+	for rule, n := range decided {
+		if got[rule] != n {
+			t.Errorf("rule %s: counters say %d packets, the model %d", rule, got[rule], n)
+		}
+	}
+	if st.Rejected != rejected {
+		t.Errorf("the reject chain rejected %d packets, the model %d", st.Rejected, rejected)
+	}
+}
+
+// hostRules gives the namespace rules and a set of the host's own, which
+// ipfence must leave alone, and returns how to list them.
+func hostRules(t *testing.T, ns, flavour string) func() string {
+	t.Helper()
+	for _, argv := range [][]string{
+		{"ipset", "create", "host-set", "hash:ip"},
+		{"ipset", "add", "host-set", "192.0.2.1"},
+		{"iptables-" + flavour, "-w", "-t", "raw", "-A", "PREROUTING", "-s", "192.0.2.9", "-j", "CT", "--notrack"},
+		{"iptables-" + flavour, "-w", "-A", "INPUT", "-m", "set", "--match-set", "host-set", "src", "-j", "DROP"},
+		{"ip6tables-" + flavour, "-w", "-t", "raw", "-A", "PREROUTING", "-s", "2001:db8:ffff::1", "-j", "DROP"},
+	} {
+		if _, err := netns.Exec(ns, argv...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() string {
+		var b strings.Builder
+		for _, argv := range [][]string{{"iptables-" + flavour + "-save"}, {"ip6tables-" + flavour + "-save"}, {"ipset", "list"}} {
+			out, err := netns.Exec(ns, argv...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(withoutEmptyTables(string(out)))
+		}
+		return b.String()
+	}
+}
+
+// withoutEmptyTables drops iptables-save's comments (dates) and the tables
+// without rules or chains of their own whose built-in chains accept:
+// such a table, which the iptables tools register and leave, passes
+// every packet as no table does.
+func withoutEmptyTables(save string) string {
+	var b, table strings.Builder
+	empty := true
+	for _, l := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(l, "#"):
+		case strings.HasPrefix(l, "*"):
+			table.Reset()
+			empty = true
+			table.WriteString(l + "\n")
+		case l == "COMMIT":
+			if !empty {
+				b.WriteString(table.String() + l + "\n")
+			}
+			table.Reset()
+		case table.Len() > 0:
+			table.WriteString(l + "\n")
+			if !strings.HasPrefix(l, ":") || !strings.Contains(l, " ACCEPT ") {
+				empty = false
+			}
+		default:
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// TestApplyVerdicts applies a policy of every action with each iptables
+// backend and flavour in a fresh namespace holding rules and a set of the
+// host's own, checks verdicts and counters against the model, applies a
+// changed policy over it, and flushes: the host's rules and sets are as
+// they were.
+func TestApplyVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		backend plan.Backend
+		flavour string
+	}{{plan.IPSet, ipt.NFT}, {plan.IPSet, ipt.Legacy}, {plan.IPTablesSplit, ipt.NFT}, {plan.IPTablesSplit, ipt.Legacy}} {
+		t.Run(fmt.Sprintf("%s-%s", tc.backend, tc.flavour), func(t *testing.T) {
+			lab := netnstest.New(t)
+			ctx := context.Background()
+			host := hostRules(t, lab.FW, tc.flavour)
+			before := host()
+			o := ipt.Options{NetNS: lab.FW, Flavour: tc.flavour}
+			in := testInput(t, tc.backend)
+			for round := range 2 {
+				if round == 1 {
+					// Rules go (the reject chain with them), move
+					// and change action.
+					in.Rules = []plan.RuleInput{in.Rules[2], in.Rules[1], in.Rules[4]}
+					in.Rules[1].Action = plan.Reject
+				}
+				p, err := plan.Compile(in, plan.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				prog, err := ipt.FromPlan(p, ipt.LowerOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := ipt.Apply(ctx, prog, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("round %d: %+v", round, res)
+				decided, rejected := checkVerdicts(t, lab, p, sample(p, 1500), 9000, 53)
+				checkCounters(t, o, p.Table, decided, rejected)
+			}
+			found, err := ipt.Flush(ctx, "ipfence", o)
+			if err != nil || !found {
+				t.Fatalf("flush: %v, %v", found, err)
+			}
+			if after := host(); after != before {
+				t.Errorf("the host's rules and sets changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+}
