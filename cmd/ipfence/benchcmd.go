@@ -31,9 +31,9 @@ var benchScenarios = []benchScenario{
 			return bench.Scale(ctx, lab, pick(q, bench.QuickScale, bench.FullScale), p)
 		}},
 	{"geo", "real country data (50k-160k IPv4 prefixes) as an nft interval set, ipset hash:net, iptables chains split by /8 (legacy and nft), iptables linear, ipfence's layout, ipfence's XDP tables and an XDP LPM trie: per-packet cost for legitimate and blocked traffic, UDP and TCP latency, load time",
-		func(q bool) int { return bench.GeoSteps(pick(q, bench.QuickGeo, bench.FullGeo)) },
+		func(q bool) int { return bench.GeoSteps(geoOptions(q)) },
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
-			return bench.Geo(ctx, lab, pick(q, bench.QuickGeo, bench.FullGeo), p)
+			return bench.Geo(ctx, lab, geoOptions(q), p)
 		}},
 	{"http", "HTTP GETs of 10 KiB from a host outside a block list growing to 50k prefixes (iptables linear, ipset, nft set, ipfence), split into connect / send / first byte / complete; 400 clients x 4 ports as 1,600 accept rules vs a set and 4 rules at 750 requests/s",
 		func(q bool) int { return bench.HTTPSteps(pick(q, bench.QuickHTTP, bench.FullHTTP)) },
@@ -45,6 +45,28 @@ var benchScenarios = []benchScenario{
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
 			return bench.Control(ctx, lab, pick(q, bench.QuickControl, bench.FullControl), p.Step)
 		}},
+}
+
+// geoConfigs and geoSets, when set (--geo-configs, --geo-sets), narrow
+// the geo scenario.
+var geoConfigs, geoSets []string
+
+// geoOptions are the geo scenario's options, narrowed by the flags.
+func geoOptions(quick bool) bench.GeoOptions {
+	o := pick(quick, bench.QuickGeo, bench.FullGeo)
+	if geoConfigs != nil {
+		o.Configs = geoConfigs
+	}
+	if geoSets != nil {
+		var sets []bench.GeoSet
+		for _, s := range o.Sets {
+			if slices.Contains(geoSets, s.Name) {
+				sets = append(sets, s)
+			}
+		}
+		o.Sets = sets
+	}
+	return o
 }
 
 func pick[T any](quick bool, q, full T) T {
@@ -130,6 +152,8 @@ scenario); full runs take tens of minutes and are for humans.`,
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "small sizes and few rounds: a smoke run")
 	c.Flags().StringVar(&out, "out", "ipfence-bench", "folder for each scenario's results, report and plots")
+	c.Flags().StringSliceVar(&geoConfigs, "geo-configs", nil, "geo: only these configs (e.g. ipfence,ipfence-ipset,ipset-hash-net)")
+	c.Flags().StringSliceVar(&geoSets, "geo-sets", nil, "geo: only these country sets, by name (e.g. \"8 in Europe\")")
 	return c
 }
 

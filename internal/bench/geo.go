@@ -11,6 +11,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/data/geo"
+	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/pktgen"
@@ -76,7 +77,7 @@ var (
 const geoAttackers = 4096
 
 // GeoConfigs are the ways of blocking a country set that Geo compares.
-var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "ipfence-xdp", "xdp-lpm"}
+var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "ipfence-xdp", "xdp-lpm", "ipfence-ipset", "ipfence-split"}
 
 // geoConfig returns the config name blocking prefixes, all of one family
 // (v6: IPv6).
@@ -109,6 +110,20 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool)
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
 		return Config{Name: name, Program: nft.FromPlan(p, nft.Bans{})}, nil
+	case "ipfence-ipset", "ipfence-split":
+		b := plan.IPSet
+		if name == "ipfence-split" {
+			b = plan.IPTablesSplit
+		}
+		p, err := plan.Compile(&plan.Input{Backend: b, Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: set}}}, plan.Options{})
+		if err != nil {
+			return Config{}, fmt.Errorf("compiling the block list: %w", err)
+		}
+		prog, err := ipt.FromPlan(p, ipt.LowerOptions{})
+		if err != nil {
+			return Config{}, err
+		}
+		return Config{Name: name, Load: IPTBackend(prog, ipt.Legacy)}, nil
 	case "ipfence-xdp", "xdp-lpm":
 		return Config{Name: name, Load: XDPTables(set, name == "xdp-lpm")}, nil
 	}

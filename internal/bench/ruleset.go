@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/pktgen"
@@ -30,6 +31,21 @@ func NFTProgram(p *nft.Program) Loader {
 		}
 		return func() error {
 			_, err := nft.Flush(context.WithoutCancel(ctx), p.Table, lab.FW)
+			return err
+		}, nil
+	}
+}
+
+// IPTBackend loads a program of ipfence's ipset or iptables-split
+// backend as ipfence does (ipt.Apply), with the iptables flavour given.
+func IPTBackend(p *ipt.Program, flavour string) Loader {
+	return func(ctx context.Context, lab *netns.Lab) (func() error, error) {
+		o := ipt.Options{NetNS: lab.FW, Flavour: flavour}
+		if _, err := ipt.Apply(ctx, p, o); err != nil {
+			return nil, err
+		}
+		return func() error {
+			_, err := ipt.Flush(context.WithoutCancel(ctx), p.Prefix, o)
 			return err
 		}, nil
 	}

@@ -83,6 +83,10 @@ func TestParseErrors(t *testing.T) {
 		{"refresh too short", "sources:\n  x: {format: list, paths: [f], refresh: 10s}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "at least 1m"},
 		{"bad backend", "backend: ebpf\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `unknown backend "ebpf"`},
 		{"bad rule backend", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, backend: tc}\n", 2, `unknown backend "tc"`},
+		{"rule backend ipset", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, backend: ipset}\n", 2, "policy's top-level backend"},
+		{"otherwise on drop", "rules:\n  - {name: a, action: drop, otherwise: reject, match: {prefixes: [1.2.3.4]}}\n", 2, "otherwise is for allow-only"},
+		{"bad otherwise", "rules:\n  - {name: a, action: allow-only, otherwise: accept, match: {prefixes: [1.2.3.4]}}\n", 2, `otherwise "accept"`},
+		{"bad reject mark", "reject_mark: 0x3\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "one bit of the packet mark"},
 		{"bad interface", "interfaces: [eth0, a/b]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `interface name "a/b"`},
 		{"interface twice", "interfaces: [eth0, eth0]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "listed twice"},
 	} {

@@ -110,13 +110,12 @@ const (
 	SetMark                           // -j MARK --set-xmark Mark/Mark (then the next rule)
 	RejectTCP                         // -j REJECT --reject-with tcp-reset
 	RejectOther                       // -j REJECT with ICMP admin-prohibited
-	Jump                              // -j Chain
 )
 
 // Target is a rule's target.
 type Target struct {
 	Kind  TargetKind
-	Chain string // Goto, Jump
+	Chain string // Goto
 }
 
 // DefaultRejectMark is the mark bit reject rules set when the policy does
@@ -415,7 +414,7 @@ func (p *Program) splitEntry(i int) string { return fmt.Sprintf("%s-r%d", p.Pref
 //
 //	entry:  per port group "-p P --dports X -g match", then on
 //	        (without ports, entry is the match chain)
-//	match:  "-s P -g IN" for prefixes shorter than a block,
+//	match:  "-s P -g IN" for prefixes of a block or shorter,
 //	        "-s BLOCK -g block" for each block holding prefixes, then OUT
 //	block:  "-s P -g IN" for the block's prefixes, then OUT
 //
@@ -440,7 +439,7 @@ func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, on Target) {
 	bits := splitBits(lw.fam)
 	blocks := map[netip.Prefix]*Chain{}
 	for _, p := range familyPrefixes(r.Set, lw.fam) {
-		if p.Bits() < bits {
+		if p.Bits() <= bits {
 			match.Rules = append(match.Rules, Rule{Src: p, Target: in})
 			continue
 		}

@@ -307,9 +307,6 @@ func appendRule(buf []byte, p *Program, f Family, r *Rule) []byte {
 	case Goto:
 		buf = append(buf, " -g "...)
 		buf = append(buf, r.Target.Chain...)
-	case Jump:
-		buf = append(buf, " -j "...)
-		buf = append(buf, r.Target.Chain...)
 	case Return:
 		buf = append(buf, " -j RETURN"...)
 	case DropPacket:
