@@ -108,50 +108,50 @@ func ipsetRestore(ctx context.Context, o *Options, text string) error {
 	return err
 }
 
-// tables lists the tables of family f and flavour fl that hold rules
-// now. For legacy it reads /proc/net/ip_tables_names, since listing a
-// table that is not loaded would load it (and make every packet pass it).
-func tables(ctx context.Context, o *Options, fl string, f Family) ([]string, error) {
+// save returns iptables-save's output of family f's raw and filter tables
+// (counters: with packet and byte counts). For iptables-nft it saves every
+// table (those that do not exist are simply absent). For legacy it saves
+// only the tables /proc/net/ip_tables_names lists, since saving a table
+// that is not loaded would load it (and make every packet pass it).
+func save(ctx context.Context, o *Options, fl string, f Family, counters bool) (string, error) {
+	argv := []string{tool(f, fl, "save")}
+	if counters {
+		argv = append(argv, "-c")
+	}
 	if fl == NFT {
-		return []string{"raw", "filter"}, nil
-	}
-	name := [...]string{"/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"}[f]
-	out, err := run(ctx, o.NetNS, "", "cat", name)
-	if err != nil {
-		return nil, nil // the x_tables module is not loaded: no table
-	}
-	var ts []string
-	for _, t := range strings.Fields(string(out)) {
-		if t == "raw" || t == "filter" {
-			ts = append(ts, t)
+		out, err := run(ctx, o.NetNS, "", argv...)
+		if err != nil {
+			return "", fmt.Errorf("reading the rules: %w", err)
 		}
+		return string(out), nil
 	}
-	return ts, nil
+	names := [...]string{"/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"}[f]
+	loaded, err := run(ctx, o.NetNS, "", "cat", names)
+	if err != nil {
+		return "", nil // the x_tables module is not loaded: no table
+	}
+	var b strings.Builder
+	for _, t := range strings.Fields(string(loaded)) {
+		if t != "raw" && t != "filter" {
+			continue
+		}
+		out, err := run(ctx, o.NetNS, "", append(argv, "-t", t)...)
+		if err != nil {
+			return "", fmt.Errorf("reading the %s table: %w", t, err)
+		}
+		b.Write(out)
+	}
+	return b.String(), nil
 }
 
-// current reads what family f's tables hold of ipfence's (prefix).
+// current reads what family f's tables hold of ipfence's (prefix), and
+// the save it read that from.
 func current(ctx context.Context, o *Options, fl string, f Family, prefix string, counters bool) (State, string, error) {
-	ts, err := tables(ctx, o, fl, f)
+	text, err := save(ctx, o, fl, f, counters)
 	if err != nil {
 		return State{}, "", err
 	}
-	var save strings.Builder
-	for _, t := range ts {
-		argv := []string{tool(f, fl, "save"), "-t", t}
-		if counters {
-			argv = append(argv, "-c")
-		}
-		out, err := run(ctx, o.NetNS, "", argv...)
-		if err != nil {
-			var ce *CommandError
-			if fl == NFT && errors.As(err, &ce) && strings.Contains(ce.Stderr, "not exist") {
-				continue // no such table
-			}
-			return State{}, "", fmt.Errorf("reading the %s table: %w", t, err)
-		}
-		save.Write(out)
-	}
-	return ParseSave(prefix, stripCounters(save.String())), save.String(), nil
+	return ParseSave(prefix, stripCounters(text)), text, nil
 }
 
 // counterPrefix matches the "[packets:bytes] " iptables-save -c writes.
