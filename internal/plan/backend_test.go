@@ -4,25 +4,14 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-
-	"go4.org/netipx"
 )
-
-func setOf(ps ...string) *netipx.IPSet {
-	var b netipx.IPSetBuilder
-	for _, p := range ps {
-		b.AddPrefix(netip.MustParsePrefix(p))
-	}
-	s, _ := b.IPSet()
-	return s
-}
 
 // TestOtherwiseReject: an allow-only rule with otherwise reject rejects
 // the sources outside its set, on its ports only; otherwise is refused on
 // other actions.
 func TestOtherwiseReject(t *testing.T) {
 	in := &Input{Rules: []RuleInput{{Name: "p8001", Action: AllowOnly, Otherwise: Reject, IPv4: true,
-		Ports: []Port{{Proto: "tcp", First: 8001, Last: 8001}}, Set: setOf("192.0.2.0/28")}}}
+		Ports: []Port{{Proto: "tcp", First: 8001, Last: 8001}}, Set: set("192.0.2.0/28")}}}
 	p, err := Compile(in, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +39,7 @@ func TestOtherwiseReject(t *testing.T) {
 // nftables there; auto must be resolved first.
 func TestIPTablesBackends(t *testing.T) {
 	for _, b := range []Backend{IPSet, IPTablesSplit} {
-		in := &Input{Backend: b, Rules: []RuleInput{{Name: "a", Action: Drop, IPv4: true, IPv6: true, Set: setOf("1.0.0.0/8", "2001:db8::/32")}}}
+		in := &Input{Backend: b, Rules: []RuleInput{{Name: "a", Action: Drop, IPv4: true, IPv6: true, Set: set("1.0.0.0/8", "2001:db8::/32")}}}
 		p, err := Compile(in, Options{})
 		if err != nil {
 			t.Fatal(err)

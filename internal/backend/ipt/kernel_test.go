@@ -218,14 +218,7 @@ func TestApplyVerdicts(t *testing.T) {
 					in.Rules = []plan.RuleInput{in.Rules[2], in.Rules[1], in.Rules[4]}
 					in.Rules[1].Action = plan.Reject
 				}
-				p, err := plan.Compile(in, plan.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				prog, err := ipt.FromPlan(p, ipt.LowerOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				p, prog := compile(t, in)
 				res, err := ipt.Apply(ctx, prog, o)
 				if err != nil {
 					t.Fatal(err)

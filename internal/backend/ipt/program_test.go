@@ -9,7 +9,8 @@ import (
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
-func compile(t *testing.T, in *plan.Input) *ipt.Program {
+// compile compiles in and lowers it.
+func compile(t *testing.T, in *plan.Input) (*plan.Plan, *ipt.Program) {
 	t.Helper()
 	p, err := plan.Compile(in, plan.Options{})
 	if err != nil {
@@ -19,14 +20,14 @@ func compile(t *testing.T, in *plan.Input) *ipt.Program {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return prog
+	return p, prog
 }
 
 // TestRestoreText pins the shape of what the ipset backend loads: sets
 // sized from the data, the jump from PREROUTING first, gotos into hit
 // chains, and the filter table only for reject rules.
 func TestRestoreText(t *testing.T) {
-	prog := compile(t, &plan.Input{Backend: plan.IPSet, Rules: []plan.RuleInput{
+	_, prog := compile(t, &plan.Input{Backend: plan.IPSet, Rules: []plan.RuleInput{
 		{Name: "feeds", Action: plan.Drop, IPv4: true, IPv6: true, Set: set(t, "1.0.0.0/8", "9.9.9.9", "2001:db8::/32")},
 		{Name: "web", Action: plan.AllowOnly, Otherwise: plan.Reject, IPv4: true, Ports: []plan.Port{{Proto: "tcp", First: 80, Last: 80}, {Proto: "tcp", First: 8000, Last: 8080}},
 			Set: set(t, "10.0.0.0/8")},
@@ -93,7 +94,7 @@ func TestRestoreText(t *testing.T) {
 // TestSplitChains: one chain per /8 holding prefixes, shorter prefixes in
 // the rule's chain, every chain ending by going on to the next rule.
 func TestSplitChains(t *testing.T) {
-	prog := compile(t, &plan.Input{Backend: plan.IPTablesSplit, Rules: []plan.RuleInput{
+	_, prog := compile(t, &plan.Input{Backend: plan.IPTablesSplit, Rules: []plan.RuleInput{
 		{Name: "a", Action: plan.Drop, IPv4: true, Set: set(t, "2.0.0.0/7", "10.1.0.0/16", "10.2.3.4", "11.0.0.0/9")},
 		{Name: "b", Action: plan.AllowOnly, IPv4: true, Set: set(t, "20.0.0.0/8")},
 	}})
