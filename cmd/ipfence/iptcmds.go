@@ -46,7 +46,7 @@ func iptScript(p *ipt.Program) string {
 		b.WriteString(p.SwapScript(nil))
 	}
 	for _, f := range []ipt.Family{ipt.IPv4, ipt.IPv6} {
-		fmt.Fprintf(&b, "# %s-restore --noflush < this part\n", map[ipt.Family]string{ipt.IPv4: "iptables", ipt.IPv6: "ip6tables"}[f])
+		fmt.Fprintf(&b, "# %s-restore --noflush < this part\n", f.Command())
 		want := p.Desired(f)
 		b.WriteString(ipt.Transition(&ipt.State{}, &want))
 	}

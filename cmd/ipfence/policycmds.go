@@ -325,17 +325,15 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 	if rep.NetNS != "" {
 		where = "network namespace " + rep.NetNS
 	}
+	what, sets := "table inet "+c.plan.Table, "maps/sets"
 	if c.ipt != nil {
-		fl := ""
+		what, sets = "backend "+string(c.plan.Backend), "ipsets"
 		if rep.IPTables != nil {
-			fl = " (" + rep.IPTables.Flavour + " flavour)"
+			what += " (" + rep.IPTables.Flavour + " flavour)"
 		}
-		fmt.Fprintf(w, "%s backend %s%s in %s: %d rules, %d ipsets, %d elements, %d chains (compile %d ms, load %d ms)\n",
-			verb, c.plan.Backend, fl, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
-	} else {
-		fmt.Fprintf(w, "%s table inet %s in %s: %d rules, %d maps/sets, %d elements, %d chains (compile %d ms, load %d ms)\n",
-			verb, c.plan.Table, where, len(c.plan.Rules), rep.Sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
 	}
+	fmt.Fprintf(w, "%s %s in %s: %d rules, %d %s, %d elements, %d chains (compile %d ms, load %d ms)\n",
+		verb, what, where, len(c.plan.Rules), rep.Sets, sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
 	if c.why != "" {
 		fmt.Fprintf(w, "backend auto chose %s: %s\n", c.plan.Backend, c.why)
 	}

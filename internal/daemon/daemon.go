@@ -298,7 +298,7 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 		d.sourceFailed(pol, err)
 		return nil, err
 	}
-	if res.Input.Backend != "" && res.Input.Backend != plan.NFTables && res.Input.Backend != plan.XDP && res.Input.Backend != plan.Auto {
+	if res.Input.Backend.IPTables() {
 		return nil, fmt.Errorf("%w: the policy says backend %s; load it with `ipfence apply` (e.g. from a systemd timer)", ErrBackend, res.Input.Backend)
 	}
 	if res.Input.Backend == plan.Auto {

@@ -109,8 +109,7 @@ func Run() (*Report, error) {
 	defer remove()
 	r.NFTables = probeNFTables(name)
 	if r.IPSet.OK {
-		r.IPSet = probe(r.IPSet, name, "creating and destroying a hash:net set",
-			[]string{"ipset", "create", "ipf_doctor", "hash:net"}, []string{"ipset", "destroy", "ipf_doctor"})
+		r.IPSet = probeIPSet(r.IPSet, name)
 	}
 	if r.IPTables.OK {
 		r.IPTables.Check = probe(r.IPTables.Check, name, "listing the raw table",
@@ -154,6 +153,12 @@ func probe(c Check, ns, what string, cmds ...[]string) Check {
 	}
 	c.Detail += "; " + what + " in a scratch namespace works"
 	return c
+}
+
+// probeIPSet makes and destroys a hash:net set in ns.
+func probeIPSet(c Check, ns string) Check {
+	return probe(c, ns, "creating and destroying a hash:net set",
+		[]string{"ipset", "create", "ipf_doctor", "hash:net"}, []string{"ipset", "destroy", "ipf_doctor"})
 }
 
 // probeNFTables makes and deletes a table over netlink in ns.
@@ -275,8 +280,7 @@ func Pick() (plan.Backend, string, error) {
 	if !ipt.OK {
 		return "", "", fmt.Errorf("no backend works on this host: %s; iptables: %s", why, ipt.Detail)
 	}
-	set := probe(Check{OK: true}, name, "creating and destroying a hash:net set",
-		[]string{"ipset", "create", "ipf_doctor", "hash:net"}, []string{"ipset", "destroy", "ipf_doctor"})
+	set := probeIPSet(Check{OK: true}, name)
 	if set.OK {
 		return plan.IPSet, why + "; ipset and iptables-restore work", nil
 	}

@@ -74,9 +74,12 @@ const (
 	Auto Backend = "auto"
 )
 
+// IPTables reports whether b is one of the iptables backends.
+func (b Backend) IPTables() bool { return b == IPSet || b == IPTablesSplit }
+
 // Firewall reports whether b is a backend that runs a whole policy's
 // rules (every backend but XDP, which runs only the leading ones).
-func (b Backend) Firewall() bool { return b == NFTables || b == IPSet || b == IPTablesSplit }
+func (b Backend) Firewall() bool { return b == NFTables || b.IPTables() }
 
 // ParseBackend validates a policy's backend name ("" is the default).
 func ParseBackend(s string) (Backend, error) {

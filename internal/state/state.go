@@ -53,7 +53,7 @@ func (a *Applied) HasXDP() bool {
 }
 
 // IPTables reports whether the rules ran in an iptables backend.
-func (a *Applied) IPTables() bool { return a.Backend == plan.IPSet || a.Backend == plan.IPTablesSplit }
+func (a *Applied) IPTables() bool { return a.Backend.IPTables() }
 
 // RuleApplied is one rule as loaded: its effective prefixes.
 type RuleApplied struct {

@@ -57,7 +57,7 @@ func (o *Options) flavour() (string, error) {
 
 // tool is the command of family f and flavour fl: "iptables-nft-restore".
 func tool(f Family, fl, what string) string {
-	return commands[f] + "-" + fl + "-" + what
+	return f.Command() + "-" + fl + "-" + what
 }
 
 // run runs argv in namespace ns with stdin.
@@ -159,8 +159,12 @@ var counterPrefix = regexp.MustCompile(`(?m)^\[\d+:\d+\] `)
 
 func stripCounters(s string) string { return counterPrefix.ReplaceAllString(s, "") }
 
-// ownSets returns the sets of prefix's program naming scheme that exist.
+// ownSets returns the sets of prefix's program naming scheme that exist;
+// none where ipset is not installed (the split backend's hosts).
 func ownSets(ctx context.Context, o *Options, prefix string) ([]string, error) {
+	if _, err := exec.LookPath("ipset"); err != nil {
+		return nil, nil
+	}
 	out, err := run(ctx, o.NetNS, "", "ipset", "list", "-n")
 	if err != nil {
 		return nil, fmt.Errorf("listing ipsets: %w", err)
@@ -209,16 +213,13 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 		res.Chains += len(want[f].Raw.Chains) + len(want[f].Filter.Chains)
 		res.Rules += len(want[f].Raw.Rules) + len(want[f].Filter.Rules)
 	}
-	var existing []string
+	existing, err := ownSets(ctx, &o, p.Prefix)
+	if err != nil {
+		return res, err
+	}
 	live := map[string]bool{}
-	// Without ipset (split backend on a host without it) there are none.
-	if _, lerr := exec.LookPath("ipset"); lerr == nil || len(p.Sets) > 0 {
-		if existing, err = ownSets(ctx, &o, p.Prefix); err != nil {
-			return res, err
-		}
-		for _, n := range existing {
-			live[n] = true
-		}
+	for _, n := range existing {
+		live[n] = true
 	}
 	if len(p.Sets) > 0 {
 		var stale []string
@@ -256,7 +257,7 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 	}
 	for _, f := range []Family{IPv4, IPv6} {
 		if err := restore(ctx, &o, fl, f, Transition(&cur[f], &want[f])); err != nil {
-			return res, undo(int(f), fmt.Errorf("loading the %s rules (the old rules were put back): %w", commands[f], err))
+			return res, undo(int(f), fmt.Errorf("loading the %s rules (the old rules were put back): %w", f.Command(), err))
 		}
 	}
 	var gone []string
@@ -307,12 +308,9 @@ func Flush(ctx context.Context, prefix string, o Options) (bool, error) {
 			}
 			found = true
 			if err := restore(ctx, &o, fl, f, Transition(&cur, &State{})); err != nil {
-				return found, fmt.Errorf("removing ipfence's %s-%s chains: %w", commands[f], fl, err)
+				return found, fmt.Errorf("removing ipfence's %s-%s chains: %w", f.Command(), fl, err)
 			}
 		}
-	}
-	if _, err := exec.LookPath("ipset"); err != nil {
-		return found, nil
 	}
 	sets, err := ownSets(ctx, &o, prefix)
 	if err != nil {
@@ -406,26 +404,28 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 	if _, err := exec.LookPath("ipset"); err != nil {
 		return st, nil
 	}
-	sets, err := ownSets(ctx, &o, prefix)
+	// Every set's header in one listing; ipfence's by their names.
+	out, err := run(ctx, o.NetNS, "", "ipset", "list", "-t")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing ipsets: %w", err)
 	}
-	for _, name := range sets {
-		out, err := run(ctx, o.NetNS, "", "ipset", "list", "-t", name)
-		if err != nil {
-			return nil, err
-		}
-		ss := SetStatus{Name: name}
-		for line := range strings.Lines(string(out)) {
-			k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
-			switch k {
-			case "Number of entries":
-				ss.Elements, _ = strconv.Atoi(v)
-			case "Size in memory":
-				ss.Memory, _ = strconv.Atoi(v)
+	re := setPattern(prefix)
+	var ss *SetStatus
+	for line := range strings.Lines(string(out)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		switch {
+		case k == "Name":
+			ss = nil
+			if re.MatchString(v) {
+				st.Sets = append(st.Sets, SetStatus{Name: v})
+				ss = &st.Sets[len(st.Sets)-1]
 			}
+		case ss == nil:
+		case k == "Number of entries":
+			ss.Elements, _ = strconv.Atoi(v)
+		case k == "Size in memory":
+			ss.Memory, _ = strconv.Atoi(v)
 		}
-		st.Sets = append(st.Sets, ss)
 	}
 	return st, nil
 }

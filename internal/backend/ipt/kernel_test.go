@@ -226,6 +226,22 @@ func TestApplyVerdicts(t *testing.T) {
 				t.Logf("round %d: %+v", round, res)
 				decided, rejected := checkVerdicts(t, lab, p, sample(p, 1500), 9000, 53)
 				checkCounters(t, o, p.Table, decided, rejected)
+				st, err := ipt.ReadStatus(ctx, p.Table, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(st.Sets) != len(prog.Sets) {
+					t.Errorf("status lists %d sets, the program has %d", len(st.Sets), len(prog.Sets))
+				}
+				listed := map[string]int{}
+				for _, ss := range st.Sets {
+					listed[ss.Name] = ss.Elements
+				}
+				for _, s := range prog.Sets {
+					if n, ok := listed[s.Name]; !ok || n != len(s.Elems) {
+						t.Errorf("status: set %s lists %d elements (listed: %v), the program has %d", s.Name, n, ok, len(s.Elems))
+					}
+				}
 			}
 			found, err := ipt.Flush(ctx, "ipfence", o)
 			if err != nil || !found {

@@ -22,8 +22,6 @@ import (
 	"net/netip"
 	"regexp"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -36,6 +34,9 @@ const (
 )
 
 func (f Family) String() string { return [...]string{"ipv4", "ipv6"}[f] }
+
+// Command is the family's iptables command: "iptables" or "ip6tables".
+func (f Family) Command() string { return [...]string{"iptables", "ip6tables"}[f] }
 
 // Program is everything ipfence puts into iptables and ipset for a plan.
 type Program struct {
@@ -150,7 +151,7 @@ const MaxRules = 256
 // FromPlan lowers the plan's rules (all of them: the iptables backends do
 // not run beside XDP) into a Program.
 func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
-	if p.Backend != plan.IPSet && p.Backend != plan.IPTablesSplit {
+	if !p.Backend.IPTables() {
 		return nil, fmt.Errorf("ipt: plan backend %s is not ipset or iptables-split", p.Backend)
 	}
 	if len(p.Table) > maxPrefix || !validPrefix.MatchString(p.Table) {
@@ -162,6 +163,17 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark}
 	if prog.RejectMark == 0 {
 		prog.RejectMark = DefaultRejectMark
+	}
+	// Each rule's prefixes, by family, listed once for both families.
+	prefixes := make([][2][]netip.Prefix, len(p.Rules))
+	for i, r := range p.Rules {
+		for _, pr := range r.Set.Prefixes() {
+			f := IPv6
+			if pr.Addr().Is4() {
+				f = IPv4
+			}
+			prefixes[i][f] = append(prefixes[i][f], pr)
+		}
 	}
 	for _, f := range []Family{IPv4, IPv6} {
 		lw := lowering{prog: prog, fam: f, main: &Chain{Name: prog.Main()}}
@@ -179,8 +191,9 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 		for k, i := range rules {
 			r := p.Rules[i]
 			hit := lw.hitChain(i, r).Name
+			ps := prefixes[i][f]
 			if p.Backend == plan.IPSet {
-				lw.ipsetRule(i, r, hit)
+				lw.ipsetRule(r, hit, ps)
 				continue
 			}
 			// The split backend's rules go on from one to the next by
@@ -192,7 +205,7 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 			if k == 0 {
 				lw.main.Rules = append(lw.main.Rules, Rule{Target: Target{Kind: Goto, Chain: prog.splitEntry(i)}})
 			}
-			lw.splitRule(i, r, hit, on)
+			lw.splitRule(i, r, hit, on, ps)
 		}
 		lw.t.Raw = append(lw.t.Raw, lw.hits...)
 		prog.Tables[f] = lw.t
@@ -279,22 +292,11 @@ func (lw *lowering) hitChain(i int, r *plan.Rule) *Chain {
 	return c
 }
 
-// familyPrefixes returns the prefixes of s in the family.
-func familyPrefixes(s *netipx.IPSet, f Family) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range s.Prefixes() {
-		if p.Addr().Is4() == (f == IPv4) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// ipsetRule puts rule i into the main chain: per port group, one rule per
-// set that sends members to the hit chain, or for allow-only one rule that
-// sends non-members of every set there.
-func (lw *lowering) ipsetRule(i int, r *plan.Rule, hit string) {
-	ps := familyPrefixes(r.Set, lw.fam)
+// ipsetRule puts rule r, of prefixes ps in the family, into the main
+// chain: per port group, one rule per set that sends members to the hit
+// chain, or for allow-only one rule that sends non-members of every set
+// there.
+func (lw *lowering) ipsetRule(r *plan.Rule, hit string, ps []netip.Prefix) {
 	if len(ps) == 1 && ps[0].Bits() == 0 {
 		// The whole family (an accept rule's): no set holds a /0.
 		if r.Action != plan.AllowOnly {
@@ -419,7 +421,7 @@ func (p *Program) splitEntry(i int) string { return fmt.Sprintf("%s-r%d", p.Pref
 //	block:  "-s P -g IN" for the block's prefixes, then OUT
 //
 // where IN is the hit chain and OUT is on, swapped for allow-only rules.
-func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, on Target) {
+func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, on Target, ps []netip.Prefix) {
 	name := lw.prog.splitEntry(i)
 	in, out := Target{Kind: Goto, Chain: hit}, on
 	if r.Action == plan.AllowOnly {
@@ -438,7 +440,7 @@ func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, on Target) {
 	}
 	bits := splitBits(lw.fam)
 	blocks := map[netip.Prefix]*Chain{}
-	for _, p := range familyPrefixes(r.Set, lw.fam) {
+	for _, p := range ps {
 		if p.Bits() <= bits {
 			match.Rules = append(match.Rules, Rule{Src: p, Target: in})
 			continue

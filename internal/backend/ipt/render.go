@@ -7,11 +7,8 @@ import (
 	"strings"
 )
 
-// Names of the ipset families and the iptables commands of each Family.
-var (
-	ipsetFamily = [...]string{"inet", "inet6"}
-	commands    = [...]string{"iptables", "ip6tables"}
-)
+// ipsetFamily names the ipset family of each Family.
+var ipsetFamily = [...]string{"inet", "inet6"}
 
 // createLine is the `ipset create` line of set s under name.
 func createLine(b *strings.Builder, s *Set, name string) {
