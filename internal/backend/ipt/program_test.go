@@ -74,7 +74,7 @@ func TestRestoreText(t *testing.T) {
 	}
 
 	// Reading back what was loaded and going to nothing removes it all.
-	save := "*raw\n:PREROUTING ACCEPT [0:0]\n:host - [0:0]\n:ipfence - [0:0]\n:ipfence-h0 - [0:0]\n-A PREROUTING -s 192.0.2.1/32 -j host\n-A PREROUTING -j ipfence\n-A ipfence -j ipfence-h0\nCOMMIT\n" +
+	save := "*raw\n:PREROUTING ACCEPT [0:0]\n:host - [0:0]\n:ipfence - [0:0]\n:ipfence-h0 - [0:0]\n-A PREROUTING -s 192.0.2.1/32 -j host\n-A PREROUTING -j ipfence\n-A PREROUTING -s 192.0.2.2/32 -j LOG --log-prefix ipfence\n-A ipfence -j ipfence-h0\nCOMMIT\n" +
 		"*filter\n:INPUT ACCEPT [0:0]\n:ipfence-reject - [0:0]\n-A INPUT -m mark --mark 0x100000/0x100000 -j ipfence-reject\n-A INPUT -j ACCEPT\nCOMMIT\n"
 	cur := ipt.ParseSave("ipfence", save)
 	if strings.Join(cur.Raw.Chains, ",") != "ipfence,ipfence-h0" || len(cur.Raw.Jumps) != 1 || len(cur.Filter.Jumps) != 1 || len(cur.Raw.Rules) != 1 {

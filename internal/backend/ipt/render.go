@@ -130,18 +130,30 @@ func ParseSave(prefix, save string) State {
 			}
 		case strings.HasPrefix(line, "-A "):
 			chain, rest, _ := strings.Cut(line[3:], " ")
-			i := strings.LastIndex(rest, " -j ")
 			switch {
 			case own(prefix, chain):
 				t.Rules = append(t.Rules, line)
-			case i >= 0 || strings.HasPrefix(rest, "-j "):
-				if target := rest[strings.LastIndex(rest, " ")+1:]; own(prefix, target) {
-					t.Jumps = append(t.Jumps, line)
-				}
+			case own(prefix, jumpTarget(rest)):
+				t.Jumps = append(t.Jumps, line)
 			}
 		}
 	}
 	return st
+}
+
+// jumpTarget returns the chain a rule ends by jumping to ("... -j
+// CHAIN"), "" when it ends otherwise (a target with options, as in
+// "-j LOG --log-prefix ipfence", is not a jump).
+func jumpTarget(rule string) string {
+	i := strings.LastIndex(" "+rule, " -j ")
+	if i < 0 {
+		return ""
+	}
+	target := rule[i+3:]
+	if strings.Contains(target, " ") {
+		return ""
+	}
+	return target
 }
 
 // own reports whether chain is one of ipfence's chains of prefix.
