@@ -66,3 +66,30 @@ func TestBenchQuick(t *testing.T) {
 		t.Errorf("unknown scenario: %v, want a usage error", err)
 	}
 }
+
+// TestBenchGeoFlags: --geo-sets takes names with commas in them, once per
+// set, and a name or config the run does not have is a usage error before
+// anything runs.
+func TestBenchGeoFlags(t *testing.T) {
+	var ue usageError
+	for _, args := range [][]string{
+		{"--geo-sets", "6 countries, IPv6", "--geo-sets", "8 in Europ"},
+		{"--quick", "--geo-sets", "8 in Europe"},
+		{"--geo-configs", "ipfence,nosuch"},
+	} {
+		if _, err := run(t, append([]string{"bench", "geo", "--out", t.TempDir()}, args...)...); !errors.As(err, &ue) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+	c, _, err := newRootCmd().Find([]string{"bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ParseFlags([]string{"--geo-sets", "6 countries, IPv6", "--geo-sets", "8 in Europe"}); err != nil {
+		t.Fatal(err)
+	}
+	got := geoOptions(false).Sets
+	if len(got) != 2 || got[0].Name != "8 in Europe" || got[1].Name != "6 countries, IPv6" {
+		t.Errorf("sets %v, want 8 in Europe and 6 countries, IPv6", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -50,6 +51,27 @@ var benchScenarios = []benchScenario{
 // geoConfigs and geoSets, when set (--geo-configs, --geo-sets), narrow
 // the geo scenario.
 var geoConfigs, geoSets []string
+
+// checkGeoFlags says which of --geo-configs and --geo-sets name nothing
+// the geo scenario has, before any scenario runs.
+func checkGeoFlags(quick bool) error {
+	for _, c := range geoConfigs {
+		if !slices.Contains(bench.GeoConfigs, c) {
+			return usageError{fmt.Errorf("--geo-configs: unknown config %q (have: %s)", c, strings.Join(bench.GeoConfigs, ", "))}
+		}
+	}
+	sets := pick(quick, bench.QuickGeo, bench.FullGeo).Sets
+	for _, name := range geoSets {
+		if !slices.ContainsFunc(sets, func(s bench.GeoSet) bool { return s.Name == name }) {
+			var have []string
+			for _, s := range sets {
+				have = append(have, strconv.Quote(s.Name))
+			}
+			return usageError{fmt.Errorf("--geo-sets: no country set %q in this run (have: %s; give the flag once per set)", name, strings.Join(have, ", "))}
+		}
+	}
+	return nil
+}
 
 // geoOptions are the geo scenario's options, narrowed by the flags.
 func geoOptions(quick bool) bench.GeoOptions {
@@ -110,6 +132,9 @@ scenario); full runs take tens of minutes and are for humans.`,
 		Example: "  sudo ipfence bench scale geo --out ./bench\n  sudo ipfence bench all --quick",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkGeoFlags(quick); err != nil {
+				return err
+			}
 			var run []benchScenario
 			for _, a := range args {
 				if a == "all" {
@@ -153,7 +178,7 @@ scenario); full runs take tens of minutes and are for humans.`,
 	c.Flags().BoolVar(&quick, "quick", false, "small sizes and few rounds: a smoke run")
 	c.Flags().StringVar(&out, "out", "ipfence-bench", "folder for each scenario's results, report and plots")
 	c.Flags().StringSliceVar(&geoConfigs, "geo-configs", nil, "geo: only these configs (e.g. ipfence,ipfence-ipset,ipset-hash-net)")
-	c.Flags().StringSliceVar(&geoSets, "geo-sets", nil, "geo: only these country sets, by name (e.g. \"8 in Europe\")")
+	c.Flags().StringArrayVar(&geoSets, "geo-sets", nil, "geo: only this country set, by name; repeat for more (e.g. --geo-sets \"8 in Europe\" --geo-sets \"6 countries, IPv6\")")
 	return c
 }
 

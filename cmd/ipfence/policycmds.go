@@ -30,12 +30,14 @@ type policyFlags struct {
 	stateDir string
 	offline  bool   // URLs from their last good copies only
 	backend  string // overrides the policy's backend
+	iptables string // the iptables flavour: legacy, nft or "" (the one `iptables` is)
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
 	c.Flags().StringVarP(&f.policy, "policy", "p", "", "policy file (YAML); relative source paths resolve from its folder")
 	c.Flags().StringVar(&f.stateDir, "state", state.DefaultDir, "state folder: feed caches, last good loads, what was applied")
 	c.Flags().StringVar(&f.backend, "backend", "", "override the policy's backend: nftables, ipset, iptables-split, xdp or auto")
+	c.Flags().StringVar(&f.iptables, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
 	_ = c.MarkFlagRequired("policy")
 }
 
@@ -79,8 +81,17 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	c := &compiled{res: res, plan: p, why: why, loader: l}
 	if p.Backend == plan.NFTables {
 		c.prog = nft.FromPlan(p, nft.Bans{})
-	} else if c.ipt, err = ipt.FromPlan(p, ipt.LowerOptions{RejectMark: pol.RejectMark}); err != nil {
-		return nil, err
+	} else {
+		// The flavour sizes the split layout; without iptables here
+		// (compile on another machine) it is legacy's, and apply says
+		// what is missing.
+		fl, err := ipt.ResolveFlavour(f.iptables)
+		if errors.Is(err, ipt.ErrFlavour) {
+			return nil, err
+		}
+		if c.ipt, err = ipt.FromPlan(p, ipt.LowerOptions{RejectMark: pol.RejectMark, Flavour: fl}); err != nil {
+			return nil, err
+		}
 	}
 	c.duration = time.Since(t0)
 	return c, nil
@@ -184,7 +195,7 @@ func writeJSON(w io.Writer, v any) error {
 func newApplyCmd(g *globals) *cobra.Command {
 	var pf policyFlags
 	var xf xdpFlags
-	var netns, iptFlavour string
+	var netns string
 	var dry bool
 	c := &cobra.Command{
 		Use:   "apply --policy FILE [--netns NAME] [--dry-run]",
@@ -223,7 +234,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 					return err
 				}
 				defer unlock()
-				if rep.IPTables, err = applyIPT(ctx, c, netns, iptFlavour, prev, &xf); err != nil {
+				if rep.IPTables, err = applyIPT(ctx, c, netns, pf.iptables, prev, &xf); err != nil {
 					return err
 				}
 				rep.LoadMillis = rep.IPTables.Load.Milliseconds()
@@ -282,7 +293,6 @@ ipfence exits; 'ipfence flush' detaches it.`,
 	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
 	c.Flags().BoolVar(&pf.offline, "offline", false, "download nothing: URL sources from their last good copies (boot-time restore, before the network is up)")
-	c.Flags().StringVar(&iptFlavour, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
 	xf.register(c, true)
 	return c
 }

@@ -45,14 +45,18 @@ func InUse() (string, error) {
 }
 
 // flavour resolves o.Flavour.
-func (o *Options) flavour() (string, error) {
-	switch o.Flavour {
+func (o *Options) flavour() (string, error) { return ResolveFlavour(o.Flavour) }
+
+// ResolveFlavour returns the flavour name stands for: name itself (Legacy
+// or NFT), or for "" the one `iptables` is.
+func ResolveFlavour(name string) (string, error) {
+	switch name {
 	case "":
 		return InUse()
 	case Legacy, NFT:
-		return o.Flavour, nil
+		return name, nil
 	}
-	return "", fmt.Errorf("%w %q (use legacy or nft)", ErrFlavour, o.Flavour)
+	return "", fmt.Errorf("%w %q (use legacy or nft)", ErrFlavour, name)
 }
 
 // tool is the command of family f and flavour fl: "iptables-nft-restore".

@@ -86,7 +86,7 @@ func BenchmarkLoad(b *testing.B) {
 						b.Fatal(err)
 					}
 				} else {
-					prog, err := ipt.FromPlan(p, ipt.LowerOptions{})
+					prog, err := ipt.FromPlan(p, ipt.LowerOptions{Flavour: c.flavour})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -1,6 +1,6 @@
 // Package ipt is ipfence's iptables backends, for hosts without nftables:
-// ipset (sources matched against ipsets) and iptables-split (chains of
-// plain rules, one per /8 of IPv4 and /16 of IPv6).
+// ipset (sources matched against ipsets) and iptables-split (a tree of
+// chains of plain rules, split by address block).
 //
 // FromPlan lowers a plan into a Program: a small, closed model of exactly
 // the objects ipfence creates (ipsets, chains in the raw table, and a
@@ -9,18 +9,27 @@
 // Apply loads it: sets filled beside the live ones and swapped in, each
 // family's chains replaced in one iptables-restore commit.
 //
-// Every chain of a rule ends by going on to the next rule (a goto), never
-// by returning into a caller, so a RETURN anywhere in ipfence's chains
-// returns to PREROUTING: accepted packets go on through the host's own
-// raw rules, as they do past ipfence's nftables table.
+// The ipset backend's main chain sends a packet by goto to the hit chain
+// of the first rule that matches it, so a RETURN there returns to
+// PREROUTING: accepted packets go on through the host's own raw rules, as
+// they do past ipfence's nftables table. The split backend's main chain
+// calls (-j) each rule's tree of chains in turn, and a packet the tree
+// does not match returns to it for the next rule; its hit chains accept
+// with ACCEPT, which ends the raw table's PREROUTING for that packet.
+// (Trees chained by gotos, rule to rule, would keep the first design, but
+// nest as deep as all the trees together: nf_tables, under iptables-nft,
+// refuses rulesets more than 16 chains deep and counts gotos.)
 package ipt
 
 import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/bits"
 	"net/netip"
 	"regexp"
+
+	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/plan"
 )
@@ -53,6 +62,8 @@ type Program struct {
 	// RejectMark is the packet mark bit that tells the filter table to
 	// reject a packet a reject rule matched in raw (raw cannot reject).
 	RejectMark uint32
+	// Flavour is LowerOptions.Flavour.
+	Flavour string
 }
 
 // Tables are one family's chains.
@@ -111,6 +122,8 @@ const (
 	SetMark                           // -j MARK --set-xmark Mark/Mark (then the next rule)
 	RejectTCP                         // -j REJECT --reject-with tcp-reset
 	RejectOther                       // -j REJECT with ICMP admin-prohibited
+	Jump                              // -j Chain
+	AcceptPacket                      // -j ACCEPT
 )
 
 // Target is a rule's target.
@@ -129,11 +142,18 @@ type LowerOptions struct {
 	// RejectMark is the mark bit of rejected packets; 0 is
 	// DefaultRejectMark.
 	RejectMark uint32
+	// Flavour is the iptables flavour the program is for (Legacy or NFT;
+	// "" is Legacy). The split backend makes fewer, longer chains for
+	// NFT: iptables-nft-restore looks the chain of every jump up in a
+	// list, so a load costs rules × chains (200k prefixes in 31k chains:
+	// 29 s, against 1 s in legacy).
+	Flavour string
 }
 
 // Name limits: iptables chain names have at most 28 characters and ipset
-// names 31; the longest ipfence adds to its prefix is "-r255-b65535-m"
-// (split chains) and 19 characters for a temporary set (see SetName).
+// names 31; ipfence adds to its prefix at most "-r255-b9999999" (split
+// chains: a rule of millions of prefixes) and 19 characters for a
+// temporary set (see SetName).
 const maxPrefix = 12
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -160,7 +180,7 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	if len(p.Rules) > MaxRules {
 		return nil, fmt.Errorf("%w: %d rules, at most %d", ErrTooManyRules, len(p.Rules), MaxRules)
 	}
-	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark}
+	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark, Flavour: opt.Flavour}
 	if prog.RejectMark == 0 {
 		prog.RejectMark = DefaultRejectMark
 	}
@@ -188,7 +208,7 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 				rules = append(rules, i)
 			}
 		}
-		for k, i := range rules {
+		for _, i := range rules {
 			r := p.Rules[i]
 			hit := lw.hitChain(i, r).Name
 			ps := prefixes[i][f]
@@ -196,16 +216,8 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 				lw.ipsetRule(r, hit, ps)
 				continue
 			}
-			// The split backend's rules go on from one to the next by
-			// gotos, from the main chain's goto to the first.
-			on := Target{Kind: Return}
-			if k+1 < len(rules) {
-				on = Target{Kind: Goto, Chain: prog.splitEntry(rules[k+1])}
-			}
-			if k == 0 {
-				lw.main.Rules = append(lw.main.Rules, Rule{Target: Target{Kind: Goto, Chain: prog.splitEntry(i)}})
-			}
-			lw.splitRule(i, r, hit, on, ps)
+			lw.main.Rules = append(lw.main.Rules, Rule{Target: Target{Kind: Jump, Chain: prog.splitEntry(i)}})
+			lw.splitRule(i, r, hit, ps)
 		}
 		lw.t.Raw = append(lw.t.Raw, lw.hits...)
 		prog.Tables[f] = lw.t
@@ -264,27 +276,31 @@ type lowering struct {
 
 // hitChain adds the chain that counts and applies rule i's action. A
 // blocking rule first lets loopback and (IPv6) neighbour discovery
-// through, which no rule may block. Its RETURNs go back to PREROUTING
-// (see the package comment).
+// through, which no rule may block. It lets packets through past
+// ipfence's other rules with pass (see the package comment).
 func (lw *lowering) hitChain(i int, r *plan.Rule) *Chain {
 	c := &Chain{Name: lw.prog.HitChain(i)}
+	pass := Target{Kind: Return}
+	if lw.prog.Backend == plan.IPTablesSplit {
+		pass = Target{Kind: AcceptPacket}
+	}
 	comment := "ipfence rule " + r.Name
 	a := r.Hit()
 	if a != plan.Accept {
-		c.Rules = append(c.Rules, Rule{Iif: "lo", Target: Target{Kind: Return}, Comment: "loopback"})
+		c.Rules = append(c.Rules, Rule{Iif: "lo", Target: pass, Comment: "loopback"})
 		if lw.fam == IPv6 {
 			for typ := uint8(133); typ <= 137; typ++ {
-				c.Rules = append(c.Rules, Rule{ICMPv6Type: typ, Target: Target{Kind: Return}, Comment: "IPv6 neighbour discovery"})
+				c.Rules = append(c.Rules, Rule{ICMPv6Type: typ, Target: pass, Comment: "IPv6 neighbour discovery"})
 			}
 		}
 	}
 	switch a {
 	case plan.Accept:
-		c.Rules = append(c.Rules, Rule{Target: Target{Kind: Return}, Comment: comment})
+		c.Rules = append(c.Rules, Rule{Target: pass, Comment: comment})
 	case plan.Reject:
 		lw.t.Reject = true
 		c.Rules = append(c.Rules, Rule{Target: Target{Kind: SetMark}, Comment: comment},
-			Rule{Target: Target{Kind: Return}})
+			Rule{Target: pass})
 	default:
 		c.Rules = append(c.Rules, Rule{Target: Target{Kind: DropPacket}, Comment: comment})
 	}
@@ -399,64 +415,121 @@ func portGroups(ps []plan.Port) []PortGroup {
 	return out
 }
 
-// splitBits is the block length of the split backend's chains.
-func splitBits(f Family) int {
-	if f == IPv4 {
-		return 8
-	}
-	return 16
-}
+// The split backend's tree: a chain holding more than splitLeaf prefixes
+// is split by the next splitStride bits of the address (at most 16 blocks
+// per chain, plus the prefixes shorter than its blocks). iptables walks a
+// chain rule by rule, so a packet pays for the rules of each chain on its
+// path: a few dozen at most, where one chain per /8 costs hundreds (IPv4)
+// and a chain per /16 thousands (IPv6 country data).
+//
+// For iptables-nft, a rule's tree has leaves of at least len/splitChainsNFT
+// prefixes: about 3,000 chains for 160k prefixes, twice to three times
+// the rules on a packet's path.
+//
+// A tree is at most splitDepth chains deep below the rule's entry: with
+// PREROUTING, the main chain, the entry, the port match and the hit chain
+// that is 15 levels, within nf_tables' 16 (deeper trees are rare: the
+// prefixes of each level's blocks must all share a long prefix).
+const (
+	splitStride    = 4
+	splitLeaf      = 32
+	splitChainsNFT = 512
+	splitDepth     = 10
+)
 
 // splitEntry names the entry chain of rule i for the split backend.
 func (p *Program) splitEntry(i int) string { return fmt.Sprintf("%s-r%d", p.Prefix, i) }
 
-// splitRule lowers rule i for the split backend into chains that end by
-// going on (on: a goto to the next rule's entry, or RETURN after the last
-// rule):
+// splitRule lowers rule i for the split backend into chains the main
+// chain calls, which return to it when the rule does not decide:
 //
-//	entry:  per port group "-p P --dports X -g match", then on
+//	entry:  per port group "-p P --dports X -g match", then RETURN
 //	        (without ports, entry is the match chain)
-//	match:  "-s P -g IN" for prefixes of a block or shorter,
-//	        "-s BLOCK -g block" for each block holding prefixes, then OUT
-//	block:  "-s P -g IN" for the block's prefixes, then OUT
+//	match:  the root of the rule's tree (see splitTree)
 //
-// where IN is the hit chain and OUT is on, swapped for allow-only rules.
-func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, on Target, ps []netip.Prefix) {
+// where matching prefixes go to IN, the hit chain, and the rest to OUT,
+// RETURN; allow-only rules swap the two.
+func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, ps []netip.Prefix) {
 	name := lw.prog.splitEntry(i)
-	in, out := Target{Kind: Goto, Chain: hit}, on
+	in, out := Target{Kind: Goto, Chain: hit}, Target{Kind: Return}
 	if r.Action == plan.AllowOnly {
 		in, out = out, in
 	}
 	match := &Chain{Name: name}
-	chains := []*Chain{match}
 	if len(r.Ports) > 0 {
 		entry := match
 		match = &Chain{Name: name + "-m"}
-		chains = append(chains, match)
+		lw.t.Raw = append(lw.t.Raw, entry)
 		for _, pm := range portGroups(r.Ports) {
 			entry.Rules = append(entry.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports, Target: Target{Kind: Goto, Chain: match.Name}, Comment: r.Name})
 		}
-		entry.Rules = append(entry.Rules, Rule{Target: on})
+		entry.Rules = append(entry.Rules, Rule{Target: Target{Kind: Return}})
 	}
-	bits := splitBits(lw.fam)
-	blocks := map[netip.Prefix]*Chain{}
+	t := splitTree{lw: lw, name: name, in: in, out: out, leaf: splitLeaf}
+	if lw.prog.Flavour == NFT {
+		t.leaf = max(t.leaf, len(ps)/splitChainsNFT)
+	}
+	t.chain(match, ps, 0)
+}
+
+// splitTree builds one rule's tree of chains.
+type splitTree struct {
+	lw      *lowering
+	name    string
+	in, out Target
+	n       int // chains made, for their names
+	leaf    int // the most prefixes a chain holds unsplit
+}
+
+// chain fills c with rules sending ps (sorted, disjoint, as an IPSet
+// gives them) to in, and everything else to out, then adds c and the
+// chains below it. Up to t.leaf prefixes, or any number splitDepth chains
+// down, are plain rules. More are
+// split: the block all of them share is cut into blocks splitStride bits
+// longer; a prefix shorter than those, or alone in its block, is a
+// plain rule, and each other block is "-s BLOCK -g CHILD", CHILD built
+// the same way. Prefixes are disjoint, so the order of the rules does not
+// change what matches.
+func (t *splitTree) chain(c *Chain, ps []netip.Prefix, depth int) {
+	t.lw.t.Raw = append(t.lw.t.Raw, c)
+	if len(ps) > t.leaf && depth < splitDepth {
+		common := commonBits(ps[0].Addr(), netipx.PrefixLastIP(ps[len(ps)-1]))
+		cut := min(common+splitStride, ps[0].Addr().BitLen())
+		for len(ps) > 0 {
+			n := 1
+			if ps[0].Bits() >= cut {
+				block, _ := ps[0].Addr().Prefix(cut)
+				for n < len(ps) && block.Contains(ps[n].Addr()) {
+					n++
+				}
+				if n > 1 {
+					child := &Chain{Name: fmt.Sprintf("%s-b%d", t.name, t.n)}
+					t.n++
+					c.Rules = append(c.Rules, Rule{Src: block, Target: Target{Kind: Goto, Chain: child.Name}})
+					t.chain(child, ps[:n], depth+1)
+					ps = ps[n:]
+					continue
+				}
+			}
+			c.Rules = append(c.Rules, Rule{Src: ps[0], Target: t.in})
+			ps = ps[1:]
+		}
+	}
 	for _, p := range ps {
-		if p.Bits() <= bits {
-			match.Rules = append(match.Rules, Rule{Src: p, Target: in})
-			continue
-		}
-		b := netip.PrefixFrom(p.Addr(), bits).Masked()
-		c := blocks[b]
-		if c == nil {
-			c = &Chain{Name: fmt.Sprintf("%s-b%d", name, len(blocks))}
-			blocks[b] = c
-			chains = append(chains, c)
-			match.Rules = append(match.Rules, Rule{Src: b, Target: Target{Kind: Goto, Chain: c.Name}})
-		}
-		c.Rules = append(c.Rules, Rule{Src: p, Target: in})
+		c.Rules = append(c.Rules, Rule{Src: p, Target: t.in})
 	}
-	for _, c := range chains[len(chains)-len(blocks)-1:] { // match and blocks
-		c.Rules = append(c.Rules, Rule{Target: out})
+	c.Rules = append(c.Rules, Rule{Target: t.out})
+}
+
+// commonBits is the length of the longest prefix a and b (of one
+// family) share.
+func commonBits(a, b netip.Addr) int {
+	x, y := a.As16(), b.As16()
+	skip := 128 - a.BitLen() // IPv4 in IPv6: the ::ffff: both have
+	for i := range x {
+		if d := x[i] ^ y[i]; d != 0 {
+			return i*8 + bits.LeadingZeros8(d) - skip
+		}
 	}
-	lw.t.Raw = append(lw.t.Raw, chains...)
+	return a.BitLen()
 }

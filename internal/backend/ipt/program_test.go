@@ -1,11 +1,19 @@
 package ipt_test
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	"go4.org/netipx"
+
 	"github.com/ipfence/ipfence/internal/backend/ipt"
+	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -91,8 +99,9 @@ func TestRestoreText(t *testing.T) {
 	}
 }
 
-// TestSplitChains: one chain per /8 holding prefixes, shorter prefixes in
-// the rule's chain, every chain ending by going on to the next rule.
+// TestSplitChains: the main chain calls each rule's chains; a rule of few
+// prefixes is one chain of plain rules that returns for the next rule;
+// allow-only swaps the two.
 func TestSplitChains(t *testing.T) {
 	_, prog := compile(t, &plan.Input{Backend: plan.IPTablesSplit, Rules: []plan.RuleInput{
 		{Name: "a", Action: plan.Drop, IPv4: true, Set: set(t, "2.0.0.0/7", "10.1.0.0/16", "10.2.3.4", "11.0.0.0/9")},
@@ -101,13 +110,11 @@ func TestSplitChains(t *testing.T) {
 	want := prog.Desired(ipt.IPv4)
 	text := strings.Join(want.Raw.Rules, "\n") + "\n"
 	for _, line := range []string{
-		"-A ipfence -g ipfence-r0\n",
+		"-A ipfence -j ipfence-r0\n",
+		"-A ipfence -j ipfence-r1\n",
 		"-A ipfence-r0 -s 2.0.0.0/7 -g ipfence-h0\n",
-		"-A ipfence-r0 -s 10.0.0.0/8 -g ipfence-r0-b0\n",
-		"-A ipfence-r0 -s 11.0.0.0/8 -g ipfence-r0-b1\n",
-		"-A ipfence-r0 -g ipfence-r1\n",
-		"-A ipfence-r0-b0 -s 10.2.3.4/32 -g ipfence-h0\n",
-		"-A ipfence-r0-b0 -g ipfence-r1\n",
+		"-A ipfence-r0 -s 10.2.3.4/32 -g ipfence-h0\n",
+		"-A ipfence-r0 -j RETURN\n",
 		// allow-only: members go on, the rest is hit
 		"-A ipfence-r1 -s 20.0.0.0/8 -j RETURN\n",
 		"-A ipfence-r1 -g ipfence-h1\n",
@@ -118,6 +125,146 @@ func TestSplitChains(t *testing.T) {
 	}
 }
 
+// TestSplitTree: the split backend's tree of chains, walked rule by rule
+// as iptables does, sends exactly the set's addresses to the hit chain
+// (the reference model: the set itself), and no chain is long: a packet
+// pays for a few short chains, not for one per /8 or /16.
+func TestSplitTree(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 8))
+	for _, tc := range []struct {
+		name   string
+		action plan.Action
+		set    *netipx.IPSet
+	}{
+		{"IPv4 feed", plan.Drop, randomSet(r, 4, 20000)},
+		{"IPv6 feed", plan.Drop, randomSet(r, 6, 20000)},
+		{"IPv4 big feed", plan.Drop, randomSet(r, 4, 200000)},
+		{"IPv4 allow-only", plan.AllowOnly, randomSet(r, 4, 5000)},
+		{"one address", plan.Drop, set(t, "9.9.9.9")},
+		{"short prefixes", plan.Drop, set(t, "0.0.0.0/2", "128.0.0.0/3", "192.0.0.0/9")},
+	} {
+		for _, flavour := range []string{ipt.Legacy, ipt.NFT} {
+			t.Run(tc.name+"/"+flavour, func(t *testing.T) {
+				v6 := tc.set.Prefixes()[0].Addr().Is6()
+				in := &plan.Input{Backend: plan.IPTablesSplit, Rules: []plan.RuleInput{
+					{Name: "r", Action: tc.action, IPv4: !v6, IPv6: v6, Set: tc.set}}}
+				p, err := plan.Compile(in, plan.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				prog, err := ipt.FromPlan(p, ipt.LowerOptions{Flavour: flavour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rule := p.Rules[0] // the set as compiled (allow-only adds loopback)
+				f := ipt.IPv4
+				if v6 {
+					f = ipt.IPv6
+				}
+				chains := map[string]*ipt.Chain{}
+				longest := 0
+				for _, c := range prog.Tables[f].Raw {
+					chains[c.Name] = c
+					longest = max(longest, len(c.Rules))
+				}
+				// Legacy: 16 blocks and 14 shorter prefixes (stride 4), or
+				// 32 plain prefixes; and the rule that goes on. nft: leaves
+				// of up to 1/512 of the prefixes, at most 5 × 512 chains.
+				n := len(rule.Set.Prefixes())
+				if flavour == ipt.Legacy && longest > 33 || flavour == ipt.NFT && (longest > max(33, n/512+1) || len(chains) > 5*512) {
+					t.Errorf("%d chains, the longest of %d rules, for %d prefixes", len(chains), longest, n)
+				}
+				var path, most int
+				for _, a := range append(demo.Sample(r, tc.set, 5000), randomAddrs(r, v6, 5000)...) {
+					hit := walk(t, chains, prog.Main(), a, &path) == prog.HitChain(0)
+					most = max(most, path)
+					if want := rule.Set.Contains(a) != (tc.action == plan.AllowOnly); hit != want {
+						t.Fatalf("%s: hit %v, want %v", a, hit, want)
+					}
+				}
+				t.Logf("%d chains, at most %d rules on a path", len(chains), most)
+			})
+		}
+	}
+}
+
+// walk follows a packet from a through chains from start, rule by rule,
+// jumps returning as iptables does, and returns the hit chain it ends in
+// ("" when it returns from start); path is how many rules it looked at.
+func walk(t *testing.T, chains map[string]*ipt.Chain, start string, a netip.Addr, path *int) string {
+	*path = 0
+	type frame struct {
+		c *ipt.Chain
+		i int // the rule to go on from
+	}
+	var stack []frame
+	c, from := chains[start], 0
+	for steps := 0; ; steps++ {
+		if steps > 64 {
+			t.Fatalf("%s: a loop from %s", a, start)
+		}
+		i := slices.IndexFunc(c.Rules[from:], func(r ipt.Rule) bool { return !r.Src.IsValid() || r.Src.Contains(a) })
+		tg := ipt.Target{Kind: ipt.Return} // the end of a chain
+		if i >= 0 {
+			*path += i + 1
+			tg = c.Rules[from+i].Target
+		}
+		switch {
+		case tg.Kind == ipt.Return && len(stack) == 0:
+			return ""
+		case tg.Kind == ipt.Return:
+			c, from = stack[len(stack)-1].c, stack[len(stack)-1].i
+			stack = stack[:len(stack)-1]
+		case tg.Kind == ipt.Jump:
+			stack = append(stack, frame{c, from + i + 1})
+			c, from = chains[tg.Chain], 0
+		case tg.Kind == ipt.Goto && !strings.Contains(tg.Chain, "-h"):
+			c, from = chains[tg.Chain], 0
+		default:
+			return tg.Chain
+		}
+	}
+}
+
+// randomSet is n random prefixes of the family, feed-shaped: single
+// addresses and prefixes of many lengths, clustered in a few blocks as
+// real data is.
+func randomSet(r *rand.Rand, family, n int) *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for range n {
+		a := randomBytes(r)
+		if family == 4 {
+			a[0] = byte(1 + r.IntN(4)*50)
+			p := netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), 20+r.IntN(13))
+			b.AddPrefix(p.Masked())
+			continue
+		}
+		a[0], a[1] = 0x24, byte(r.IntN(3))
+		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom16(a), 24+r.IntN(105)).Masked())
+	}
+	s, _ := b.IPSet()
+	return s
+}
+
+func randomBytes(r *rand.Rand) (a [16]byte) {
+	binary.BigEndian.PutUint64(a[:8], r.Uint64())
+	binary.BigEndian.PutUint64(a[8:], r.Uint64())
+	return a
+}
+
+// randomAddrs is n addresses of the family from anywhere.
+func randomAddrs(r *rand.Rand, v6 bool, n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	for i := range out {
+		a := randomBytes(r)
+		out[i] = netip.AddrFrom16(a)
+		if !v6 {
+			out[i] = netip.AddrFrom4([4]byte(a[:4]))
+		}
+	}
+	return out
+}
+
 func TestFromPlanRefuses(t *testing.T) {
 	p, err := plan.Compile(&plan.Input{Table: "a-very-long-table", Backend: plan.IPSet}, plan.Options{})
 	if err != nil {
@@ -125,5 +272,42 @@ func TestFromPlanRefuses(t *testing.T) {
 	}
 	if _, err := ipt.FromPlan(p, ipt.LowerOptions{}); !errors.Is(err, ipt.ErrName) {
 		t.Errorf("long table name: %v", err)
+	}
+}
+
+// TestSplitDepth: however many rules, no path from PREROUTING runs more
+// than 16 chains deep, gotos counted: nf_tables refuses deeper rulesets
+// (iptables-nft: "Too many links").
+func TestSplitDepth(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	in := &plan.Input{Backend: plan.IPTablesSplit}
+	for i := range 30 {
+		in.Rules = append(in.Rules, plan.RuleInput{Name: fmt.Sprint("r", i), Action: []plan.Action{plan.Drop, plan.Accept, plan.Reject}[i%3],
+			Ports: []plan.Port{{Proto: "tcp", First: 80, Last: 80}}, IPv4: true, IPv6: true, Set: randomSet(r, 4+2*(i%2), 3000)})
+	}
+	_, prog := compile(t, in)
+	for _, f := range []ipt.Family{ipt.IPv4, ipt.IPv6} {
+		chains := map[string]*ipt.Chain{}
+		for _, c := range prog.Tables[f].Raw {
+			chains[c.Name] = c
+		}
+		depth := map[string]int{} // the deepest path below a chain, itself included
+		var below func(name string) int
+		below = func(name string) int {
+			if d, ok := depth[name]; ok {
+				return d
+			}
+			d := 1
+			for _, rule := range chains[name].Rules {
+				if k := rule.Target.Kind; k == ipt.Goto || k == ipt.Jump {
+					d = max(d, 1+below(rule.Target.Chain))
+				}
+			}
+			depth[name] = d
+			return d
+		}
+		if d := 1 + below(prog.Main()); d > 16 { // and PREROUTING
+			t.Errorf("%s: %d chains deep", f, d)
+		}
 	}
 }

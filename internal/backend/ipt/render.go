@@ -229,9 +229,13 @@ func transition(b *strings.Builder, name string, from, to *Table) {
 		b.WriteString("-D " + strings.TrimPrefix(l, "-A ") + "\n")
 	}
 	// Chains that go: all flushed first, so that none refers to another.
+	stay := make(map[string]bool, len(to.Chains))
+	for _, c := range to.Chains {
+		stay[c] = true
+	}
 	var gone []string
 	for _, c := range from.Chains {
-		if !slices.Contains(to.Chains, c) {
+		if !stay[c] {
 			gone = append(gone, c)
 		}
 	}
@@ -316,6 +320,11 @@ func appendRule(buf []byte, p *Program, f Family, r *Rule) []byte {
 	case Goto:
 		buf = append(buf, " -g "...)
 		buf = append(buf, r.Target.Chain...)
+	case Jump:
+		buf = append(buf, " -j "...)
+		buf = append(buf, r.Target.Chain...)
+	case AcceptPacket:
+		buf = append(buf, " -j ACCEPT"...)
 	case Return:
 		buf = append(buf, " -j RETURN"...)
 	case DropPacket:
