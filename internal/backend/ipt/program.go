@@ -116,14 +116,14 @@ type SetMatch struct {
 type TargetKind uint8
 
 const (
-	Goto        TargetKind = iota + 1 // -g Chain
-	Return                            // -j RETURN
-	DropPacket                        // -j DROP
-	SetMark                           // -j MARK --set-xmark Mark/Mark (then the next rule)
-	RejectTCP                         // -j REJECT --reject-with tcp-reset
-	RejectOther                       // -j REJECT with ICMP admin-prohibited
-	Jump                              // -j Chain
-	AcceptPacket                      // -j ACCEPT
+	Goto         TargetKind = iota + 1 // -g Chain
+	Return                             // -j RETURN
+	DropPacket                         // -j DROP
+	SetMark                            // -j MARK --set-xmark Mark/Mark (then the next rule)
+	RejectTCP                          // -j REJECT --reject-with tcp-reset
+	RejectOther                        // -j REJECT with ICMP admin-prohibited
+	Jump                               // -j Chain
+	AcceptPacket                       // -j ACCEPT
 )
 
 // Target is a rule's target.
