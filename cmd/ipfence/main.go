@@ -77,6 +77,7 @@ func newRootCmd() *cobra.Command {
 		newDemoCmd(g),
 		newBenchCmd(g),
 		newDoctorCmd(g),
+		newKeygenCmd(g),
 	)
 	return root
 }

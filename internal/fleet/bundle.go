@@ -1,0 +1,161 @@
+// Package fleet is what one policy for many hosts is made of: signing
+// keys, the bundle a publisher stores (the policy and what its sources
+// resolved to) and the signed pointer that says which bundle a group of
+// hosts runs. It is pure: the NATS side and the agents build on it.
+package fleet
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// BundleVersion is the bundle format this build writes and reads.
+const BundleVersion = 1
+
+// Bundle is one revision of a group's policy: the policy file as written,
+// for the record, and what it resolved to on the publisher, so that every
+// agent applies the same prefixes whatever it could download itself.
+type Bundle struct {
+	Version    int       `json:"version"`
+	Created    time.Time `json:"created"`
+	PolicyFile string    `json:"policy_file"` // its name on the publisher
+	Policy     string    `json:"policy"`      // its text
+	Table      string    `json:"table"`
+	Priority   int32     `json:"priority"`
+	Backend    string    `json:"backend,omitempty"`
+	Interfaces []string  `json:"interfaces,omitempty"`
+	RejectMark uint32    `json:"reject_mark,omitempty"`
+	// Protect and each rule's Prefixes are prefixes, one per line:
+	// compact, and gzip does the rest.
+	Protect string       `json:"protect"`
+	Rules   []BundleRule `json:"rules"`
+}
+
+// BundleRule is one rule of a Bundle.
+type BundleRule struct {
+	Name      string      `json:"name"`
+	Action    plan.Action `json:"action"`
+	Otherwise plan.Action `json:"otherwise,omitempty"`
+	Ports     []plan.Port `json:"ports,omitempty"`
+	Backend   string      `json:"backend,omitempty"`
+	IPv4      bool        `json:"ipv4"`
+	IPv6      bool        `json:"ipv6"`
+	Where     string      `json:"where,omitempty"`
+	Prefixes  string      `json:"prefixes"`
+}
+
+// NewBundle records in, resolved from the policy file name holding text.
+func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Time) *Bundle {
+	b := &Bundle{Version: BundleVersion, Created: now.UTC(), PolicyFile: name, Policy: text,
+		Table: in.Table, Priority: in.Priority, Backend: string(in.Backend), Interfaces: in.Interfaces,
+		RejectMark: rejectMark, Protect: prefixLines(in.Protect)}
+	for _, r := range in.Rules {
+		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
+			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set)})
+	}
+	return b
+}
+
+func prefixLines(s *netipx.IPSet) string {
+	if s == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range s.Prefixes() {
+		b.WriteString(p.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// ErrBundle is returned for a bundle that cannot be read.
+var ErrBundle = errors.New("malformed bundle")
+
+// Input is the plan input b records.
+func (b *Bundle) Input() (*plan.Input, error) {
+	if b.Version != BundleVersion {
+		return nil, fmt.Errorf("%w: format version %d, this build reads %d (upgrade ipfence on this host)", ErrBundle, b.Version, BundleVersion)
+	}
+	protect, err := parseLines(b.Protect)
+	if err != nil {
+		return nil, fmt.Errorf("%w: protected prefixes: %v", ErrBundle, err)
+	}
+	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect}
+	for _, r := range b.Rules {
+		set, err := parseLines(r.Prefixes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
+		}
+		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
+			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set})
+	}
+	return in, nil
+}
+
+func parseLines(text string) (*netipx.IPSet, error) {
+	var b netipx.IPSetBuilder
+	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		b.AddPrefix(p)
+	}
+	return b.IPSet()
+}
+
+// Encode is b as stored: gzipped JSON.
+func (b *Bundle) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(b); err != nil {
+		return nil, fmt.Errorf("encoding the bundle: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("encoding the bundle: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// MaxBundle is the largest bundle DecodeBundle reads, decompressed: a
+// policy of several million prefixes.
+const MaxBundle = 256 << 20
+
+// DecodeBundle reads a bundle Encode wrote. Check its digest against a
+// verified Pointer first: the bytes are only as good as their source.
+func DecodeBundle(data []byte) (*Bundle, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBundle, err)
+	}
+	var b Bundle
+	dec := json.NewDecoder(io.LimitReader(zr, MaxBundle))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBundle, err)
+	}
+	return &b, nil
+}
+
+// Digest is the name a bundle's bytes are stored under: "sha256-" and
+// the hex SHA-256.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256-" + hex.EncodeToString(sum[:])
+}
