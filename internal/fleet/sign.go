@@ -68,28 +68,25 @@ var ErrKey = errors.New("not an ed25519 key")
 
 // LoadPrivateKey reads a private key GenerateKey wrote.
 func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
-	der, err := readPEM(path, "PRIVATE KEY")
-	if err != nil {
-		return nil, err
-	}
-	k, err := x509.ParsePKCS8PrivateKey(der)
-	if priv, ok := k.(ed25519.PrivateKey); err == nil && ok {
-		return priv, nil
-	}
-	return nil, fmt.Errorf("%s: %w (make one with `ipfence keygen`)", path, ErrKey)
+	return loadKey[ed25519.PrivateKey](path, "PRIVATE KEY", x509.ParsePKCS8PrivateKey, "make one with `ipfence keygen`")
 }
 
 // LoadPublicKey reads a public key GenerateKey wrote.
 func LoadPublicKey(path string) (ed25519.PublicKey, error) {
-	der, err := readPEM(path, "PUBLIC KEY")
+	return loadKey[ed25519.PublicKey](path, "PUBLIC KEY", x509.ParsePKIXPublicKey, "use the ipfence.pub `ipfence keygen` wrote")
+}
+
+// loadKey reads the key of PEM block typ in path.
+func loadKey[K ed25519.PrivateKey | ed25519.PublicKey](path, typ string, parse func([]byte) (any, error), hint string) (K, error) {
+	der, err := readPEM(path, typ)
 	if err != nil {
 		return nil, err
 	}
-	k, err := x509.ParsePKIXPublicKey(der)
-	if pub, ok := k.(ed25519.PublicKey); err == nil && ok {
-		return pub, nil
+	k, err := parse(der)
+	if key, ok := k.(K); err == nil && ok {
+		return key, nil
 	}
-	return nil, fmt.Errorf("%s: %w (use the ipfence.pub `ipfence keygen` wrote)", path, ErrKey)
+	return nil, fmt.Errorf("%s: %w (%s)", path, ErrKey, hint)
 }
 
 func readPEM(path, typ string) ([]byte, error) {
