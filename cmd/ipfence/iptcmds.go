@@ -56,8 +56,8 @@ func iptScript(p *ipt.Program) string {
 // applyIPT loads c's iptables program, then removes what an earlier
 // nftables policy left: its table and XDP program (the new rules are in
 // force first, so nothing is unguarded in between).
-func applyIPT(ctx context.Context, c *compiled, netns, flavour string, prev *state.Applied, xf *xdpFlags) (*ipt.Result, error) {
-	r, err := ipt.Apply(ctx, c.ipt, ipt.Options{NetNS: netns, Flavour: flavour})
+func applyIPT(ctx context.Context, c *compiled, netns string, prev *state.Applied, xf *xdpFlags) (*ipt.Result, error) {
+	r, err := ipt.Apply(ctx, c.ipt, ipt.Options{NetNS: netns, Flavour: c.flavour})
 	if err != nil {
 		return nil, fmt.Errorf("applying to the kernel: %w", err)
 	}

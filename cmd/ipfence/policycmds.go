@@ -50,7 +50,11 @@ type compiled struct {
 	prog *nft.Program
 	ipt  *ipt.Program
 	// why says how backend auto chose.
-	why      string
+	why string
+	// flavour is the iptables flavour ipt was lowered for and is applied
+	// with: --iptables, or the one `iptables` is; "" when that could not
+	// be told (no iptables here: apply then says what is missing).
+	flavour  string
 	loader   *source.Loader
 	duration time.Duration
 }
@@ -89,6 +93,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 		if errors.Is(err, ipt.ErrFlavour) {
 			return nil, err
 		}
+		c.flavour = fl
 		if c.ipt, err = ipt.FromPlan(p, ipt.LowerOptions{RejectMark: pol.RejectMark, Flavour: fl}); err != nil {
 			return nil, err
 		}
@@ -234,7 +239,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 					return err
 				}
 				defer unlock()
-				if rep.IPTables, err = applyIPT(ctx, c, netns, pf.iptables, prev, &xf); err != nil {
+				if rep.IPTables, err = applyIPT(ctx, c, netns, prev, &xf); err != nil {
 					return err
 				}
 				rep.LoadMillis = rep.IPTables.Load.Milliseconds()

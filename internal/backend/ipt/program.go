@@ -62,8 +62,6 @@ type Program struct {
 	// RejectMark is the packet mark bit that tells the filter table to
 	// reject a packet a reject rule matched in raw (raw cannot reject).
 	RejectMark uint32
-	// Flavour is LowerOptions.Flavour.
-	Flavour string
 }
 
 // Tables are one family's chains.
@@ -180,7 +178,7 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	if len(p.Rules) > MaxRules {
 		return nil, fmt.Errorf("%w: %d rules, at most %d", ErrTooManyRules, len(p.Rules), MaxRules)
 	}
-	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark, Flavour: opt.Flavour}
+	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark}
 	if prog.RejectMark == 0 {
 		prog.RejectMark = DefaultRejectMark
 	}
@@ -196,7 +194,7 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 		}
 	}
 	for _, f := range []Family{IPv4, IPv6} {
-		lw := lowering{prog: prog, fam: f, main: &Chain{Name: prog.Main()}}
+		lw := lowering{prog: prog, fam: f, nft: opt.Flavour == NFT, main: &Chain{Name: prog.Main()}}
 		lw.t.Raw = []*Chain{lw.main}
 		var rules []int // the rules with addresses of the family
 		for i, r := range p.Rules {
@@ -269,6 +267,7 @@ func setPattern(prefix string) *regexp.Regexp {
 type lowering struct {
 	prog *Program
 	fam  Family
+	nft  bool // for iptables-nft (LowerOptions.Flavour)
 	t    Tables
 	main *Chain
 	hits []*Chain
@@ -466,7 +465,7 @@ func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, ps []netip.Prefix
 		entry.Rules = append(entry.Rules, Rule{Target: Target{Kind: Return}})
 	}
 	t := splitTree{lw: lw, name: name, in: in, out: out, leaf: splitLeaf}
-	if lw.prog.Flavour == NFT {
+	if lw.nft {
 		t.leaf = max(t.leaf, len(ps)/splitChainsNFT)
 	}
 	t.chain(match, ps, 0)
@@ -484,39 +483,37 @@ type splitTree struct {
 // chain fills c with rules sending ps (sorted, disjoint, as an IPSet
 // gives them) to in, and everything else to out, then adds c and the
 // chains below it. Up to t.leaf prefixes, or any number splitDepth chains
-// down, are plain rules. More are
-// split: the block all of them share is cut into blocks splitStride bits
-// longer; a prefix shorter than those, or alone in its block, is a
-// plain rule, and each other block is "-s BLOCK -g CHILD", CHILD built
-// the same way. Prefixes are disjoint, so the order of the rules does not
-// change what matches.
+// down, are plain rules. More are split: the block all of them share is
+// cut into blocks splitStride bits longer; a prefix shorter than those,
+// or alone in its block, is a plain rule, and each other block is
+// "-s BLOCK -g CHILD", CHILD built the same way. Prefixes are disjoint,
+// so the order of the rules does not change what matches.
 func (t *splitTree) chain(c *Chain, ps []netip.Prefix, depth int) {
 	t.lw.t.Raw = append(t.lw.t.Raw, c)
-	if len(ps) > t.leaf && depth < splitDepth {
+	split := len(ps) > t.leaf && depth < splitDepth
+	cut := 0
+	if split {
 		common := commonBits(ps[0].Addr(), netipx.PrefixLastIP(ps[len(ps)-1]))
-		cut := min(common+splitStride, ps[0].Addr().BitLen())
-		for len(ps) > 0 {
-			n := 1
-			if ps[0].Bits() >= cut {
-				block, _ := ps[0].Addr().Prefix(cut)
-				for n < len(ps) && block.Contains(ps[n].Addr()) {
-					n++
-				}
-				if n > 1 {
-					child := &Chain{Name: fmt.Sprintf("%s-b%d", t.name, t.n)}
-					t.n++
-					c.Rules = append(c.Rules, Rule{Src: block, Target: Target{Kind: Goto, Chain: child.Name}})
-					t.chain(child, ps[:n], depth+1)
-					ps = ps[n:]
-					continue
-				}
-			}
-			c.Rules = append(c.Rules, Rule{Src: ps[0], Target: t.in})
-			ps = ps[1:]
-		}
+		cut = min(common+splitStride, ps[0].Addr().BitLen())
 	}
-	for _, p := range ps {
-		c.Rules = append(c.Rules, Rule{Src: p, Target: t.in})
+	for len(ps) > 0 {
+		n := 1
+		if split && ps[0].Bits() >= cut {
+			block, _ := ps[0].Addr().Prefix(cut)
+			for n < len(ps) && block.Contains(ps[n].Addr()) {
+				n++
+			}
+			if n > 1 {
+				child := &Chain{Name: fmt.Sprintf("%s-b%d", t.name, t.n)}
+				t.n++
+				c.Rules = append(c.Rules, Rule{Src: block, Target: Target{Kind: Goto, Chain: child.Name}})
+				t.chain(child, ps[:n], depth+1)
+				ps = ps[n:]
+				continue
+			}
+		}
+		c.Rules = append(c.Rules, Rule{Src: ps[0], Target: t.in})
+		ps = ps[1:]
 	}
 	c.Rules = append(c.Rules, Rule{Target: t.out})
 }
