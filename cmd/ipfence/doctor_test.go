@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,15 +22,20 @@ func hostFirewall(t *testing.T) string {
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", argv, err, out)
 		}
-		// iptables-save stamps its output with the time.
+		// iptables-save stamps its output with the time; the host's
+		// traffic moves its counters and nft's.
 		for _, line := range strings.Split(string(out), "\n") {
 			if !strings.HasPrefix(line, "#") {
-				b.WriteString(line + "\n")
+				b.WriteString(counters.ReplaceAllString(line, "") + "\n")
 			}
 		}
 	}
 	return b.String()
 }
+
+// counters matches the packet counters in iptables-save's chain lines
+// ("[12:960]") and nft's counter statements.
+var counters = regexp.MustCompile(`\[\d+:\d+\]|packets \d+ bytes \d+`)
 
 // TestDoctor runs `ipfence doctor` on this host, where CI installs every
 // backend's tools: each probe succeeds, and the host's firewall and
