@@ -19,6 +19,7 @@ import (
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/state"
@@ -168,6 +169,7 @@ func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *banct
 
 func newBanCmd(g *globals) *cobra.Command {
 	var f kernelFlags
+	var fb fleetBanFlags
 	var ttl, reason, origin, socket string
 	c := &cobra.Command{
 		Use:   "ban ADDRESS|PREFIX|-... [--ttl 1h] [--reason TEXT]",
@@ -190,6 +192,23 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 			targets, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if fb.on {
+				who := origin
+				if host, err := os.Hostname(); err == nil {
+					who += "@" + host
+				}
+				err := fb.publish(cmd, targets, func(p netip.Prefix, now time.Time) *fleet.Ban {
+					b := &fleet.Ban{Prefix: p, Created: now, Reason: reason, Origin: who}
+					if d > 0 {
+						b.Expires = now.Add(d)
+					}
+					return b
+				})
+				if err != nil {
+					return err
+				}
+				return printFleetBans(cmd.OutOrStdout(), g, "banned", targets, d)
 			}
 			reqs := make([]banctl.Request, len(targets))
 			for i, p := range targets {
@@ -233,6 +252,7 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 		},
 	}
 	f.register(c)
+	fb.register(c)
 	c.Flags().StringVar(&ttl, "ttl", "", "how long the ban lasts (90s, 15m, 1h, 7d, 2w; default: for good)")
 	c.Flags().StringVar(&reason, "reason", "", "why (shown by ipfence bans)")
 	c.Flags().StringVar(&origin, "origin", "cli", "who bans (fail2ban, crowdsec, ...)")
@@ -242,6 +262,7 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 
 func newUnbanCmd(g *globals) *cobra.Command {
 	var f kernelFlags
+	var fb fleetBanFlags
 	var socket string
 	c := &cobra.Command{
 		Use:   "unban ADDRESS|PREFIX|-...",
@@ -251,6 +272,15 @@ func newUnbanCmd(g *globals) *cobra.Command {
 			ps, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if fb.on {
+				err := fb.publish(cmd, ps, func(p netip.Prefix, now time.Time) *fleet.Ban {
+					return &fleet.Ban{Prefix: p, Created: now, Unban: true}
+				})
+				if err != nil {
+					return err
+				}
+				return printFleetBans(cmd.OutOrStdout(), g, "unbanned", ps, 0)
 			}
 			var lifted []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
@@ -285,6 +315,7 @@ func newUnbanCmd(g *globals) *cobra.Command {
 		},
 	}
 	f.register(c)
+	fb.register(c)
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
 }

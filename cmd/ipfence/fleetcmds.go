@@ -1,11 +1,27 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"errors"
 	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipfence/ipfence/internal/agent"
+	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/state"
 )
 
 func newKeygenCmd(g *globals) *cobra.Command {
@@ -37,4 +53,371 @@ public key would stop following the fleet.`,
 	c.Flags().StringVar(&out, "out", "", "folder to write ipfence.key and ipfence.pub into")
 	_ = c.MarkFlagRequired("out")
 	return c
+}
+
+// natsFlags say how a command reaches NATS.
+type natsFlags struct{ o hub.Options }
+
+func (f *natsFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.o.URL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated (`ipfence server`, or your cluster)")
+	c.Flags().StringVar(&f.o.Creds, "nats-creds", "", "NATS credentials file (.creds)")
+	c.Flags().StringVar(&f.o.CA, "nats-ca", "", "CA certificate (PEM) that signed the NATS servers' TLS certificates")
+	c.Flags().StringVar(&f.o.Cert, "nats-cert", "", "client TLS certificate (PEM)")
+	c.Flags().StringVar(&f.o.Key, "nats-key", "", "client TLS key (PEM)")
+}
+
+func (f *natsFlags) connect() (*hub.Hub, error) { return hub.Connect(f.o, false) }
+
+func newServerCmd(g *globals) *cobra.Command {
+	var cfg hub.ServerConfig
+	c := &cobra.Command{
+		Use:   "server --data DIR [--listen ADDR] [--config FILE]",
+		Short: "Run the fleet's NATS server (embedded, with JetStream)",
+		Long: `Server runs a NATS server with JetStream inside ipfence, the single-binary way
+to run a fleet: publishers and agents connect to it with --nats. Its data
+(bundles, revision pointers with their history, agent statuses, fleet bans)
+lives in --data and survives restarts. --config takes a nats-server
+configuration file for TLS, accounts and clustering; or run any NATS cluster
+with JetStream instead and point every command's --nats at it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			cfg.Logger = g.logger
+			cfg.Ready = func(url string) {
+				g.logger.Info("NATS with JetStream ready", "url", url, "data", cfg.DataDir)
+			}
+			return hub.Serve(ctx, cfg)
+		},
+	}
+	c.Flags().StringVar(&cfg.DataDir, "data", "", "JetStream data folder")
+	c.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:4222", "client address (0.0.0.0:4222 to serve a fleet)")
+	c.Flags().StringVar(&cfg.ConfigFile, "config", "", "nats-server configuration file (TLS, accounts, cluster)")
+	_ = c.MarkFlagRequired("data")
+	return c
+}
+
+func newPublishCmd(g *globals) *cobra.Command {
+	var pf policyFlags
+	var nf natsFlags
+	var keyPath, group, canary string
+	c := &cobra.Command{
+		Use:   "publish --policy FILE --key FILE [--group NAME] [--canary N%] [--nats URL]",
+		Short: "Compile a policy and roll it out to a host group",
+		Long: `Publish reads and compiles the policy here (its URLs downloaded here, once for
+the fleet), bundles the policy with what its sources resolved to, stores the
+bundle in the fleet's object store under its SHA-256 and moves the group's
+revision pointer to it, signed with --key. Every agent of the group applies it
+within seconds. --canary 10% sends only a tenth of the group's hosts (chosen
+by name, differently for each revision) while the others stay where they are;
+publish again without --canary to send everyone.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pct, err := parseCanary(canary)
+			if err != nil {
+				return usageError{err}
+			}
+			priv, err := fleet.LoadPrivateKey(keyPath)
+			if err != nil {
+				return err
+			}
+			c, err := pf.compile(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			if c.plan.Backend.IPTables() {
+				return fmt.Errorf("backend %s: agents run the nftables and xdp backends; publish a policy for those", c.plan.Backend)
+			}
+			text, err := os.ReadFile(pf.policy)
+			if err != nil {
+				return err
+			}
+			data, err := fleet.NewBundle(c.res.Input, c.res.Policy.RejectMark, filepath.Base(pf.policy), string(text), time.Now()).Encode()
+			if err != nil {
+				return err
+			}
+			h, err := nf.connect()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			if err := h.Setup(cmd.Context(), 1); err != nil {
+				return err
+			}
+			p, err := h.Publish(cmd.Context(), group, data, priv, pct, time.Now())
+			if err != nil {
+				return err
+			}
+			return printPointer(cmd.OutOrStdout(), g, "published", p, c.plan)
+		},
+	}
+	pf.register(c)
+	nf.register(c)
+	c.Flags().StringVar(&keyPath, "key", "", "private key (ipfence keygen's ipfence.key)")
+	c.Flags().StringVar(&group, "group", "default", "host group to publish to")
+	c.Flags().StringVar(&canary, "canary", "", "send only this share of the group's hosts, e.g. 10%")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+// parseCanary reads "10%" (or "10"): 0 for "".
+func parseCanary(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(s, "%"))
+	if err != nil || n < 1 || n > 99 {
+		return 0, fmt.Errorf("--canary %q: want a share of hosts from 1%% to 99%%", s)
+	}
+	return n, nil
+}
+
+// printPointer says where a group's pointer went (p: nil for rollback's
+// plan).
+func printPointer(w io.Writer, g *globals, verb string, p *fleet.Pointer, pl *plan.Plan) error {
+	if g.json {
+		return writeJSON(w, p)
+	}
+	fmt.Fprintf(w, "%s revision %d of group %s: bundle %s (%d bytes)", verb, p.Seq, p.Group, p.Digest, p.Size)
+	if pl != nil {
+		v4, v6 := 0, 0
+		for _, r := range pl.Rules {
+			v4 += r.V4.Prefixes
+			v6 += r.V6.Prefixes
+		}
+		fmt.Fprintf(w, ", %d rules, %d IPv4 + %d IPv6 prefixes", len(pl.Rules), v4, v6)
+	}
+	fmt.Fprintln(w)
+	if p.Canary > 0 {
+		fmt.Fprintf(w, "canary: %d%% of the group's hosts; the others stay on revision %d (%s)\n", p.Canary, p.Stable.Seq, p.Stable.Digest)
+	}
+	return nil
+}
+
+func newRollbackCmd(g *globals) *cobra.Command {
+	var nf natsFlags
+	var keyPath, group string
+	var to uint64
+	c := &cobra.Command{
+		Use:   "rollback --key FILE [--group NAME] [--to SEQ] [--nats URL]",
+		Short: "Send a host group back to an earlier revision",
+		Long: `Rollback moves the group's pointer back to the bundle of an earlier revision
+(--to SEQ; by default the last one, not a canary, whose bundle differs from the
+current one), for every host of the group. It is itself a new revision with a
+higher sequence number: agents never accept a lower one, so an old pointer
+replayed cannot roll a host back.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			priv, err := fleet.LoadPrivateKey(keyPath)
+			if err != nil {
+				return err
+			}
+			h, err := nf.connect()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			p, err := h.Rollback(cmd.Context(), group, to, priv, time.Now())
+			if err != nil {
+				return err
+			}
+			return printPointer(cmd.OutOrStdout(), g, "rolled back: new", p, nil)
+		},
+	}
+	nf.register(c)
+	c.Flags().StringVar(&keyPath, "key", "", "private key (ipfence keygen's ipfence.key)")
+	c.Flags().StringVar(&group, "group", "default", "host group")
+	c.Flags().Uint64Var(&to, "to", 0, "revision whose bundle to go back to (default: the previous bundle)")
+	_ = c.MarkFlagRequired("key")
+	return c
+}
+
+func newAgentCmd(g *globals) *cobra.Command {
+	var cfg agent.Config
+	var nf natsFlags
+	var xf xdpFlags
+	var pubPath, banPubPath string
+	c := &cobra.Command{
+		Use:   "agent --pubkey FILE [--nats URL] [--group NAME] [--name HOST] [--netns NAME]",
+		Short: "Follow a host group's policy and the fleet's bans",
+		Long: `Agent runs the daemon (local API socket, metrics, ban expiry, drift repair,
+XDP) with its group's revision as the policy. It watches the group's pointer,
+checks its signature against --pubkey, fetches the bundle after a random delay
+(--jitter), checks its digest and loads the difference in one transaction;
+anything refused leaves the last good revision in force. That revision is kept
+in the state folder: with NATS unreachable the agent enforces it and retries.
+Fleet bans (ipfence ban --fleet) apply within a second, and after an outage
+with the time they have left. The status (revision, apply time, counts, last
+error, backend, kernel) goes to the fleet every --heartbeat and at each change:
+'ipfence fleet status' reads it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			var err error
+			if cfg.PubKey, err = fleet.LoadPublicKey(pubPath); err != nil {
+				return err
+			}
+			if banPubPath != "" {
+				if cfg.BanKey, err = fleet.LoadPublicKey(banPubPath); err != nil {
+					return err
+				}
+			}
+			cfg.NATS = nf.o
+			cfg.Daemon.Logger = g.logger
+			cfg.Daemon.XDP = xf.options(cfg.Daemon.NetNS, nil)
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			return a.Run(ctx)
+		},
+	}
+	nf.register(c)
+	xf.register(c, true)
+	c.Flags().StringVar(&pubPath, "pubkey", "", "public key the group's revisions are signed with (ipfence keygen's ipfence.pub)")
+	c.Flags().StringVar(&banPubPath, "ban-pubkey", "", "public key fleet bans are signed with (default: --pubkey)")
+	c.Flags().StringVar(&cfg.Group, "group", "default", "host group to follow")
+	c.Flags().StringVar(&cfg.Name, "name", "", "this host's name in the fleet (default: the host name)")
+	c.Flags().StringVar(&cfg.Daemon.NetNS, "netns", "", "network namespace to enforce in (default: the current one)")
+	c.Flags().StringVar(&cfg.Daemon.StateDir, "state", state.DefaultDir, "state folder: the last good revision, bans")
+	c.Flags().StringVar(&cfg.Daemon.Socket, "socket", api.DefaultSocket, "the local API socket (ipfence ban/bans/status)")
+	c.Flags().StringVar(&cfg.Daemon.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
+	c.Flags().DurationVar(&cfg.Daemon.Tick, "tick", 10*time.Second, "how often to expire bans and look for drift")
+	c.Flags().DurationVar(&cfg.Jitter, "jitter", 2*time.Second, "longest random delay before fetching a new revision (spreads a fleet's fetches)")
+	c.Flags().DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "how often the status is written without a change")
+	c.Flags().DurationVar(&cfg.Poll, "poll", 30*time.Second, "how often the pointer is read besides watching it")
+	_ = c.MarkFlagRequired("pubkey")
+	return c
+}
+
+func newFleetCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "fleet", Short: "Look at the fleet: which host runs what"}
+	c.AddCommand(newFleetStatusCmd(g))
+	return c
+}
+
+func newFleetStatusCmd(g *globals) *cobra.Command {
+	var nf natsFlags
+	var pubPath string
+	var silentAfter time.Duration
+	c := &cobra.Command{
+		Use:   "status [--nats URL] [--pubkey FILE] [--silent-after 1m]",
+		Short: "Drift report: hosts at the latest revision, behind, failing, silent",
+		Long: `Fleet status reads every group's pointer and every agent's last status and says
+for each host whether it runs the revision it should (latest; during a canary
+the hosts outside it should run the stable one), runs an older one (behind),
+tried and failed (failing, with the error), or has not reported for
+--silent-after (silent). With --pubkey the pointers' signatures are checked.
+It exits with status 1 when a host is not at the latest revision.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var pub ed25519.PublicKey
+			if pubPath != "" {
+				var err error
+				if pub, err = fleet.LoadPublicKey(pubPath); err != nil {
+					return err
+				}
+			}
+			h, err := nf.connect()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			ps, err := h.Pointers(cmd.Context(), pub)
+			if err != nil {
+				return err
+			}
+			st, err := h.Statuses(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r := fleet.Drift(ps, st, time.Now(), silentAfter)
+			if g.json {
+				err = writeJSON(cmd.OutOrStdout(), r)
+			} else {
+				printDrift(cmd.OutOrStdout(), r)
+			}
+			if err == nil && r.Counts[fleet.Latest] < len(r.Hosts) {
+				return errDrift
+			}
+			return err
+		},
+	}
+	nf.register(c)
+	c.Flags().StringVar(&pubPath, "pubkey", "", "check the pointers' signatures with this public key")
+	c.Flags().DurationVar(&silentAfter, "silent-after", time.Minute, "a host without a heartbeat for this long is silent (agents beat every 15s)")
+	return c
+}
+
+// errDrift is fleet status's exit for a fleet not all at the latest.
+var errDrift = errors.New("not every host runs its latest revision")
+
+func printDrift(w io.Writer, r fleet.Report) {
+	for name, p := range r.Pointers {
+		fmt.Fprintf(w, "group %s: revision %d, bundle %s", name, p.Seq, p.Digest)
+		if p.Canary > 0 {
+			fmt.Fprintf(w, " (canary %d%%; others on %d)", p.Canary, p.Stable.Seq)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%d hosts: %d latest, %d behind, %d failing, %d silent\n", len(r.Hosts),
+		r.Counts[fleet.Latest], r.Counts[fleet.Behind], r.Counts[fleet.Failing], r.Counts[fleet.Silent])
+	for _, h := range r.Hosts {
+		fmt.Fprintf(w, "  %-20s %-8s %-9s revision %d applied %s (%d ms, %s), %d elements, %d bans, %s, kernel %s, heartbeat %s ago\n",
+			h.Host, h.Group, h.State, h.Seq, h.Applied.Format(time.RFC3339), h.ApplyMillis, h.Mode, h.Elements, h.Bans,
+			h.Backend, h.Kernel, h.Silence.Round(time.Second))
+		if h.LastError != "" {
+			fmt.Fprintf(w, "      last error (revision %d): %s\n", h.FailedSeq, h.LastError)
+		}
+	}
+}
+
+// fleetBanFlags are ban's and unban's flags for fleet-wide bans.
+type fleetBanFlags struct {
+	on      bool
+	nf      natsFlags
+	keyPath string
+}
+
+func (f *fleetBanFlags) register(c *cobra.Command) {
+	c.Flags().BoolVar(&f.on, "fleet", false, "for every agent of the fleet: publish on the fleet's bans stream, signed with --key")
+	c.Flags().StringVar(&f.keyPath, "key", "", "with --fleet: private key the agents' --ban-pubkey (or --pubkey) trusts")
+	f.nf.register(c)
+}
+
+// publish publishes the bans or unbans of ps, each made by mk.
+func (f *fleetBanFlags) publish(cmd *cobra.Command, ps []netip.Prefix, mk func(netip.Prefix, time.Time) *fleet.Ban) error {
+	if f.keyPath == "" {
+		return usageError{errors.New("--fleet needs --key (the private key the agents trust for bans)")}
+	}
+	priv, err := fleet.LoadPrivateKey(f.keyPath)
+	if err != nil {
+		return err
+	}
+	h, err := f.nf.connect()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for _, p := range ps {
+		if err := h.PublishBan(cmd.Context(), mk(p, time.Now()), priv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printFleetBans(w io.Writer, g *globals, verb string, ps []netip.Prefix, ttl time.Duration) error {
+	if g.json {
+		return writeJSON(w, map[string]any{"fleet": true, verb: ps, "ttl_seconds": int64(ttl.Seconds())})
+	}
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s %s on every agent of the fleet", verb, p)
+		if ttl > 0 {
+			fmt.Fprintf(w, " for %s", ttl)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
 }

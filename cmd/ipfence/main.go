@@ -78,6 +78,11 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(g),
 		newDoctorCmd(g),
 		newKeygenCmd(g),
+		newServerCmd(g),
+		newPublishCmd(g),
+		newRollbackCmd(g),
+		newAgentCmd(g),
+		newFleetCmd(g),
 	)
 	return root
 }

@@ -45,7 +45,11 @@ var ErrBackend = errors.New("the daemon runs the nftables and xdp backends only"
 
 // Config configures a Daemon.
 type Config struct {
-	Policy   string // policy file
+	Policy string // policy file
+	// Input, when set, gives the policy already resolved in place of the
+	// file (a fleet agent's bundle): no source is read, and Reload asks
+	// Input again. Policy then only names it in the status.
+	Input    func(ctx context.Context) (*plan.Input, error)
 	NetNS    string // "" = current namespace
 	StateDir string
 	Socket   string // API socket path
@@ -93,6 +97,8 @@ type Daemon struct {
 	// xdpPlan is the plan whose XDP rules run (nil: none); it lags
 	// behind plan when an XDP swap failed, so the next reload tries again.
 	xdpPlan *plan.Plan
+	// ready is closed once the policy is loaded and the API serves.
+	ready chan struct{}
 }
 
 // sourceState is what the daemon knows of one source.
@@ -117,7 +123,7 @@ func New(cfg Config) *Daemon {
 	if cfg.DriftEvery <= 0 {
 		cfg.DriftEvery = time.Minute
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}, ready: make(chan struct{})}
 	d.metrics = newMetrics(d)
 	d.bans = newBanQueue(d)
 	return d
@@ -182,6 +188,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Warn("notifying systemd", "err", err)
 	}
 	d.log.Info("ready", "socket", d.cfg.Socket, "netns", d.cfg.NetNS, "metrics", d.cfg.Metrics)
+	close(d.ready)
 	err = d.loop(ctx, errc)
 
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
@@ -195,6 +202,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Wait()
 	return err
 }
+
+// Ready is closed once Run has loaded the policy and serves the API:
+// from then on Reload, Ban and Unban may be called.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // loop runs the periodic work until ctx is done or a server fails.
 func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
@@ -280,6 +291,13 @@ type compiled struct {
 // compile reads the policy and its sources and compiles it; it records
 // per source when it was checked and what went wrong.
 func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
+	if d.cfg.Input != nil {
+		in, err := d.cfg.Input(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
+	}
 	pol, err := policy.Load(d.cfg.Policy)
 	if err != nil {
 		return nil, err
@@ -298,6 +316,11 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 		d.sourceFailed(pol, err)
 		return nil, err
 	}
+	return d.compileInput(pol, res)
+}
+
+// compileInput compiles what pol resolved to.
+func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compiled, error) {
 	if res.Input.Backend.IPTables() {
 		return nil, fmt.Errorf("%w: the policy says backend %s; load it with `ipfence apply` (e.g. from a systemd timer)", ErrBackend, res.Input.Backend)
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,14 +74,7 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 		}
 		reqs[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin}
 	}
-	// The guard and the building of the bans run here, on the caller's
-	// goroutine, so that the batching one only commits.
-	prep, err := d.ctl.Prepare(reqs)
-	if err != nil {
-		writeBanError(w, err)
-		return
-	}
-	done, err := d.bans.submit(r.Context(), &banOp{bans: prep, quiet: req.Quiet})
+	done, err := d.ban(r.Context(), reqs, req.Quiet)
 	if err != nil {
 		writeBanError(w, err)
 		return
@@ -99,12 +93,37 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 		writeBanError(w, err)
 		return
 	}
-	lifted, err := d.bans.submit(r.Context(), &banOp{unbans: []netip.Prefix{p}})
+	lifted, err := d.Unban(r.Context(), []netip.Prefix{p})
 	if err != nil {
 		writeBanError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.UnbanResponse{Unbanned: lifted.bans})
+	writeJSON(w, http.StatusOK, api.UnbanResponse{Unbanned: lifted})
+}
+
+// ban queues reqs for the next ban transaction and waits for it; quiet
+// leaves the bans out of the result (their count stays).
+func (d *Daemon) ban(ctx context.Context, reqs []banctl.Request, quiet bool) (banResult, error) {
+	// The guard and the building of the bans run here, on the caller's
+	// goroutine, so that the batching one only commits.
+	prep, err := d.ctl.Prepare(reqs)
+	if err != nil {
+		return banResult{}, err
+	}
+	return d.bans.submit(ctx, &banOp{bans: prep, quiet: quiet})
+}
+
+// Ban bans reqs as the API does (batched with concurrent calls, checked
+// by the guard) and returns the bans made. Call it once Ready.
+func (d *Daemon) Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, error) {
+	r, err := d.ban(ctx, reqs, false)
+	return r.bans, err
+}
+
+// Unban lifts the bans of ps and returns them. Call it once Ready.
+func (d *Daemon) Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, error) {
+	r, err := d.bans.submit(ctx, &banOp{unbans: ps})
+	return r.bans, err
 }
 
 func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,5 +171,83 @@ func TestCanary(t *testing.T) {
 	p.Canary = 0
 	if p.For("web1").Digest != "new" {
 		t.Error("no canary: every host runs the new bundle")
+	}
+}
+
+// TestBanMessages: a fleet ban verifies with its key only, is never
+// taken for a pointer (nor a pointer for a ban), and its token is the
+// same for every spelling of the prefix.
+func TestBanMessages(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(nil)
+	_, other, _ := ed25519.GenerateKey(nil)
+	pub := priv.Public().(ed25519.PublicKey)
+	now := time.Now()
+	b := &fleet.Ban{Prefix: netip.MustParsePrefix("198.18.0.7/32"), Created: now, Expires: now.Add(time.Hour), Reason: "ssh", Origin: "web1"}
+	data, err := fleet.SignBan(b, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fleet.VerifyBan(data, pub)
+	if err != nil || got.Prefix != b.Prefix || !got.Expires.Equal(b.Expires) {
+		t.Fatalf("verify: %+v %v", got, err)
+	}
+	if left, live := got.Remaining(now.Add(20 * time.Minute)); !live || left != 40*time.Minute {
+		t.Errorf("remaining after 20 min: %v %v", left, live)
+	}
+	if _, live := got.Remaining(now.Add(2 * time.Hour)); live {
+		t.Error("an expired ban is in force")
+	}
+	forged, _ := fleet.SignBan(b, other)
+	pointer, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: 1}, priv)
+	for name, d := range map[string][]byte{"another key": forged, "a pointer": pointer} {
+		if _, err := fleet.VerifyBan(d, pub); !errors.Is(err, fleet.ErrSignature) {
+			t.Errorf("%s as a ban: %v", name, err)
+		}
+	}
+	if _, err := fleet.Verify(data, pub); !errors.Is(err, fleet.ErrSignature) {
+		t.Errorf("a ban as a pointer: %v", err)
+	}
+	if a, b := fleet.BanToken(netip.MustParsePrefix("2001:2::1/64")), fleet.BanToken(netip.MustParsePrefix("2001:2::/64")); a != b {
+		t.Errorf("tokens %s and %s for one prefix", a, b)
+	}
+	if a, b := fleet.BanToken(netip.MustParsePrefix("198.18.0.0/16")), fleet.BanToken(netip.MustParsePrefix("198.18.0.0/24")); a == b {
+		t.Error("one token for two prefixes")
+	}
+}
+
+// TestDrift classifies hosts against their groups' pointers: on the
+// bundle they should run (a canary's own or its stable one), behind,
+// failing with an error, silent without heartbeat, or in a group with
+// no policy.
+func TestDrift(t *testing.T) {
+	now := time.Now()
+	p := &fleet.Pointer{Group: "web", Seq: 5, Digest: "new", Canary: 50, Stable: &fleet.Target{Seq: 4, Digest: "old"}}
+	var inCanary, outCanary string
+	for i := 0; inCanary == "" || outCanary == ""; i++ {
+		h := fmt.Sprint("web", i)
+		if p.For(h).Digest == "new" {
+			inCanary = h
+		} else {
+			outCanary = h
+		}
+	}
+	fresh := now.Add(-time.Second)
+	st := []fleet.Status{
+		{Host: inCanary, Group: "web", Digest: "new", Heartbeat: fresh},
+		{Host: outCanary, Group: "web", Digest: "old", Heartbeat: fresh},
+		{Host: "b", Group: "web", Digest: "older", Heartbeat: fresh},
+		{Host: "c", Group: "web", Digest: "older", LastError: "apply: boom", FailedSeq: 5, Heartbeat: fresh},
+		{Host: "d", Group: "web", Digest: "new", Heartbeat: now.Add(-time.Hour)},
+		{Host: "e", Group: "db", Heartbeat: fresh},
+	}
+	r := fleet.Drift(map[string]*fleet.Pointer{"web": p}, st, now, time.Minute)
+	want := map[string]fleet.HostState{inCanary: fleet.Latest, outCanary: fleet.Latest, "b": fleet.Behind, "c": fleet.Failing, "d": fleet.Silent, "e": fleet.NoGroup}
+	for _, h := range r.Hosts {
+		if h.State != want[h.Host] {
+			t.Errorf("host %s: %s, want %s", h.Host, h.State, want[h.Host])
+		}
+	}
+	if r.Counts[fleet.Latest] != 2 || len(r.Hosts) != 6 {
+		t.Errorf("counts %v", r.Counts)
 	}
 }

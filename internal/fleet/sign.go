@@ -131,37 +131,80 @@ type Target struct {
 	Size   int64  `json:"size"`
 }
 
-// Signed is a Pointer as stored: its JSON, and who signed it.
+// Signed is a signed message as stored: a Pointer's or a Ban's JSON,
+// what it is, and who signed it. The signature covers the kind, so that
+// a message of one kind is never taken for the other.
 type Signed struct {
+	Kind    string `json:"kind"`
 	Payload []byte `json:"payload"`
 	KeyID   string `json:"key_id"`
 	Sig     []byte `json:"sig"`
 }
 
-// Sign signs p with priv.
-func Sign(p *Pointer, priv ed25519.PrivateKey) ([]byte, error) {
-	payload, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the pointer: %w", err)
-	}
-	return json.Marshal(&Signed{Payload: payload, KeyID: KeyID(priv.Public().(ed25519.PublicKey)), Sig: ed25519.Sign(priv, payload)})
+// The kinds of signed messages.
+const (
+	kindPointer = "pointer"
+	kindBan     = "ban"
+)
+
+// signed is what a signature of kind over payload covers.
+func signed(kind string, payload []byte) []byte {
+	return append([]byte("ipfence "+kind+"\n"), payload...)
 }
 
-// ErrSignature is returned for a pointer that pub did not sign.
+// sign signs v, a message of kind, with priv.
+func sign(kind string, v any, priv ed25519.PrivateKey) ([]byte, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the %s: %w", kind, err)
+	}
+	return json.Marshal(&Signed{Kind: kind, Payload: payload, KeyID: KeyID(priv.Public().(ed25519.PublicKey)), Sig: ed25519.Sign(priv, signed(kind, payload))})
+}
+
+// ErrSignature is returned for a message that the trusted key did not
+// sign.
 var ErrSignature = errors.New("signature does not verify")
+
+// open decodes data, a message of kind, into v if pub signed it.
+func open(kind string, data []byte, pub ed25519.PublicKey, v any) error {
+	var s Signed
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("%w: not a signed %s: %v", ErrSignature, kind, err)
+	}
+	if s.Kind != kind {
+		return fmt.Errorf("%w: a signed %q where a %s belongs", ErrSignature, s.Kind, kind)
+	}
+	if !ed25519.Verify(pub, signed(kind, s.Payload), s.Sig) {
+		return fmt.Errorf("%w: signed by key %q, this host trusts key %s (check --pubkey)", ErrSignature, s.KeyID, KeyID(pub))
+	}
+	if err := json.Unmarshal(s.Payload, v); err != nil {
+		return fmt.Errorf("%w: signed, but not a %s: %v", ErrSignature, kind, err)
+	}
+	return nil
+}
+
+// Sign signs p with priv.
+func Sign(p *Pointer, priv ed25519.PrivateKey) ([]byte, error) { return sign(kindPointer, p, priv) }
 
 // Verify returns the pointer in data if pub signed it.
 func Verify(data []byte, pub ed25519.PublicKey) (*Pointer, error) {
-	var s Signed
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("%w: not a signed pointer: %v", ErrSignature, err)
-	}
-	if !ed25519.Verify(pub, s.Payload, s.Sig) {
-		return nil, fmt.Errorf("%w: signed by key %q, this host trusts key %s (check --pubkey)", ErrSignature, s.KeyID, KeyID(pub))
-	}
 	var p Pointer
+	if err := open(kindPointer, data, pub, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Peek returns the pointer in data without checking who signed it: for
+// reports only, never to decide what a host runs.
+func Peek(data []byte) (*Pointer, error) {
+	var s Signed
+	var p Pointer
+	if err := json.Unmarshal(data, &s); err != nil || s.Kind != kindPointer {
+		return nil, fmt.Errorf("%w: not a signed pointer", ErrSignature)
+	}
 	if err := json.Unmarshal(s.Payload, &p); err != nil {
-		return nil, fmt.Errorf("%w: signed, but not a pointer: %v", ErrSignature, err)
+		return nil, fmt.Errorf("%w: not a pointer: %v", ErrSignature, err)
 	}
 	return &p, nil
 }

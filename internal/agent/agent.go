@@ -1,0 +1,581 @@
+// Package agent is `ipfence agent`: a daemon (package daemon) whose
+// policy is its group's signed revision in the fleet's JetStream
+// (package hub), not a local file.
+//
+// The agent watches the group's pointer, verifies it against the
+// configured public key, fetches the bundle it names (after a random
+// delay, so that a fleet does not fetch at once), checks its digest and
+// hands it to the daemon, which sends the difference to the kernel in one
+// transaction. The last good revision is kept in the state folder: with
+// NATS unreachable, at boot or later, the agent enforces it and retries.
+// Fleet bans arrive on the bans stream and go through the daemon's ban
+// queue with the time they have left. The agent reports its status to
+// the status bucket at every change and as a heartbeat.
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/daemon"
+	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/state"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Daemon is the local daemon's configuration (namespace, state
+	// folder, API socket, metrics, XDP); its Policy and Input are the
+	// agent's.
+	Daemon daemon.Config
+	NATS   hub.Options
+	// Name is this host in the fleet (default: the host name); Group is
+	// the host group whose policy it runs (default "default").
+	Name, Group string
+	// PubKey checks the pointers; BanKey the fleet bans (default PubKey).
+	PubKey, BanKey ed25519.PublicKey
+	// Jitter bounds the random delay before fetching a new bundle
+	// (default 2s; negative: none).
+	Jitter time.Duration
+	// Heartbeat is how often the status is written without a change
+	// (default 15s); Poll how often the pointer is read besides the watch
+	// (default 30s).
+	Heartbeat, Poll time.Duration
+}
+
+// Agent is a running `ipfence agent`.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	hub   *hub.Hub
+	d     *daemon.Daemon
+	dir   string // where the last good revision is kept
+	start time.Time
+
+	// applyMu serializes revisions; mu guards what follows.
+	applyMu sync.Mutex
+	mu      sync.Mutex
+	cur     *revision // in force
+	next    *plan.Input
+	seq     uint64 // the last pointer followed
+	lastErr string
+	failed  uint64 // the pointer lastErr is about
+	mode    string
+	took    time.Duration
+
+	bans    chan *fleet.Ban
+	banSeen map[netip.Prefix]time.Time // the newest message applied per prefix
+}
+
+// revision is a bundle in force.
+type revision struct {
+	Group   string    `json:"group"`
+	Seq     uint64    `json:"seq"`
+	Digest  string    `json:"digest"`
+	Applied time.Time `json:"applied"`
+	in      *plan.Input
+}
+
+// New returns an agent for cfg (nothing is started).
+func New(cfg Config) (*Agent, error) {
+	if cfg.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("naming this host: %w (give --name)", err)
+		}
+		cfg.Name = h
+	}
+	if cfg.Group == "" {
+		cfg.Group = "default"
+	}
+	if err := errors.Join(hub.CheckName("host", cfg.Name), hub.CheckName("group", cfg.Group)); err != nil {
+		return nil, err
+	}
+	if cfg.BanKey == nil {
+		cfg.BanKey = cfg.PubKey
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = 2 * time.Second
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 30 * time.Second
+	}
+	if cfg.Daemon.Logger == nil {
+		cfg.Daemon.Logger = slog.Default()
+	}
+	if cfg.NATS.Name == "" {
+		cfg.NATS.Name = "ipfence agent " + cfg.Name
+	}
+	ns := cfg.Daemon.NetNS
+	if ns == "" {
+		ns = "_current"
+	}
+	a := &Agent{cfg: cfg, log: cfg.Daemon.Logger, dir: filepath.Join(cfg.Daemon.StateDir, "fleet", filepath.Base(ns)),
+		bans: make(chan *fleet.Ban, 4096), banSeen: map[netip.Prefix]time.Time{}}
+	a.cfg.Daemon.Policy = fmt.Sprintf("fleet group %s", cfg.Group)
+	a.cfg.Daemon.Input = a.input
+	return a, nil
+}
+
+// input is the daemon's policy: the revision being applied, else the
+// one in force.
+func (a *Agent) input(context.Context) (*plan.Input, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.next != nil {
+		return a.next, nil
+	}
+	return a.cur.in, nil
+}
+
+// Run runs the agent until ctx is done. The ruleset stays in force when
+// it returns.
+func (a *Agent) Run(ctx context.Context) error {
+	a.start = time.Now()
+	h, err := hub.Connect(a.cfg.NATS, true)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	a.hub = h
+	if a.cur, err = a.loadSaved(); err != nil {
+		a.log.Warn("the last good revision cannot be read; waiting for the group's", "err", err)
+	}
+	if a.cur != nil {
+		a.seq = a.cur.Seq
+		a.log.Info("enforcing the last good revision", "group", a.cur.Group, "seq", a.cur.Seq, "digest", a.cur.Digest)
+	}
+	saved := a.cur != nil
+	if !saved {
+		if err := a.first(ctx); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.d = daemon.New(a.cfg.Daemon)
+	errc := make(chan error, 1)
+	wg.Go(func() { errc <- a.d.Run(ctx) })
+	select {
+	case err := <-errc:
+		// Said in the status too: the service manager starts the agent
+		// again, a later revision may do better.
+		a.fail(a.seq, err)
+		a.report(ctx)
+		return err
+	case <-a.d.Ready():
+	}
+	a.mu.Lock()
+	a.cur.Applied = time.Now()
+	a.mu.Unlock()
+	if !saved {
+		if err := a.promote(a.cur); err != nil {
+			a.log.Warn("recording the revision as last good", "err", err)
+		}
+	}
+	wg.Go(func() { a.followPointer(ctx) })
+	wg.Go(func() { a.followBans(ctx) })
+	wg.Go(func() { a.applyBans(ctx) })
+	a.report(ctx)
+	tick := time.NewTicker(a.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-tick.C:
+			a.report(ctx)
+		}
+	}
+}
+
+// first waits for the group's first revision this host can run, with
+// nothing in force yet (the kernel is not touched until then).
+func (a *Agent) first(ctx context.Context) error {
+	a.log.Info("no revision yet: waiting for the group's pointer", "group", a.cfg.Group, "nats", a.cfg.NATS.URL)
+	wait := time.Second
+	for {
+		data, err := a.hub.Pointer(ctx, a.cfg.Group)
+		switch {
+		case err != nil:
+			a.log.Warn("reading the group's pointer; trying again", "err", err)
+		case data != nil:
+			rev, seq, err := a.fetch(ctx, data)
+			if err == nil {
+				a.cur, a.seq = rev, seq
+				return nil
+			}
+			a.fail(seq, err)
+			wait = min(2*wait, a.cfg.Poll) // a refused revision is not fetched again at once
+		}
+		a.report(ctx)
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// errOld is fetch's answer to a pointer this host ran already.
+var errOld = errors.New("revision followed already")
+
+// fetch verifies a stored pointer, fetches and checks the bundle it
+// names for this host, and returns it with the pointer's seq (errOld:
+// nothing to do).
+func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, error) {
+	p, err := fleet.Verify(data, a.cfg.PubKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("group %s's pointer refused: %w", a.cfg.Group, err)
+	}
+	if p.Group != a.cfg.Group {
+		return nil, p.Seq, fmt.Errorf("%w: group %s's key holds a pointer signed for group %q", fleet.ErrSignature, a.cfg.Group, p.Group)
+	}
+	a.mu.Lock()
+	seq, cur, retry := a.seq, a.cur, a.lastErr != ""
+	a.mu.Unlock()
+	if p.Seq < seq || (p.Seq == seq && !retry) {
+		if p.Seq < seq {
+			a.log.Warn("ignoring an older revision of the group (replayed?)", "seq", p.Seq, "running", seq)
+		}
+		return nil, p.Seq, errOld
+	}
+	t := p.For(a.cfg.Name)
+	if cur != nil && t.Digest == cur.Digest {
+		return &revision{Group: p.Group, Seq: t.Seq, Digest: t.Digest, in: cur.in}, p.Seq, nil
+	}
+	if a.cfg.Jitter > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, p.Seq, ctx.Err()
+		case <-time.After(rand.N(a.cfg.Jitter)):
+		}
+	}
+	raw, err := a.hub.Bundle(ctx, t.Digest)
+	if err != nil {
+		return nil, p.Seq, err
+	}
+	b, err := t.Check(raw)
+	if err != nil {
+		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
+	}
+	in, err := b.Input()
+	if err != nil {
+		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
+	}
+	if err := a.save(raw, &revision{Group: p.Group, Seq: t.Seq, Digest: t.Digest}, "candidate"); err != nil {
+		return nil, p.Seq, err
+	}
+	return &revision{Group: p.Group, Seq: t.Seq, Digest: t.Digest, in: in}, p.Seq, nil
+}
+
+// followPointer applies every new pointer of the group: on the watch's
+// updates, and every Poll in case an update was missed while away.
+func (a *Agent) followPointer(ctx context.Context) {
+	updates := make(chan []byte, 1)
+	push := func(data []byte) {
+		select { // only the newest matters
+		case <-updates:
+		default:
+		}
+		updates <- data
+	}
+	go func() {
+		for ctx.Err() == nil {
+			if err := a.hub.WatchPointer(ctx, a.cfg.Group, push); err != nil {
+				a.log.Debug("watching the pointer; trying again", "err", err)
+			}
+			sleep(ctx, time.Second)
+		}
+	}()
+	poll := time.NewTicker(a.cfg.Poll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case data := <-updates:
+			a.follow(ctx, data)
+		case <-poll.C:
+			if data, err := a.hub.Pointer(ctx, a.cfg.Group); err != nil {
+				a.log.Debug("reading the pointer", "err", err)
+			} else if data != nil {
+				a.follow(ctx, data)
+			}
+		}
+	}
+}
+
+// follow applies the revision a pointer names for this host.
+func (a *Agent) follow(ctx context.Context, data []byte) {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	t0 := time.Now()
+	rev, seq, err := a.fetch(ctx, data)
+	if errors.Is(err, errOld) {
+		return
+	}
+	if err != nil {
+		a.fail(seq, err)
+		a.report(ctx)
+		return
+	}
+	a.mu.Lock()
+	same := rev.Digest == a.cur.Digest
+	a.next = rev.in
+	a.mu.Unlock()
+	mode := "none"
+	if !same {
+		var r daemon.ReloadResult
+		r, err = a.d.Reload(ctx)
+		mode = r.Mode
+	}
+	a.mu.Lock()
+	a.next = nil
+	if err == nil {
+		rev.Applied = time.Now()
+		if same {
+			rev.Applied = a.cur.Applied
+		}
+		a.cur, a.seq, a.lastErr, a.failed = rev, seq, "", 0
+		a.mode, a.took = mode, time.Since(t0)
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.fail(seq, fmt.Errorf("applying revision %d: %w (the last good revision stays)", seq, err))
+	} else {
+		if !same {
+			if err := a.promote(rev); err != nil {
+				a.log.Warn("recording the revision as last good", "err", err)
+			}
+		}
+		a.log.Info("revision applied", "group", rev.Group, "seq", seq, "digest", rev.Digest, "mode", mode, "ms", time.Since(t0).Milliseconds())
+	}
+	a.report(ctx)
+}
+
+// fail records err as the reason this host is not on pointer seq.
+func (a *Agent) fail(seq uint64, err error) {
+	a.log.Error("revision not applied", "seq", seq, "err", err)
+	a.mu.Lock()
+	a.lastErr, a.failed = err.Error(), seq
+	if seq > a.seq && a.cur != nil {
+		// Seen and refused: a later poll retries it, a replay of an older
+		// one is ignored.
+		a.seq = seq
+	}
+	a.mu.Unlock()
+}
+
+// report writes the status (best effort: NATS may be away).
+func (a *Agent) report(ctx context.Context) {
+	s := a.Status()
+	if err := a.hub.PutStatus(ctx, &s); err != nil {
+		a.log.Debug("writing the status", "err", err)
+	}
+}
+
+// Status is what the agent reports.
+func (a *Agent) Status() fleet.Status {
+	s := fleet.Status{Host: a.cfg.Name, Group: a.cfg.Group, Kernel: kernel(), Version: version(), Started: a.start, Heartbeat: time.Now()}
+	var ds *api.Status
+	if a.d != nil {
+		select {
+		case <-a.d.Ready():
+			st := a.d.Status()
+			ds = &st
+		default:
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.Seq, s.LastError, s.FailedSeq, s.Mode, s.ApplyMillis = a.seq, a.lastErr, a.failed, a.mode, a.took.Milliseconds()
+	if a.cur != nil {
+		s.Digest, s.Applied = a.cur.Digest, a.cur.Applied
+	}
+	if ds != nil {
+		s.Backend, s.Elements, s.Bans, s.Rules = string(plan.NFTables), ds.Elements, ds.Bans.Total, len(ds.Rules)
+		for _, r := range ds.Rules {
+			s.PrefixesV4 += r.PrefixesV4
+			s.PrefixesV6 += r.PrefixesV6
+			if r.Backend == string(plan.XDP) {
+				s.Backend = "nftables+xdp"
+			}
+		}
+	}
+	return s
+}
+
+// followBans feeds the bans stream to applyBans, from the bans in force
+// on, and follows it again after a failure.
+func (a *Agent) followBans(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := a.hub.FollowBans(ctx, func(data []byte) {
+			b, err := fleet.VerifyBan(data, a.cfg.BanKey)
+			if err != nil {
+				a.log.Warn("fleet ban refused", "err", err)
+				return
+			}
+			select {
+			case a.bans <- b:
+			case <-ctx.Done():
+			}
+		})
+		if err != nil {
+			a.log.Debug("following the fleet bans; trying again", "err", err)
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+// applyBans applies fleet bans in order, as many as are waiting in one
+// call to the daemon (one transaction for a catch-up of thousands).
+func (a *Agent) applyBans(ctx context.Context) {
+	for {
+		var batch []*fleet.Ban
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-a.bans:
+			batch = append(batch, b)
+		}
+	more:
+		for len(batch) < 65536 {
+			select {
+			case b := <-a.bans:
+				batch = append(batch, b)
+			default:
+				break more
+			}
+		}
+		a.banBatch(ctx, batch)
+	}
+}
+
+// banBatch applies batch: runs of bans in one call each, unbans between.
+func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
+	now := time.Now()
+	var reqs []banctl.Request
+	flush := func() {
+		if len(reqs) == 0 {
+			return
+		}
+		if _, err := a.d.Ban(ctx, reqs); err != nil {
+			a.log.Warn("fleet bans refused here", "count", len(reqs), "err", err)
+		}
+		reqs = reqs[:0]
+	}
+	for _, b := range batch {
+		if seen, ok := a.banSeen[b.Prefix]; ok && b.Created.Before(seen) {
+			continue // an older message replayed
+		}
+		a.banSeen[b.Prefix] = b.Created
+		if b.Unban {
+			flush()
+			if _, err := a.d.Unban(ctx, []netip.Prefix{b.Prefix}); err != nil {
+				a.log.Warn("fleet unban", "prefix", b.Prefix, "err", err)
+			}
+			continue
+		}
+		left, live := b.Remaining(now)
+		if !live {
+			continue
+		}
+		reqs = append(reqs, banctl.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: "fleet:" + b.Origin})
+	}
+	flush()
+}
+
+// The last good revision lives in a.dir: bundle and revision.json, and
+// the one being tried as candidate.bundle.
+func (a *Agent) save(raw []byte, rev *revision, name string) error {
+	if err := os.MkdirAll(a.dir, 0o700); err != nil {
+		return fmt.Errorf("keeping the revision: %w", err)
+	}
+	meta, _ := json.Marshal(rev)
+	return errors.Join(state.WriteFileAtomic(filepath.Join(a.dir, name+".bundle"), raw),
+		state.WriteFileAtomic(filepath.Join(a.dir, name+".json"), meta))
+}
+
+// promote makes the candidate the last good revision.
+func (a *Agent) promote(rev *revision) error {
+	meta, _ := json.Marshal(rev)
+	return errors.Join(os.Rename(filepath.Join(a.dir, "candidate.bundle"), filepath.Join(a.dir, "good.bundle")),
+		state.WriteFileAtomic(filepath.Join(a.dir, "good.json"), meta))
+}
+
+// loadSaved reads the last good revision (nil: none).
+func (a *Agent) loadSaved() (*revision, error) {
+	meta, err := os.ReadFile(filepath.Join(a.dir, "good.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rev revision
+	if err := json.Unmarshal(meta, &rev); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(a.dir, "good.json"), err)
+	}
+	if rev.Group != a.cfg.Group {
+		return nil, fmt.Errorf("the last good revision is group %s's, this agent runs group %s", rev.Group, a.cfg.Group)
+	}
+	raw, err := os.ReadFile(filepath.Join(a.dir, "good.bundle"))
+	if err != nil {
+		return nil, err
+	}
+	if fleet.Digest(raw) != rev.Digest {
+		return nil, fmt.Errorf("%w: the last good bundle on disk changed", fleet.ErrDigest)
+	}
+	b, err := fleet.DecodeBundle(raw)
+	if err != nil {
+		return nil, err
+	}
+	if rev.in, err = b.Input(); err != nil {
+		return nil, err
+	}
+	return &rev, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func kernel() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

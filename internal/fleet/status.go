@@ -1,0 +1,102 @@
+package fleet
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Status is what an agent reports about itself, at every change and as
+// a heartbeat.
+type Status struct {
+	Host  string `json:"host"`
+	Group string `json:"group"`
+	// Seq and Digest are the revision in force: the pointer the host
+	// last followed and the bundle it runs.
+	Seq     uint64    `json:"seq"`
+	Digest  string    `json:"digest"`
+	Applied time.Time `json:"applied,omitzero"` // when the bundle was applied
+	// ApplyMillis is how long the last apply took, from the pointer
+	// seen to the kernel committed (the jitter included); Mode says how
+	// it loaded: "full", "update" or "none".
+	ApplyMillis int64  `json:"apply_ms"`
+	Mode        string `json:"mode,omitempty"`
+	Rules       int    `json:"rules"`
+	PrefixesV4  int    `json:"prefixes_ipv4"`
+	PrefixesV6  int    `json:"prefixes_ipv6"`
+	Elements    int    `json:"elements"`
+	Bans        int    `json:"bans"`
+	Backend     string `json:"backend"`
+	Kernel      string `json:"kernel"`
+	Version     string `json:"version"`
+	// LastError is why the host is not on the revision it should run
+	// (FailedSeq, the pointer that named it); "" once it is.
+	LastError string    `json:"last_error,omitempty"`
+	FailedSeq uint64    `json:"failed_seq,omitempty"`
+	Started   time.Time `json:"started"`
+	Heartbeat time.Time `json:"heartbeat"`
+}
+
+// HostState is where a host stands against its group's pointer.
+type HostState string
+
+const (
+	Latest  HostState = "latest"  // runs the bundle the pointer gives it
+	Behind  HostState = "behind"  // runs another one, no error (yet)
+	Failing HostState = "failing" // tried the one it should run and failed
+	Silent  HostState = "silent"  // no heartbeat for longer than allowed
+	NoGroup HostState = "no-policy"
+)
+
+// HostReport is one host in a drift report.
+type HostReport struct {
+	Status
+	State HostState `json:"state"`
+	// Want is the bundle the host should run (nil: its group has no
+	// pointer).
+	Want *Target `json:"want,omitempty"`
+	// Silence is how long ago the last heartbeat was.
+	Silence time.Duration `json:"silence_ns"`
+}
+
+// Report is the drift report of a fleet: every host's state and the
+// count per state.
+type Report struct {
+	Time     time.Time           `json:"time"`
+	Pointers map[string]*Pointer `json:"pointers"`
+	Hosts    []HostReport        `json:"hosts"`
+	Counts   map[HostState]int   `json:"counts"`
+}
+
+// Drift compares each host's status with its group's pointer at now; a
+// host without a heartbeat for silentAfter is silent, whatever it last
+// said.
+func Drift(pointers map[string]*Pointer, statuses []Status, now time.Time, silentAfter time.Duration) Report {
+	r := Report{Time: now, Pointers: pointers, Counts: map[HostState]int{}}
+	for _, s := range statuses {
+		h := HostReport{Status: s, Silence: now.Sub(s.Heartbeat)}
+		p := pointers[s.Group]
+		if p != nil {
+			want := p.For(s.Host)
+			h.Want = &want
+		}
+		switch {
+		case h.Silence > silentAfter:
+			h.State = Silent
+		case p == nil:
+			h.State = NoGroup
+		case s.Digest == h.Want.Digest:
+			h.State = Latest
+		case s.LastError != "":
+			h.State = Failing
+		default:
+			h.State = Behind
+		}
+		r.Counts[h.State]++
+		r.Hosts = append(r.Hosts, h)
+	}
+	slices.SortFunc(r.Hosts, func(a, b HostReport) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Host, b.Host))
+	})
+	return r
+}

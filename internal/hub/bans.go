@@ -1,0 +1,81 @@
+package hub
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ipfence/ipfence/internal/fleet"
+)
+
+// PublishBan signs b with priv and publishes it on the bans stream,
+// where it replaces the prefix's previous ban or unban and expires with
+// the ban. An unban lives as long as the ban it lifts had left, so that
+// an agent offline meanwhile still learns of it.
+func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.PrivateKey) error {
+	subject := banSubjects + fleet.BanToken(b.Prefix)
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	var ttl time.Duration
+	if b.Unban {
+		st, err := h.js.Stream(rctx, BanStream)
+		if err != nil {
+			return fmt.Errorf("%w: stream %s: %v", ErrNATS, BanStream, err)
+		}
+		msg, err := st.GetLastMsgForSubject(rctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("%w: no fleet ban of %s in force", ErrNoRevision, b.Prefix)
+		}
+		if err != nil {
+			return fmt.Errorf("reading the ban of %s: %w", b.Prefix, err)
+		}
+		prev, err := fleet.VerifyBan(msg.Data, priv.Public().(ed25519.PublicKey))
+		if err != nil {
+			return err
+		}
+		if left, live := prev.Remaining(b.Created); !live {
+			return fmt.Errorf("%w: the fleet ban of %s is not in force", ErrNoRevision, b.Prefix)
+		} else if left > 0 {
+			ttl = left
+		}
+	} else if !b.Expires.IsZero() {
+		ttl = b.Expires.Sub(b.Created)
+	}
+	data, err := fleet.SignBan(b, priv)
+	if err != nil {
+		return err
+	}
+	var opts []jetstream.PublishOpt
+	if ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(max(ttl, time.Second)))
+	}
+	if _, err := h.js.Publish(rctx, subject, data, opts...); err != nil {
+		return fmt.Errorf("publishing the ban of %s: %w", b.Prefix, err)
+	}
+	return nil
+}
+
+// FollowBans calls fn with every ban message in force on the stream,
+// then with each new one as it arrives, until ctx is done. The consumer
+// is ordered and resumes where it was after a reconnect; fn sees a
+// prefix's messages in order.
+func (h *Hub) FollowBans(ctx context.Context, fn func(data []byte)) error {
+	rctx, cancel := h.ctx(ctx)
+	cons, err := h.js.OrderedConsumer(rctx, BanStream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubjects: []string{banSubjects + ">"}})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%w: following stream %s: %v", ErrNATS, BanStream, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { fn(m.Data()) })
+	if err != nil {
+		return fmt.Errorf("following stream %s: %w", BanStream, err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	return nil
+}

@@ -1,0 +1,226 @@
+package hub_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/hub/hubtest"
+)
+
+func connect(t *testing.T, url string) *hub.Hub {
+	t.Helper()
+	h, err := hub.Connect(hub.Options{URL: url}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+func key(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv
+}
+
+// TestPublishRollback moves a group's pointer through publishes, a
+// canary, a rollback: seqs grow, each pointer names a stored bundle, the
+// canary's other hosts stay on the revision before, and a rollback is a
+// new revision with the old bundle.
+func TestPublishRollback(t *testing.T) {
+	srv := hubtest.Start(t, "")
+	h := connect(t, srv.URL)
+	ctx := context.Background()
+	priv := key(t)
+	pub := priv.Public().(ed25519.PublicKey)
+	now := time.Now()
+	bundles := [][]byte{[]byte("one"), []byte("two"), []byte("three")}
+
+	if _, err := h.Publish(ctx, "web", bundles[0], priv, 10, now); !errors.Is(err, hub.ErrNoRevision) {
+		t.Fatalf("a canary as the first revision: %v, want ErrNoRevision", err)
+	}
+	p1, err := h.Publish(ctx, "web", bundles[0], priv, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := h.Publish(ctx, "web", bundles[1], priv, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, err := h.Publish(ctx, "web", bundles[2], priv, 25, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Seq != 1 || p2.Seq != 2 || p3.Seq != 3 {
+		t.Fatalf("seqs %d %d %d, want 1 2 3", p1.Seq, p2.Seq, p3.Seq)
+	}
+	if p3.Canary != 25 || p3.Stable == nil || p3.Stable.Digest != fleet.Digest(bundles[1]) {
+		t.Fatalf("canary pointer %+v: its other hosts must stay on bundle two", p3)
+	}
+	// A second canary keeps the same hosts' fallback.
+	p4, err := h.Publish(ctx, "web", bundles[0], priv, 50, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p4.Stable.Digest != fleet.Digest(bundles[1]) {
+		t.Fatalf("a canary over a canary falls back to %s, want bundle two", p4.Stable.Digest)
+	}
+	for i, b := range bundles {
+		got, err := h.Bundle(ctx, fleet.Digest(b))
+		if err != nil || string(got) != string(b) {
+			t.Fatalf("bundle %d: %q, %v", i, got, err)
+		}
+	}
+	// Rollback: to the last full revision with another bundle (two).
+	rb, err := h.Rollback(ctx, "web", 0, priv, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.Seq != 5 || rb.Digest != fleet.Digest(bundles[1]) || rb.Canary != 0 {
+		t.Fatalf("rollback %+v, want seq 5 to bundle two for everyone", rb)
+	}
+	rb, err = h.Rollback(ctx, "web", 1, priv, now)
+	if err != nil || rb.Seq != 6 || rb.Digest != fleet.Digest(bundles[0]) {
+		t.Fatalf("rollback to 1: %+v, %v", rb, err)
+	}
+	if _, err := h.Rollback(ctx, "web", 99, priv, now); !errors.Is(err, hub.ErrNoRevision) {
+		t.Fatalf("rollback to a revision never made: %v", err)
+	}
+	hist, err := h.History(ctx, "web", pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, p := range hist {
+		seqs = append(seqs, p.Seq)
+	}
+	if !slices.Equal(seqs, []uint64{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("history seqs %v", seqs)
+	}
+	// Another key cannot move the pointer.
+	if _, err := h.Publish(ctx, "web", bundles[0], key(t), 0, now); !errors.Is(err, fleet.ErrSignature) {
+		t.Fatalf("publish with another key: %v, want ErrSignature", err)
+	}
+	ps, err := h.Pointers(ctx, pub)
+	if err != nil || len(ps) != 1 || ps["web"].Seq != 6 {
+		t.Fatalf("pointers: %v, %v", ps, err)
+	}
+}
+
+// TestPublishConcurrent publishes from several goroutines at once: every
+// publish either moves the pointer to a seq of its own or fails with
+// ErrConflict, never two with the same seq.
+func TestPublishConcurrent(t *testing.T) {
+	srv := hubtest.Start(t, "")
+	h := connect(t, srv.URL)
+	priv := key(t)
+	ctx := context.Background()
+	if _, err := h.Publish(ctx, "db", []byte("base"), priv, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[uint64]int{}
+	conflicts := 0
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			p, err := h.Publish(ctx, "db", []byte{byte(i)}, priv, 0, time.Now())
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, hub.ErrConflict):
+				conflicts++
+			case err != nil:
+				t.Error(err)
+			default:
+				seen[p.Seq]++
+			}
+		})
+	}
+	wg.Wait()
+	for seq, n := range seen {
+		if n > 1 {
+			t.Errorf("seq %d given to %d publishes", seq, n)
+		}
+	}
+	if len(seen)+conflicts != 8 || len(seen) == 0 {
+		t.Errorf("%d published, %d conflicts, of 8", len(seen), conflicts)
+	}
+}
+
+// TestBans publishes bans and unbans: a follower sees the bans in force,
+// the last message per prefix, and messages of the wrong kind or key
+// are refused.
+func TestBans(t *testing.T) {
+	srv := hubtest.Start(t, "")
+	h := connect(t, srv.URL)
+	priv := key(t)
+	pub := priv.Public().(ed25519.PublicKey)
+	ctx := context.Background()
+	now := time.Now()
+	a, b := netip.MustParsePrefix("198.18.0.7/32"), netip.MustParsePrefix("2001:2::/64")
+	for _, ban := range []*fleet.Ban{
+		{Prefix: a, Created: now, Expires: now.Add(time.Hour), Origin: "t"},
+		{Prefix: b, Created: now, Reason: "for good"},
+		{Prefix: a, Created: now.Add(time.Millisecond), Unban: true},
+	} {
+		if err := h.PublishBan(ctx, ban, priv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.PublishBan(ctx, &fleet.Ban{Prefix: netip.MustParsePrefix("198.18.9.0/24"), Created: now, Unban: true}, priv); !errors.Is(err, hub.ErrNoRevision) {
+		t.Fatalf("unban of a prefix never banned: %v", err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	got := make(chan *fleet.Ban, 10)
+	go func() {
+		_ = h.FollowBans(fctx, func(data []byte) {
+			bn, err := fleet.VerifyBan(data, pub)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- bn
+		})
+	}()
+	defer cancel()
+	var first []*fleet.Ban
+	for range 2 {
+		select {
+		case bn := <-got:
+			first = append(first, bn)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ban delivered")
+		}
+	}
+	if first[0].Prefix != b || first[1].Prefix != a || !first[1].Unban {
+		t.Fatalf("catch-up: %+v %+v, want b's ban then a's unban", first[0], first[1])
+	}
+	if left, live := first[0].Remaining(now); !live || left != 0 {
+		t.Fatalf("a ban for good: %v %v", left, live)
+	}
+	// A new ban arrives while following.
+	c := netip.MustParsePrefix("198.18.1.0/24")
+	if err := h.PublishBan(ctx, &fleet.Ban{Prefix: c, Created: now, Expires: now.Add(time.Minute)}, priv); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case bn := <-got:
+		if bn.Prefix != c {
+			t.Fatalf("live ban %v, want %v", bn.Prefix, c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("live ban not delivered")
+	}
+}

@@ -1,0 +1,318 @@
+package hub
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ipfence/ipfence/internal/fleet"
+)
+
+// ErrConflict is returned when another publisher moved a group's pointer
+// between reading and writing it: nothing was changed, run again.
+var ErrConflict = errors.New("the group's pointer moved meanwhile (another publish or rollback); nothing changed, run again")
+
+// ErrNoRevision is returned for a rollback or canary without the
+// revision it needs.
+var ErrNoRevision = errors.New("no such revision")
+
+// Publish stores the bundle data (under its digest, unless it is there
+// already) and moves group's pointer to it, signed with priv: every
+// host of the group, or with canary (1–99) that percentage of them
+// while the others stay on the revision they run.
+func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed25519.PrivateKey, canary int, now time.Time) (*fleet.Pointer, error) {
+	if err := CheckName("group", group); err != nil {
+		return nil, err
+	}
+	digest := fleet.Digest(data)
+	if err := h.putBundle(ctx, digest, data); err != nil {
+		return nil, err
+	}
+	return h.move(ctx, group, priv, func(prev *fleet.Pointer) (*fleet.Pointer, error) {
+		p := &fleet.Pointer{Group: group, Digest: digest, Size: int64(len(data)), Created: now.UTC()}
+		if canary > 0 && canary < 100 {
+			if prev == nil {
+				return nil, fmt.Errorf("%w: a canary needs a revision the other hosts keep; publish to the whole group first", ErrNoRevision)
+			}
+			stable := prev.For("") // a canary's other hosts stay where they are
+			if prev.Canary > 0 && prev.Stable != nil {
+				stable = *prev.Stable
+			}
+			p.Canary, p.Stable = canary, &stable
+		}
+		return p, nil
+	})
+}
+
+// Rollback moves group's pointer back to the bundle of revision to (0:
+// the last one before the current whose bundle differs), for every host.
+// It is a new revision with a higher seq: agents never take a lower one.
+func (h *Hub) Rollback(ctx context.Context, group string, to uint64, priv ed25519.PrivateKey, now time.Time) (*fleet.Pointer, error) {
+	hist, err := h.History(ctx, group, priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		return nil, err
+	}
+	if len(hist) == 0 {
+		return nil, fmt.Errorf("%w: group %s has no revision", ErrNoRevision, group)
+	}
+	cur := hist[len(hist)-1]
+	var target *fleet.Pointer
+	for i := len(hist) - 1; i >= 0 && target == nil; i-- {
+		if p := hist[i]; (to == 0 && p.Digest != cur.Digest && p.Canary == 0) || (to != 0 && p.Seq == to) {
+			target = p
+		}
+	}
+	if target == nil {
+		if to == 0 {
+			return nil, fmt.Errorf("%w: group %s has no earlier revision with another bundle in the last %d", ErrNoRevision, group, len(hist))
+		}
+		return nil, fmt.Errorf("%w: group %s has no revision %d in its last %d", ErrNoRevision, group, to, len(hist))
+	}
+	if err := h.hasBundle(ctx, target.Digest); err != nil {
+		return nil, err
+	}
+	return h.move(ctx, group, priv, func(*fleet.Pointer) (*fleet.Pointer, error) {
+		return &fleet.Pointer{Group: group, Digest: target.Digest, Size: target.Size, Created: now.UTC()}, nil
+	})
+}
+
+// move writes the pointer next makes of the current one (nil: none yet)
+// with the next seq, if nobody moved it meanwhile.
+func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, next func(prev *fleet.Pointer) (*fleet.Pointer, error)) (*fleet.Pointer, error) {
+	kv, err := h.kv(ctx, PolicyBucket)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	var prev *fleet.Pointer
+	var rev uint64
+	e, err := kv.Get(rctx, groupKey(group))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("reading group %s's pointer: %w", group, err)
+	default:
+		if prev, err = fleet.Verify(e.Value(), priv.Public().(ed25519.PublicKey)); err != nil {
+			return nil, fmt.Errorf("group %s's pointer is not signed by this key (a key rotation needs the old pointer removed first): %w", group, err)
+		}
+		rev = e.Revision()
+	}
+	p, err := next(prev)
+	if err != nil {
+		return nil, err
+	}
+	p.Seq = 1
+	if prev != nil {
+		p.Seq = prev.Seq + 1
+	}
+	data, err := fleet.Sign(p, priv)
+	if err != nil {
+		return nil, err
+	}
+	if rev == 0 {
+		_, err = kv.Create(rctx, groupKey(group), data)
+	} else {
+		_, err = kv.Update(rctx, groupKey(group), data, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return nil, ErrConflict
+	}
+	if err != nil {
+		return nil, fmt.Errorf("moving group %s's pointer: %w", group, err)
+	}
+	return p, nil
+}
+
+// History returns group's pointers, oldest first, as far back as the
+// bucket keeps them (64), each checked against pub.
+func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) ([]*fleet.Pointer, error) {
+	kv, err := h.kv(ctx, PolicyBucket)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	es, err := kv.History(rctx, groupKey(group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading group %s's history: %w", group, err)
+	}
+	var ps []*fleet.Pointer
+	for _, e := range es {
+		if e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		p, err := fleet.Verify(e.Value(), pub)
+		if err != nil {
+			return nil, fmt.Errorf("group %s, revision %d: %w", group, e.Revision(), err)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// Pointers returns every group's current pointer, checked against pub,
+// or only decoded without it (reports).
+func (h *Hub) Pointers(ctx context.Context, pub ed25519.PublicKey) (map[string]*fleet.Pointer, error) {
+	out := map[string]*fleet.Pointer{}
+	err := h.each(ctx, PolicyBucket, "group.>", func(key string, v []byte) error {
+		p, err := fleet.Peek(v)
+		if pub != nil {
+			p, err = fleet.Verify(v, pub)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		out[strings.TrimPrefix(key, "group.")] = p
+		return nil
+	})
+	return out, err
+}
+
+// Pointer returns group's current pointer as stored (nil when it has
+// none), for the caller to verify.
+func (h *Hub) Pointer(ctx context.Context, group string) ([]byte, error) {
+	kv, err := h.kv(ctx, PolicyBucket)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	e, err := kv.Get(rctx, groupKey(group))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading group %s's pointer: %w", group, err)
+	}
+	return e.Value(), nil
+}
+
+// WatchPointer calls fn with group's pointer as stored, now and at every
+// change, until ctx is done; it returns when the watch breaks (the
+// caller retries).
+func (h *Hub) WatchPointer(ctx context.Context, group string, fn func([]byte)) error {
+	kv, err := h.kv(ctx, PolicyBucket)
+	if err != nil {
+		return err
+	}
+	w, err := kv.Watch(ctx, groupKey(group), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watching group %s's pointer: %w", group, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("watching group %s's pointer: the watch ended", group)
+			}
+			if e != nil { // nil: the initial values are delivered
+				fn(e.Value())
+			}
+		}
+	}
+}
+
+func (h *Hub) putBundle(ctx context.Context, digest string, data []byte) error {
+	obs, err := h.store(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	if _, err := obs.GetInfo(rctx, digest); err == nil {
+		return nil // the same bytes are there: content addressed
+	}
+	if _, err := obs.PutBytes(rctx, digest, data); err != nil {
+		return fmt.Errorf("storing bundle %s: %w", digest, err)
+	}
+	return nil
+}
+
+func (h *Hub) hasBundle(ctx context.Context, digest string) error {
+	obs, err := h.store(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	if _, err := obs.GetInfo(rctx, digest); err != nil {
+		return fmt.Errorf("%w: bundle %s is no longer stored: %v", ErrNoRevision, digest, err)
+	}
+	return nil
+}
+
+// Bundle returns the bytes stored under digest, for the caller to check
+// against a verified pointer.
+func (h *Hub) Bundle(ctx context.Context, digest string) ([]byte, error) {
+	obs, err := h.store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 6*h.timeout) // large bundles
+	defer cancel()
+	data, err := obs.GetBytes(rctx, digest)
+	if err != nil {
+		return nil, fmt.Errorf("fetching bundle %s: %w", digest, err)
+	}
+	return data, nil
+}
+
+func (h *Hub) kv(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	kv, err := h.js.KeyValue(rctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bucket %s: %v (run `ipfence server`, or `ipfence publish` once against this cluster)", ErrNATS, bucket, err)
+	}
+	return kv, nil
+}
+
+func (h *Hub) store(ctx context.Context) (jetstream.ObjectStore, error) {
+	rctx, cancel := h.ctx(ctx)
+	defer cancel()
+	obs, err := h.js.ObjectStore(rctx, BundleStore)
+	if err != nil {
+		return nil, fmt.Errorf("%w: object store %s: %v (run `ipfence server`, or `ipfence publish` once against this cluster)", ErrNATS, BundleStore, err)
+	}
+	return obs, nil
+}
+
+// each calls fn with every key matching filter in bucket and its value.
+func (h *Hub) each(ctx context.Context, bucket, filter string, fn func(key string, v []byte) error) error {
+	kv, err := h.kv(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 6*h.timeout)
+	defer cancel()
+	w, err := kv.Watch(rctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", bucket, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-rctx.Done():
+			return fmt.Errorf("listing %s: %w", bucket, rctx.Err())
+		case e := <-w.Updates():
+			if e == nil {
+				return nil
+			}
+			if err := fn(e.Key(), e.Value()); err != nil {
+				return err
+			}
+		}
+	}
+}

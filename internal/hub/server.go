@@ -1,0 +1,92 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// ServerConfig configures the embedded NATS server.
+type ServerConfig struct {
+	// DataDir holds JetStream's data: the bundles, pointers, statuses and
+	// bans survive a restart.
+	DataDir string
+	// Listen is the client address, host:port.
+	Listen string
+	// ConfigFile is a nats-server configuration file (TLS, accounts,
+	// clustering, limits); Listen and DataDir override what it says.
+	ConfigFile string
+	Logger     *slog.Logger
+	// Ready is called with the client URL once the server takes clients
+	// and the buckets exist.
+	Ready func(url string)
+}
+
+// Serve runs an embedded NATS server with JetStream until ctx is done,
+// and creates the fleet's buckets and stream in it.
+func Serve(ctx context.Context, cfg ServerConfig) error {
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		o, err := server.ProcessConfigFile(cfg.ConfigFile)
+		if err != nil {
+			return fmt.Errorf("reading the NATS configuration: %w", err)
+		}
+		opts = o
+	}
+	host, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w (want host:port, e.g. 0.0.0.0:4222)", cfg.Listen, err)
+	}
+	if opts.Port, err = strconv.Atoi(port); err != nil {
+		return fmt.Errorf("--listen %q: the port is not a number", cfg.Listen)
+	}
+	opts.Host, opts.JetStream, opts.StoreDir, opts.NoSigs = host, true, cfg.DataDir, true
+	if opts.ServerName == "" {
+		opts.ServerName = "ipfence"
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("starting NATS: %w", err)
+	}
+	if cfg.Logger != nil {
+		s.SetLoggerV2(slogAdapter{cfg.Logger}, false, false, false)
+	}
+	go s.Start()
+	defer func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}()
+	if !s.ReadyForConnections(30 * time.Second) {
+		return fmt.Errorf("starting NATS on %s: not ready after 30s", cfg.Listen)
+	}
+	h, err := Connect(Options{Name: "ipfence server"}, false, nats.InProcessServer(s))
+	if err != nil {
+		return err
+	}
+	err = h.Setup(ctx, 1)
+	h.Close()
+	if err != nil {
+		return err
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(s.ClientURL())
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// slogAdapter sends the server's log to slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Noticef(f string, v ...any) { a.l.Info(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Warnf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Tracef(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...), "component", "nats") }
