@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/hub"
 	"github.com/ipfence/ipfence/internal/hub/hubtest"
@@ -222,5 +225,45 @@ func TestBans(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("live ban not delivered")
+	}
+}
+
+// TestPublishOverForged: a pointer written with another key (agents
+// refuse it) does not block the publisher: the next revision follows the
+// last one signed with the fleet's key, and rollback skips the forgery.
+func TestPublishOverForged(t *testing.T) {
+	srv := hubtest.Start(t, "")
+	h := connect(t, srv.URL)
+	ctx := context.Background()
+	priv := key(t)
+	for _, b := range []string{"one", "two"} {
+		if _, err := h.Publish(ctx, "web", []byte(b), priv, 0, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: 1000, Digest: fleet.Digest([]byte("evil"))}, key(t))
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(ctx, hub.PolicyBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "group.web", forged); err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.Publish(ctx, "web", []byte("three"), priv, 0, time.Now())
+	if err != nil || p.Seq != 3 {
+		t.Fatalf("publish over a forged pointer: %+v, %v; want seq 3", p, err)
+	}
+	if _, err := kv.Put(ctx, "group.web", forged); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := h.Rollback(ctx, "web", 0, priv, time.Now())
+	if err != nil || rb.Seq != 4 || rb.Digest != fleet.Digest([]byte("two")) {
+		t.Fatalf("rollback over a forged pointer: %+v, %v; want seq 4 to bundle two", rb, err)
 	}
 }

@@ -98,10 +98,10 @@ func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, n
 	case err != nil:
 		return nil, fmt.Errorf("reading group %s's pointer: %w", group, err)
 	default:
-		if prev, err = fleet.Verify(e.Value(), priv.Public().(ed25519.PublicKey)); err != nil {
-			return nil, fmt.Errorf("group %s's pointer is not signed by this key (a key rotation needs the old pointer removed first): %w", group, err)
-		}
 		rev = e.Revision()
+		if prev, err = h.lastSigned(ctx, group, e.Value(), priv.Public().(ed25519.PublicKey)); err != nil {
+			return nil, err
+		}
 	}
 	p, err := next(prev)
 	if err != nil {
@@ -129,8 +129,23 @@ func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, n
 	return p, nil
 }
 
-// History returns group's pointers, oldest first, as far back as the
-// bucket keeps them (64), each checked against pub.
+// lastSigned returns the current pointer cur if pub signed it, else
+// the newest one in the history pub signed: a pointer someone else
+// wrote (agents refused it) is replaced by the next revision, whose seq
+// follows the last one agents could accept.
+func (h *Hub) lastSigned(ctx context.Context, group string, cur []byte, pub ed25519.PublicKey) (*fleet.Pointer, error) {
+	p, err := fleet.Verify(cur, pub)
+	if err == nil {
+		return p, nil
+	}
+	if hist, herr := h.History(ctx, group, pub); herr == nil && len(hist) > 0 {
+		return hist[len(hist)-1], nil
+	}
+	return nil, fmt.Errorf("group %s's pointer and its history are not signed by this key (another key publishes this group?): %w", group, err)
+}
+
+// History returns group's pointers signed by pub, oldest first, as far
+// back as the bucket keeps them (64); others (forged) are left out.
 func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) ([]*fleet.Pointer, error) {
 	kv, err := h.kv(ctx, PolicyBucket)
 	if err != nil {
@@ -150,11 +165,9 @@ func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) 
 		if e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		p, err := fleet.Verify(e.Value(), pub)
-		if err != nil {
-			return nil, fmt.Errorf("group %s, revision %d: %w", group, e.Revision(), err)
+		if p, err := fleet.Verify(e.Value(), pub); err == nil {
+			ps = append(ps, p)
 		}
-		ps = append(ps, p)
 	}
 	return ps, nil
 }

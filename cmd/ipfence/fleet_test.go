@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// fleetFeed is revision k's feed: random /24s of 198.18.0.0/15 and /64s
+// of 2001:2::/48, about half of each, never the lab's own subnets.
+func fleetFeed(k int) string {
+	r := rand.New(rand.NewPCG(uint64(k), 7))
+	var b strings.Builder
+	for range 300 {
+		fmt.Fprintf(&b, "198.%d.%d.0/24\n", 18+r.IntN(2), 1+r.IntN(255))
+		fmt.Fprintf(&b, "2001:2:0:%x::/64\n", 1+r.IntN(255))
+	}
+	return b.String()
+}
+
+// fleetSources are sources in the feeds' ranges.
+func fleetSources() []netip.Addr {
+	r := rand.New(rand.NewPCG(3, 3))
+	var out []netip.Addr
+	for range 250 {
+		out = append(out, netip.AddrFrom4([4]byte{198, byte(18 + r.IntN(2)), byte(1 + r.IntN(255)), byte(1 + r.IntN(254))}),
+			netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 0, 0, 0, byte(1 + r.IntN(255)), 15: byte(1 + r.IntN(254))}))
+	}
+	return out
+}
+
+// fleetRig is a server, a key pair and agents, each in its own lab.
+type fleetRig struct {
+	t       *testing.T
+	exe     string
+	dir     string
+	url     string
+	listen  string
+	server  *exec.Cmd
+	labs    []*netns.Lab
+	agents  []*exec.Cmd
+	policy  string
+	plans   map[string]*plan.Plan // by bundle digest's revision feed
+	srcs    []netip.Addr
+	keyPath string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start runs exe with args, its output in dir/name.log, killed at the
+// end of the test.
+func (r *fleetRig) start(name string, args ...string) *exec.Cmd {
+	r.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd := exec.Command(r.exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if r.t.Failed() {
+			out, _ := os.ReadFile(logf.Name())
+			r.t.Logf("%s's log:\n%s", name, out)
+		}
+	})
+	return cmd
+}
+
+func (r *fleetRig) startServer() {
+	r.server = r.start("server", "server", "--data", filepath.Join(r.dir, "js"), "--listen", r.listen)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", r.listen); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.t.Fatal("ipfence server does not listen")
+}
+
+func (r *fleetRig) startAgent(i int) {
+	r.agents[i] = r.start(fmt.Sprint("agent", i), "agent", "--nats", r.url, "--pubkey", filepath.Join(r.dir, "keys", "ipfence.pub"),
+		"--group", "web", "--name", fmt.Sprint("host", i), "--netns", r.labs[i].FW, "--state", filepath.Join(r.dir, fmt.Sprint("state", i)),
+		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", "300ms")
+}
+
+func (r *fleetRig) socket(i int) string { return filepath.Join(r.dir, fmt.Sprint("agent", i, ".sock")) }
+
+func (r *fleetRig) kill(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_, _ = cmd.Process.Wait()
+}
+
+// publish writes revision k's feed and publishes the policy (extra:
+// more flags); it returns the plan the agents should enforce.
+func (r *fleetRig) publish(k int, extra ...string) (*fleet.Pointer, *plan.Plan) {
+	r.t.Helper()
+	write(r.t, r.dir, "feed.txt", fleetFeed(k))
+	out, err := run(r.t, append([]string{"--json", "publish", "--nats", r.url, "--key", r.keyPath, "--policy", r.policy,
+		"--group", "web", "--state", filepath.Join(r.dir, "pubstate")}, extra...)...)
+	if err != nil {
+		r.t.Fatalf("publish %d: %v", k, err)
+	}
+	var p fleet.Pointer
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		r.t.Fatal(err)
+	}
+	return &p, compileFor(r.t, r.policy, filepath.Join(r.dir, "pubstate")).plan
+}
+
+// report is `ipfence fleet status --json`.
+func (r *fleetRig) report() fleet.Report {
+	r.t.Helper()
+	out, err := run(r.t, "--json", "fleet", "status", "--nats", r.url, "--silent-after", "4s")
+	var rep fleet.Report
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+		r.t.Fatalf("fleet status: %v, %v\n%s", err, jerr, out)
+	}
+	return rep
+}
+
+// waitFor polls the drift report until ok says yes (at most 60s).
+func (r *fleetRig) waitFor(what string, ok func(fleet.Report) bool) fleet.Report {
+	r.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rep := r.report()
+		if ok(rep) {
+			return rep
+		}
+		if time.Now().After(deadline) {
+			js, _ := json.MarshalIndent(rep, "", "  ")
+			r.t.Fatalf("waiting for %s: %s", what, js)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitLatest waits until every agent runs what pointer seq gives it.
+func (r *fleetRig) waitLatest(seq uint64) fleet.Report {
+	r.t.Helper()
+	return r.waitFor(fmt.Sprintf("every host at revision %d", seq), func(rep fleet.Report) bool {
+		p := rep.Pointers["web"]
+		return p != nil && p.Seq == seq && rep.Counts[fleet.Latest] == len(r.labs) && len(rep.Hosts) == len(r.labs)
+	})
+}
+
+// mismatches counts the sources whose verdict in lab differs from p's.
+func (r *fleetRig) mismatches(lab *netns.Lab, p *plan.Plan) int {
+	r.t.Helper()
+	passed, err := pktgen.Check(lab, r.srcs, 9999)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	n := 0
+	for i, a := range r.srcs {
+		if passed[i] != (p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9999}).Verdict == "accept") {
+			n++
+		}
+	}
+	return n
+}
+
+// dropped reports whether a packet from a is dropped in lab.
+func dropped(t *testing.T, lab *netns.Lab, a netip.Addr) bool {
+	t.Helper()
+	passed, err := pktgen.Check(lab, []netip.Addr{a}, 9999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !passed[0]
+}
+
+// waitDropped waits until a packet from a is dropped in every lab and
+// returns how long that took from t0.
+func (r *fleetRig) waitDropped(a netip.Addr, t0 time.Time, labs ...*netns.Lab) time.Duration {
+	r.t.Helper()
+	var took time.Duration
+	for _, lab := range labs {
+		for !dropped(r.t, lab, a) {
+			if time.Since(t0) > 20*time.Second {
+				r.t.Fatalf("%s still passes %s 20s after the fleet ban", lab.FW, a)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		took = max(took, time.Since(t0))
+	}
+	return took
+}
+
+// rawKV writes a group's pointer as it is, as someone with write access
+// to NATS but not the key could.
+func rawKV(t *testing.T, url string) (jetstream.KeyValue, jetstream.ObjectStore) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), hub.PolicyBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(context.Background(), hub.BundleStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, obs
+}
+
+// TestFleet runs `ipfence server` and three `ipfence agent`s, each
+// enforcing in its own lab, and checks with real packets in every lab:
+// revisions roll out; a fleet ban drops in every lab within a second or
+// so; an agent killed meanwhile catches up with the revision and the
+// ban's remaining time; a tampered bundle and a forged pointer are
+// refused with the error in the drift report and nothing applied; the
+// server stopped mid-rollout leaves every lab on a complete revision;
+// rollback and canary go where the pointer says.
+func TestFleet(t *testing.T) {
+	netnstest.NeedRoot(t)
+	r := &fleetRig{t: t, exe: buildIpfence(t), dir: t.TempDir(), srcs: fleetSources()}
+	r.listen = freeAddr(t)
+	r.url = "nats://" + r.listen
+	for range 3 {
+		r.labs = append(r.labs, netnstest.New(t))
+	}
+	r.agents = make([]*exec.Cmd, len(r.labs))
+	if _, err := run(t, "keygen", "--out", filepath.Join(r.dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
+	r.keyPath = filepath.Join(r.dir, "keys", "ipfence.key")
+	write(t, r.dir, "policy.yaml", "sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
+	r.policy = filepath.Join(r.dir, "policy.yaml")
+	r.startServer()
+
+	// Revision 1 reaches agents started after it; revision 2 reaches them
+	// running.
+	p1, _ := r.publish(1)
+	for i := range r.labs {
+		r.startAgent(i)
+	}
+	r.waitLatest(p1.Seq)
+	t0 := time.Now()
+	p2, plan2 := r.publish(2)
+	r.waitLatest(p2.Seq)
+	t.Logf("revision 2: publish to all 3 agents applied in %v (jitter up to 300ms)", time.Since(t0).Round(time.Millisecond))
+	for _, lab := range r.labs {
+		if n := r.mismatches(lab, plan2); n > 0 {
+			t.Fatalf("%s: %d verdicts differ from revision 2", lab.FW, n)
+		}
+	}
+
+	// A fleet ban drops everywhere.
+	banned := netip.MustParseAddr("198.18.0.99")
+	if dropped(t, r.labs[0], banned) {
+		t.Fatal("the address to ban is dropped already")
+	}
+	t0 = time.Now()
+	if _, err := run(t, "ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fleet ban: dropped in all 3 labs %v after `ipfence ban --fleet`", r.waitDropped(banned, t0, r.labs...).Round(time.Millisecond))
+
+	// Agent 2 is killed; revision 3 and a ban go out while it is away.
+	r.kill(r.agents[2])
+	p3, plan3 := r.publish(3)
+	away := netip.MustParseAddr("2001:2::99")
+	banAt := time.Now()
+	if _, err := run(t, "ban", "--fleet", away.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor("hosts 0 and 1 at revision 3, host 2 not", func(rep fleet.Report) bool {
+		ok := rep.Pointers["web"].Seq == p3.Seq
+		for _, h := range rep.Hosts {
+			ok = ok && (h.State == fleet.Latest) == (h.Host != "host2")
+		}
+		return ok
+	})
+	r.waitDropped(away, banAt, r.labs[0], r.labs[1])
+	if n := r.mismatches(r.labs[2], plan2); n > 0 {
+		t.Fatalf("the killed agent's lab: %d verdicts differ from revision 2, which it ran", n)
+	}
+	time.Sleep(2 * time.Second)
+	r.startAgent(2)
+	r.waitLatest(p3.Seq)
+	r.waitDropped(away, banAt, r.labs[2])
+	for _, lab := range r.labs {
+		if n := r.mismatches(lab, plan3); n > 0 {
+			t.Fatalf("%s: %d verdicts differ from revision 3", lab.FW, n)
+		}
+	}
+	out, err := run(t, "--json", "bans", "--socket", r.socket(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bans struct{ Bans []ban.Ban }
+	_ = json.Unmarshal([]byte(out), &bans)
+	for _, b := range bans.Bans {
+		if b.Prefix.Addr() == away {
+			if d := b.Expires.Sub(banAt.Add(time.Hour)); d < -2*time.Second || d > 2*time.Second {
+				t.Errorf("caught-up ban expires %v, the fleet ban at %v (off by %v): the TTL must be what was left", b.Expires, banAt.Add(time.Hour), d)
+			}
+			away = netip.Addr{}
+		}
+	}
+	if away.IsValid() {
+		t.Errorf("the restarted agent does not list the fleet ban made while it was away: %s", out)
+	}
+
+	// A tampered bundle (right pointer, bytes changed in the store) and
+	// a forged pointer (another key) are refused; nothing changes.
+	kv, obs := rawKV(t, r.url)
+	ctx := context.Background()
+	write(t, r.dir, "feed.txt", fleetFeed(9))
+	c9 := compileFor(t, r.policy, filepath.Join(r.dir, "pubstate"))
+	good, _ := fleet.NewBundle(c9.res.Input, 0, "policy.yaml", "", time.Now()).Encode()
+	write(t, r.dir, "feed.txt", fleetFeed(10))
+	c10 := compileFor(t, r.policy, filepath.Join(r.dir, "pubstate"))
+	evil, _ := fleet.NewBundle(c10.res.Input, 0, "policy.yaml", "", time.Now()).Encode()
+	if _, err := obs.PutBytes(ctx, fleet.Digest(good), evil); err != nil {
+		t.Fatal(err)
+	}
+	priv, err := fleet.LoadPrivateKey(r.keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: p3.Seq + 1, Digest: fleet.Digest(good), Size: int64(len(good)), Created: time.Now()}, priv)
+	if _, err := kv.Put(ctx, "group.web", tampered); err != nil {
+		t.Fatal(err)
+	}
+	rep := r.waitFor("every host refusing the tampered bundle", func(rep fleet.Report) bool {
+		for _, h := range rep.Hosts {
+			if h.State != fleet.Failing || !strings.Contains(h.LastError, "digest") {
+				return false
+			}
+		}
+		return len(rep.Hosts) == len(r.labs)
+	})
+	t.Logf("tampered bundle: %s", rep.Hosts[0].LastError)
+	for _, lab := range r.labs {
+		if n := r.mismatches(lab, plan3); n > 0 {
+			t.Fatalf("%s: %d verdicts differ from revision 3 after a tampered bundle", lab.FW, n)
+		}
+	}
+	_, other, _ := ed25519.GenerateKey(nil)
+	forged, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: p3.Seq + 100, Digest: fleet.Digest(evil), Size: int64(len(evil)), Created: time.Now()}, other)
+	if _, err := obs.PutBytes(ctx, fleet.Digest(evil), evil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "group.web", forged); err != nil {
+		t.Fatal(err)
+	}
+	rep = r.waitFor("every host refusing the forged pointer", func(rep fleet.Report) bool {
+		for _, h := range rep.Hosts {
+			if h.State != fleet.Failing || !strings.Contains(h.LastError, "signature") {
+				return false
+			}
+		}
+		return len(rep.Hosts) == len(r.labs)
+	})
+	t.Logf("forged pointer: %s", rep.Hosts[0].LastError)
+	for _, lab := range r.labs {
+		if n := r.mismatches(lab, plan3); n > 0 {
+			t.Fatalf("%s: %d verdicts differ from revision 3 after a forged pointer", lab.FW, n)
+		}
+	}
+
+	// The publisher goes over the forgery; the server stops right after
+	// the next publish: every lab holds revision 4 or 5 whole, and all
+	// reach 5 once it is back.
+	p4, plan4 := r.publish(4)
+	if p4.Seq != p3.Seq+2 {
+		t.Errorf("revision after the forgery: seq %d, want %d (after the tampered one)", p4.Seq, p3.Seq+2)
+	}
+	r.waitLatest(p4.Seq)
+	p5, plan5 := r.publish(5)
+	time.Sleep(250 * time.Millisecond) // within the agents' jitter
+	r.kill(r.server)
+	time.Sleep(time.Second)
+	on5 := 0
+	for _, lab := range r.labs {
+		m4, m5 := r.mismatches(lab, plan4), r.mismatches(lab, plan5)
+		if m4 > 0 && m5 > 0 {
+			t.Fatalf("%s holds neither revision 4 (%d verdicts differ) nor 5 (%d)", lab.FW, m4, m5)
+		}
+		if m5 == 0 {
+			on5++
+		}
+	}
+	t.Logf("server killed 250ms after publishing: %d of 3 labs on the new revision, the others on the previous one", on5)
+	r.startServer()
+	r.waitLatest(p5.Seq)
+
+	// Rollback sends everyone back to revision 4's bundle.
+	out, err = run(t, "--json", "rollback", "--nats", r.url, "--key", r.keyPath, "--group", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rb fleet.Pointer
+	_ = json.Unmarshal([]byte(out), &rb)
+	if rb.Digest != p4.Digest {
+		t.Fatalf("rollback to %s, want revision 4's %s", rb.Digest, p4.Digest)
+	}
+	r.waitLatest(rb.Seq)
+	for _, lab := range r.labs {
+		if n := r.mismatches(lab, plan4); n > 0 {
+			t.Fatalf("%s: %d verdicts differ from revision 4 after rollback", lab.FW, n)
+		}
+	}
+
+	// A canary: the hosts the pointer picks run revision 6, the others
+	// stay on 4's bundle.
+	p6, plan6 := r.publish(6, "--canary", "50%")
+	r.waitLatest(p6.Seq)
+	for i, lab := range r.labs {
+		want := plan4
+		if p6.For(fmt.Sprint("host", i)).Digest == p6.Digest {
+			want = plan6
+		}
+		if n := r.mismatches(lab, want); n > 0 {
+			t.Fatalf("host%d in a 50%% canary: %d verdicts differ", i, n)
+		}
+	}
+}
