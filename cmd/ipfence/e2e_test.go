@@ -30,7 +30,7 @@ import (
 )
 
 // run executes the CLI with args and returns stdout.
-func run(t *testing.T, args ...string) (string, error) {
+func run(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	root := newRootCmd()
 	var out, errb bytes.Buffer
@@ -44,7 +44,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func compileFor(t *testing.T, policyFile, stateDir string) *compiled {
+func compileFor(t testing.TB, policyFile, stateDir string) *compiled {
 	t.Helper()
 	g := &globals{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	c, err := (&policyFlags{policy: policyFile, stateDir: stateDir}).compile(context.Background(), g)
@@ -209,7 +209,7 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 	}
 }
 
-func write(t *testing.T, dir, name, content string) {
+func write(t testing.TB, dir, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)

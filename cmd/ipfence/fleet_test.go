@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,7 +54,7 @@ func fleetSources() []netip.Addr {
 
 // fleetRig is a server, a key pair and agents, each in its own lab.
 type fleetRig struct {
-	t       *testing.T
+	t       testing.TB
 	exe     string
 	dir     string
 	url     string
@@ -62,12 +63,13 @@ type fleetRig struct {
 	labs    []*netns.Lab
 	agents  []*exec.Cmd
 	policy  string
-	plans   map[string]*plan.Plan // by bundle digest's revision feed
 	srcs    []netip.Addr
+	feed    func(k int) string // revision k's feed
+	jitter  string             // the agents' --jitter
 	keyPath string
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,7 +120,7 @@ func (r *fleetRig) startServer() {
 func (r *fleetRig) startAgent(i int) {
 	r.agents[i] = r.start(fmt.Sprint("agent", i), "agent", "--nats", r.url, "--pubkey", filepath.Join(r.dir, "keys", "ipfence.pub"),
 		"--group", "web", "--name", fmt.Sprint("host", i), "--netns", r.labs[i].FW, "--state", filepath.Join(r.dir, fmt.Sprint("state", i)),
-		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", "300ms")
+		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", r.jitter)
 }
 
 func (r *fleetRig) socket(i int) string { return filepath.Join(r.dir, fmt.Sprint("agent", i, ".sock")) }
@@ -129,10 +131,10 @@ func (r *fleetRig) kill(cmd *exec.Cmd) {
 }
 
 // publish writes revision k's feed and publishes the policy (extra:
-// more flags); it returns the plan the agents should enforce.
-func (r *fleetRig) publish(k int, extra ...string) (*fleet.Pointer, *plan.Plan) {
+// more flags).
+func (r *fleetRig) publish(k int, extra ...string) *fleet.Pointer {
 	r.t.Helper()
-	write(r.t, r.dir, "feed.txt", fleetFeed(k))
+	write(r.t, r.dir, "feed.txt", r.feed(k))
 	out, err := run(r.t, append([]string{"--json", "publish", "--nats", r.url, "--key", r.keyPath, "--policy", r.policy,
 		"--group", "web", "--state", filepath.Join(r.dir, "pubstate")}, extra...)...)
 	if err != nil {
@@ -142,7 +144,14 @@ func (r *fleetRig) publish(k int, extra ...string) (*fleet.Pointer, *plan.Plan) 
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		r.t.Fatal(err)
 	}
-	return &p, compileFor(r.t, r.policy, filepath.Join(r.dir, "pubstate")).plan
+	return &p
+}
+
+// published publishes revision k and returns the plan the agents
+// should enforce.
+func (r *fleetRig) published(k int, extra ...string) (*fleet.Pointer, *plan.Plan) {
+	p := r.publish(k, extra...)
+	return p, compileFor(r.t, r.policy, filepath.Join(r.dir, "pubstate")).plan
 }
 
 // report is `ipfence fleet status --json`.
@@ -199,7 +208,7 @@ func (r *fleetRig) mismatches(lab *netns.Lab, p *plan.Plan) int {
 }
 
 // dropped reports whether a packet from a is dropped in lab.
-func dropped(t *testing.T, lab *netns.Lab, a netip.Addr) bool {
+func dropped(t testing.TB, lab *netns.Lab, a netip.Addr) bool {
 	t.Helper()
 	passed, err := pktgen.Check(lab, []netip.Addr{a}, 9999)
 	if err != nil {
@@ -227,7 +236,7 @@ func (r *fleetRig) waitDropped(a netip.Addr, t0 time.Time, labs ...*netns.Lab) t
 
 // rawKV writes a group's pointer as it is, as someone with write access
 // to NATS but not the key could.
-func rawKV(t *testing.T, url string) (jetstream.KeyValue, jetstream.ObjectStore) {
+func rawKV(t testing.TB, url string) (jetstream.KeyValue, jetstream.ObjectStore) {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -246,6 +255,27 @@ func rawKV(t *testing.T, url string) (jetstream.KeyValue, jetstream.ObjectStore)
 	return kv, obs
 }
 
+// newFleetRig makes n labs, a key pair, a policy of one drop rule on
+// feed.txt and starts the server; no agent yet.
+func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fleetRig {
+	netnstest.NeedRoot(t)
+	r := &fleetRig{t: t, exe: buildIpfence(t), dir: t.TempDir(), feed: feed, jitter: jitter}
+	r.listen = freeAddr(t)
+	r.url = "nats://" + r.listen
+	for range n {
+		r.labs = append(r.labs, netnstest.New(t))
+	}
+	r.agents = make([]*exec.Cmd, n)
+	if _, err := run(t, "keygen", "--out", filepath.Join(r.dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
+	r.keyPath = filepath.Join(r.dir, "keys", "ipfence.key")
+	write(t, r.dir, "policy.yaml", "sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
+	r.policy = filepath.Join(r.dir, "policy.yaml")
+	r.startServer()
+	return r
+}
+
 // TestFleet runs `ipfence server` and three `ipfence agent`s, each
 // enforcing in its own lab, and checks with real packets in every lab:
 // revisions roll out; a fleet ban drops in every lab within a second or
@@ -255,31 +285,18 @@ func rawKV(t *testing.T, url string) (jetstream.KeyValue, jetstream.ObjectStore)
 // server stopped mid-rollout leaves every lab on a complete revision;
 // rollback and canary go where the pointer says.
 func TestFleet(t *testing.T) {
-	netnstest.NeedRoot(t)
-	r := &fleetRig{t: t, exe: buildIpfence(t), dir: t.TempDir(), srcs: fleetSources()}
-	r.listen = freeAddr(t)
-	r.url = "nats://" + r.listen
-	for range 3 {
-		r.labs = append(r.labs, netnstest.New(t))
-	}
-	r.agents = make([]*exec.Cmd, len(r.labs))
-	if _, err := run(t, "keygen", "--out", filepath.Join(r.dir, "keys")); err != nil {
-		t.Fatal(err)
-	}
-	r.keyPath = filepath.Join(r.dir, "keys", "ipfence.key")
-	write(t, r.dir, "policy.yaml", "sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
-	r.policy = filepath.Join(r.dir, "policy.yaml")
-	r.startServer()
+	r := newFleetRig(t, 3, fleetFeed, "300ms")
+	r.srcs = fleetSources()
 
 	// Revision 1 reaches agents started after it; revision 2 reaches them
 	// running.
-	p1, _ := r.publish(1)
+	p1 := r.publish(1)
 	for i := range r.labs {
 		r.startAgent(i)
 	}
 	r.waitLatest(p1.Seq)
 	t0 := time.Now()
-	p2, plan2 := r.publish(2)
+	p2, plan2 := r.published(2)
 	r.waitLatest(p2.Seq)
 	t.Logf("revision 2: publish to all 3 agents applied in %v (jitter up to 300ms)", time.Since(t0).Round(time.Millisecond))
 	for _, lab := range r.labs {
@@ -301,7 +318,7 @@ func TestFleet(t *testing.T) {
 
 	// Agent 2 is killed; revision 3 and a ban go out while it is away.
 	r.kill(r.agents[2])
-	p3, plan3 := r.publish(3)
+	p3, plan3 := r.published(3)
 	away := netip.MustParseAddr("2001:2::99")
 	banAt := time.Now()
 	if _, err := run(t, "ban", "--fleet", away.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
@@ -406,12 +423,12 @@ func TestFleet(t *testing.T) {
 	// The publisher goes over the forgery; the server stops right after
 	// the next publish: every lab holds revision 4 or 5 whole, and all
 	// reach 5 once it is back.
-	p4, plan4 := r.publish(4)
+	p4, plan4 := r.published(4)
 	if p4.Seq != p3.Seq+2 {
 		t.Errorf("revision after the forgery: seq %d, want %d (after the tampered one)", p4.Seq, p3.Seq+2)
 	}
 	r.waitLatest(p4.Seq)
-	p5, plan5 := r.publish(5)
+	p5, plan5 := r.published(5)
 	time.Sleep(250 * time.Millisecond) // within the agents' jitter
 	r.kill(r.server)
 	time.Sleep(time.Second)
@@ -448,7 +465,7 @@ func TestFleet(t *testing.T) {
 
 	// A canary: the hosts the pointer picks run revision 6, the others
 	// stay on 4's bundle.
-	p6, plan6 := r.publish(6, "--canary", "50%")
+	p6, plan6 := r.published(6, "--canary", "50%")
 	r.waitLatest(p6.Seq)
 	for i, lab := range r.labs {
 		want := plan4
@@ -459,4 +476,85 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("host%d in a 50%% canary: %d verdicts differ", i, n)
 		}
 	}
+}
+
+// bigFeed is revision k of a 200k-prefix feed (IPv4 /20 to /32 below
+// 127.0.0.0, away from the labs' own addresses, and IPv6 /40 to /64): each revision replaces
+// 1% of the previous one's prefixes, as a threat feed's hourly update.
+func bigFeed(k int) string {
+	const n, churn = 200_000, 2_000
+	r := rand.New(rand.NewPCG(11, 11))
+	pick := func() string {
+		if r.IntN(10) == 0 {
+			a := [16]byte{0x2a, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}
+			return netip.PrefixFrom(netip.AddrFrom16(a), 40+r.IntN(25)).Masked().String()
+		}
+		a := [4]byte{byte(1 + r.IntN(126)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))} // below loopback
+		return netip.PrefixFrom(netip.AddrFrom4(a), 20+r.IntN(13)).Masked().String()
+	}
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = pick()
+	}
+	for range k * churn {
+		lines[r.IntN(n)] = pick()
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// BenchmarkFleetRollout measures the time from `ipfence publish` of a
+// 200k-prefix policy to every agent having it in its kernel, with
+// IPFENCE_FLEET_AGENTS agents (default 20) in their own labs, each with
+// the default 2s jitter: the first revision (a full load everywhere)
+// and then revisions that change 1% of the prefixes (a difference each).
+// Times come from the agents' own apply stamps. Run as root:
+//
+//	go test ./cmd/ipfence -run '^$' -bench FleetRollout -benchtime 1x
+func BenchmarkFleetRollout(b *testing.B) {
+	n := 20
+	if s := os.Getenv("IPFENCE_FLEET_AGENTS"); s != "" {
+		fmt.Sscan(s, &n)
+	}
+	r := newFleetRig(b, n, bigFeed, "2s")
+	// rollout publishes revision k and returns how long the publish took,
+	// when the last agent had applied it (from the publish's start), the
+	// median agent's own apply time (from seeing the pointer to the
+	// kernel's commit, its jitter included) and how the agents loaded it.
+	rollout := func(k int) (publish, all, agent time.Duration, bytes int64, mode string) {
+		t0 := time.Now()
+		p := r.publish(k)
+		publish = time.Since(t0)
+		rep := r.waitLatest(p.Seq)
+		modes := map[string]int{}
+		var own []int64
+		for _, h := range rep.Hosts {
+			all = max(all, h.Applied.Sub(t0))
+			modes[h.Mode]++
+			own = append(own, h.ApplyMillis)
+		}
+		slices.Sort(own)
+		return publish, all, time.Duration(own[len(own)/2]) * time.Millisecond, p.Size, fmt.Sprint(modes)
+	}
+	p1 := r.publish(0)
+	for i := range r.labs {
+		r.startAgent(i)
+	}
+	t0 := time.Now()
+	rep := r.waitLatest(p1.Seq)
+	var first time.Duration
+	for _, h := range rep.Hosts {
+		first = max(first, h.Applied.Sub(t0))
+	}
+	b.Logf("first revision, %d agents starting: all applied %v after start; bundle %d bytes", n, first.Round(time.Millisecond), p1.Size)
+	var alls []time.Duration
+	for k := 1; k <= 5; k++ {
+		pub, all, own, size, modes := rollout(k)
+		alls = append(alls, all)
+		b.Logf("revision %d (1%% changed): publish %v, all %d applied %v after publish started (median agent %v from pointer to kernel); bundle %d bytes; modes %s",
+			k+1, pub.Round(time.Millisecond), n, all.Round(time.Millisecond), own, size, modes)
+	}
+	slices.Sort(alls)
+	b.ReportMetric(float64(alls[len(alls)/2].Milliseconds()), "ms-publish-to-all")
+	b.ReportMetric(float64(p1.Size), "bundle-bytes")
+	b.ReportMetric(float64(first.Milliseconds()), "ms-first-all")
 }

@@ -23,7 +23,7 @@ import (
 
 // buildIpfence builds the ipfence binary for tests that need a process
 // of their own.
-func buildIpfence(t *testing.T) string {
+func buildIpfence(t testing.TB) string {
 	t.Helper()
 	exe := filepath.Join(t.TempDir(), "ipfence")
 	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
