@@ -234,6 +234,26 @@ func (r *fleetRig) waitDropped(a netip.Addr, t0 time.Time, labs ...*netns.Lab) t
 	return took
 }
 
+// refused waits until every host reports a failure that mentions
+// reason, and checks that every lab still holds p.
+func (r *fleetRig) refused(what, reason string, p *plan.Plan) {
+	r.t.Helper()
+	rep := r.waitFor("every host refusing "+what, func(rep fleet.Report) bool {
+		for _, h := range rep.Hosts {
+			if h.State != fleet.Failing || !strings.Contains(h.LastError, reason) {
+				return false
+			}
+		}
+		return len(rep.Hosts) == len(r.labs)
+	})
+	r.t.Logf("%s: %s", what, rep.Hosts[0].LastError)
+	for _, lab := range r.labs {
+		if n := r.mismatches(lab, p); n > 0 {
+			r.t.Fatalf("%s: %d verdicts differ from the revision in force after %s", lab.FW, n, what)
+		}
+	}
+}
+
 // rawKV writes a group's pointer as it is, as someone with write access
 // to NATS but not the key could.
 func rawKV(t testing.TB, url string) (jetstream.KeyValue, jetstream.ObjectStore) {
@@ -383,20 +403,7 @@ func TestFleet(t *testing.T) {
 	if _, err := kv.Put(ctx, "group.web", tampered); err != nil {
 		t.Fatal(err)
 	}
-	rep := r.waitFor("every host refusing the tampered bundle", func(rep fleet.Report) bool {
-		for _, h := range rep.Hosts {
-			if h.State != fleet.Failing || !strings.Contains(h.LastError, "digest") {
-				return false
-			}
-		}
-		return len(rep.Hosts) == len(r.labs)
-	})
-	t.Logf("tampered bundle: %s", rep.Hosts[0].LastError)
-	for _, lab := range r.labs {
-		if n := r.mismatches(lab, plan3); n > 0 {
-			t.Fatalf("%s: %d verdicts differ from revision 3 after a tampered bundle", lab.FW, n)
-		}
-	}
+	r.refused("the tampered bundle", "digest", plan3)
 	_, other, _ := ed25519.GenerateKey(nil)
 	forged, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: p3.Seq + 100, Digest: fleet.Digest(evil), Size: int64(len(evil)), Created: time.Now()}, other)
 	if _, err := obs.PutBytes(ctx, fleet.Digest(evil), evil); err != nil {
@@ -405,20 +412,7 @@ func TestFleet(t *testing.T) {
 	if _, err := kv.Put(ctx, "group.web", forged); err != nil {
 		t.Fatal(err)
 	}
-	rep = r.waitFor("every host refusing the forged pointer", func(rep fleet.Report) bool {
-		for _, h := range rep.Hosts {
-			if h.State != fleet.Failing || !strings.Contains(h.LastError, "signature") {
-				return false
-			}
-		}
-		return len(rep.Hosts) == len(r.labs)
-	})
-	t.Logf("forged pointer: %s", rep.Hosts[0].LastError)
-	for _, lab := range r.labs {
-		if n := r.mismatches(lab, plan3); n > 0 {
-			t.Fatalf("%s: %d verdicts differ from revision 3 after a forged pointer", lab.FW, n)
-		}
-	}
+	r.refused("the forged pointer", "signature", plan3)
 
 	// The publisher goes over the forgery; the server stops right after
 	// the next publish: every lab holds revision 4 or 5 whole, and all

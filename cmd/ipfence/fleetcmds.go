@@ -68,6 +68,16 @@ func (f *natsFlags) register(c *cobra.Command) {
 
 func (f *natsFlags) connect() (*hub.Hub, error) { return hub.Connect(f.o, false) }
 
+// connectSigning reads the private key at keyPath, then connects.
+func (f *natsFlags) connectSigning(keyPath string) (*hub.Hub, ed25519.PrivateKey, error) {
+	priv, err := fleet.LoadPrivateKey(keyPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := f.connect()
+	return h, priv, err
+}
+
 func newServerCmd(g *globals) *cobra.Command {
 	var cfg hub.ServerConfig
 	c := &cobra.Command{
@@ -117,10 +127,11 @@ publish again without --canary to send everyone.`,
 			if err != nil {
 				return usageError{err}
 			}
-			priv, err := fleet.LoadPrivateKey(keyPath)
+			h, priv, err := nf.connectSigning(keyPath)
 			if err != nil {
 				return err
 			}
+			defer h.Close()
 			c, err := pf.compile(cmd.Context(), g)
 			if err != nil {
 				return err
@@ -136,11 +147,6 @@ publish again without --canary to send everyone.`,
 			if err != nil {
 				return err
 			}
-			h, err := nf.connect()
-			if err != nil {
-				return err
-			}
-			defer h.Close()
 			if err := h.Setup(cmd.Context(), 1); err != nil {
 				return err
 			}
@@ -208,11 +214,7 @@ higher sequence number: agents never accept a lower one, so an old pointer
 replayed cannot roll a host back.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			priv, err := fleet.LoadPrivateKey(keyPath)
-			if err != nil {
-				return err
-			}
-			h, err := nf.connect()
+			h, priv, err := nf.connectSigning(keyPath)
 			if err != nil {
 				return err
 			}
@@ -391,11 +393,7 @@ func (f *fleetBanFlags) publish(cmd *cobra.Command, ps []netip.Prefix, mk func(n
 	if f.keyPath == "" {
 		return usageError{errors.New("--fleet needs --key (the private key the agents trust for bans)")}
 	}
-	priv, err := fleet.LoadPrivateKey(f.keyPath)
-	if err != nil {
-		return err
-	}
-	h, err := f.nf.connect()
+	h, priv, err := f.nf.connectSigning(f.keyPath)
 	if err != nil {
 		return err
 	}

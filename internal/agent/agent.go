@@ -84,10 +84,10 @@ type Agent struct {
 	banSeen map[netip.Prefix]time.Time // the newest message applied per prefix
 }
 
-// revision is a bundle in force.
+// revision is a bundle in force, and the pointer that led to it.
 type revision struct {
 	Group   string    `json:"group"`
-	Seq     uint64    `json:"seq"`
+	Seq     uint64    `json:"seq"` // the pointer's
 	Digest  string    `json:"digest"`
 	Applied time.Time `json:"applied"`
 	in      *plan.Input
@@ -263,7 +263,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	}
 	t := p.For(a.cfg.Name)
 	if cur != nil && t.Digest == cur.Digest {
-		return &revision{Group: p.Group, Seq: t.Seq, Digest: t.Digest, in: cur.in}, p.Seq, nil
+		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: cur.in}, p.Seq, nil
 	}
 	if a.cfg.Jitter > 0 {
 		select {
@@ -284,10 +284,10 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	if err != nil {
 		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
 	}
-	if err := a.save(raw, &revision{Group: p.Group, Seq: t.Seq, Digest: t.Digest}, "candidate"); err != nil {
+	if err := a.save(raw, &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest}, "candidate"); err != nil {
 		return nil, p.Seq, err
 	}
-	return &revision{Group: p.Group, Seq: t.Seq, Digest: t.Digest, in: in}, p.Seq, nil
+	return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: in}, p.Seq, nil
 }
 
 // followPointer applies every new pointer of the group: on the watch's
@@ -410,9 +410,9 @@ func (a *Agent) Status() fleet.Status {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s.Seq, s.LastError, s.FailedSeq, s.Mode, s.ApplyMillis = a.seq, a.lastErr, a.failed, a.mode, a.took.Milliseconds()
+	s.LastError, s.FailedSeq, s.Mode, s.ApplyMillis = a.lastErr, a.failed, a.mode, a.took.Milliseconds()
 	if a.cur != nil {
-		s.Digest, s.Applied = a.cur.Digest, a.cur.Applied
+		s.Seq, s.Digest, s.Applied = a.cur.Seq, a.cur.Digest, a.cur.Applied
 	}
 	if ds != nil {
 		s.Backend, s.Elements, s.Bans, s.Rules = string(plan.NFTables), ds.Elements, ds.Bans.Total, len(ds.Rules)

@@ -12,7 +12,7 @@ type Status struct {
 	Host  string `json:"host"`
 	Group string `json:"group"`
 	// Seq and Digest are the revision in force: the pointer the host
-	// last followed and the bundle it runs.
+	// last applied and the bundle it runs.
 	Seq     uint64    `json:"seq"`
 	Digest  string    `json:"digest"`
 	Applied time.Time `json:"applied,omitzero"` // when the bundle was applied
