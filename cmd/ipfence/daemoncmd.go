@@ -46,14 +46,20 @@ It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
 	}
 	c.Flags().StringVarP(&cfg.Policy, "policy", "p", "", "policy file (YAML)")
 	_ = c.MarkFlagRequired("policy")
-	c.Flags().StringVar(&cfg.NetNS, "netns", "", "network namespace (default: the current one)")
-	c.Flags().StringVar(&cfg.StateDir, "state", state.DefaultDir, "state folder: bans, feed caches, last good loads")
-	c.Flags().StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket")
-	c.Flags().StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
-	c.Flags().BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on the metrics address (debugging)")
-	c.Flags().DurationVar(&cfg.Tick, "tick", 10*time.Second, "how often to look for due sources and expired bans")
+	registerDaemonFlags(c, &cfg)
 	xf.register(c, true)
 	return c
+}
+
+// registerDaemonFlags registers the flags of the daemon's own settings,
+// for `ipfence daemon` and `ipfence agent` (which runs one).
+func registerDaemonFlags(c *cobra.Command, cfg *daemon.Config) {
+	c.Flags().StringVar(&cfg.NetNS, "netns", "", "network namespace (default: the current one)")
+	c.Flags().StringVar(&cfg.StateDir, "state", state.DefaultDir, "state folder: bans, feed caches, last good loads or revisions")
+	c.Flags().StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (ipfence ban/bans/status use it)")
+	c.Flags().StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
+	c.Flags().BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on the metrics address (debugging)")
+	c.Flags().DurationVar(&cfg.Tick, "tick", 10*time.Second, "how often to look for due sources, expired bans and drift")
 }
 
 func newReloadCmd(g *globals) *cobra.Command {

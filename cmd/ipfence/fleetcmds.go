@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
-	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,11 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ipfence/ipfence/internal/agent"
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/hub"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/state"
 )
 
 func newKeygenCmd(g *globals) *cobra.Command {
@@ -139,11 +138,8 @@ publish again without --canary to send everyone.`,
 			if c.plan.Backend.IPTables() {
 				return fmt.Errorf("backend %s: agents run the nftables and xdp backends; publish a policy for those", c.plan.Backend)
 			}
-			text, err := os.ReadFile(pf.policy)
-			if err != nil {
-				return err
-			}
-			data, err := fleet.NewBundle(c.res.Input, c.res.Policy.RejectMark, filepath.Base(pf.policy), string(text), time.Now()).Encode()
+			pol := c.res.Policy
+			data, err := fleet.NewBundle(c.res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now()).Encode()
 			if err != nil {
 				return err
 			}
@@ -281,11 +277,7 @@ error, backend, kernel) goes to the fleet every --heartbeat and at each change:
 	c.Flags().StringVar(&banPubPath, "ban-pubkey", "", "public key fleet bans are signed with (default: --pubkey)")
 	c.Flags().StringVar(&cfg.Group, "group", "default", "host group to follow")
 	c.Flags().StringVar(&cfg.Name, "name", "", "this host's name in the fleet (default: the host name)")
-	c.Flags().StringVar(&cfg.Daemon.NetNS, "netns", "", "network namespace to enforce in (default: the current one)")
-	c.Flags().StringVar(&cfg.Daemon.StateDir, "state", state.DefaultDir, "state folder: the last good revision, bans")
-	c.Flags().StringVar(&cfg.Daemon.Socket, "socket", api.DefaultSocket, "the local API socket (ipfence ban/bans/status)")
-	c.Flags().StringVar(&cfg.Daemon.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
-	c.Flags().DurationVar(&cfg.Daemon.Tick, "tick", 10*time.Second, "how often to expire bans and look for drift")
+	registerDaemonFlags(c, &cfg.Daemon)
 	c.Flags().DurationVar(&cfg.Jitter, "jitter", 2*time.Second, "longest random delay before fetching a new revision (spreads a fleet's fetches)")
 	c.Flags().DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "how often the status is written without a change")
 	c.Flags().DurationVar(&cfg.Poll, "poll", 30*time.Second, "how often the pointer is read besides watching it")
@@ -356,7 +348,8 @@ It exits with status 1 when a host is not at the latest revision.`,
 var errDrift = errors.New("not every host runs its latest revision")
 
 func printDrift(w io.Writer, r fleet.Report) {
-	for name, p := range r.Pointers {
+	for _, name := range slices.Sorted(maps.Keys(r.Pointers)) {
+		p := r.Pointers[name]
 		fmt.Fprintf(w, "group %s: revision %d, bundle %s", name, p.Seq, p.Digest)
 		if p.Canary > 0 {
 			fmt.Fprintf(w, " (canary %d%%; others on %d)", p.Canary, p.Stable.Seq)

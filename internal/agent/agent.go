@@ -69,8 +69,8 @@ type Agent struct {
 	dir   string // where the last good revision is kept
 	start time.Time
 
-	// applyMu serializes revisions; mu guards what follows.
-	applyMu sync.Mutex
+	// mu guards what follows. Revisions are applied one at a time by
+	// first, then followPointer's goroutine.
 	mu      sync.Mutex
 	cur     *revision // in force
 	next    *plan.Input
@@ -329,8 +329,6 @@ func (a *Agent) followPointer(ctx context.Context) {
 
 // follow applies the revision a pointer names for this host.
 func (a *Agent) follow(ctx context.Context, data []byte) {
-	a.applyMu.Lock()
-	defer a.applyMu.Unlock()
 	t0 := time.Now()
 	rev, seq, err := a.fetch(ctx, data)
 	if errors.Is(err, errOld) {

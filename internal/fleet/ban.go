@@ -29,7 +29,7 @@ func SignBan(b *Ban, priv ed25519.PrivateKey) ([]byte, error) { return sign(kind
 // VerifyBan returns the ban in data if pub signed it.
 func VerifyBan(data []byte, pub ed25519.PublicKey) (*Ban, error) {
 	var b Ban
-	if err := open(kindBan, data, pub, &b); err != nil {
+	if err := open(kindBan, data, pub, true, &b); err != nil {
 		return nil, err
 	}
 	if !b.Prefix.IsValid() {

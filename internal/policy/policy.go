@@ -49,7 +49,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Policy is a parsed, validated policy file.
 type Policy struct {
-	File     string
+	File string
+	// Text is the file as read, for the record (a fleet bundle keeps it).
+	Text     string
 	Table    string
 	Priority int32
 	Sources  []*SourceDef
@@ -160,7 +162,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 		return nil, yamlError(file, err)
 	}
 	lines := nodeLines(&root)
-	p := &Policy{File: file, Table: d.Table}
+	p := &Policy{File: file, Text: string(data), Table: d.Table}
 	if p.Table == "" {
 		p.Table = "ipfence"
 	} else if !validName(p.Table) {
