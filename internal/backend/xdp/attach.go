@@ -389,8 +389,22 @@ func Flush(opt Options) (bool, error) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	// Removing a pin drops the last reference to a link (detaching it),
-	// a program or a map.
+	// The links are detached first: removing a pin drops the last
+	// reference to a link, a program or a map, but bpffs frees the inode
+	// after an RCU grace period, so the program would stay attached for
+	// a moment after Flush returned.
+	links, _ := filepath.Glob(filepath.Join(dir, "link_*"))
+	for _, path := range links {
+		l, err := link.LoadPinnedLink(path, nil)
+		if err != nil {
+			continue // not a link any more: removed below all the same
+		}
+		err = l.Detach()
+		l.Close()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return true, fmt.Errorf("detaching XDP link %s: %w", path, err)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return true, fmt.Errorf("removing the XDP pins in %s: %w", dir, err)
 	}
