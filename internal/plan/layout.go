@@ -317,7 +317,7 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 		l.Kind = KindPlain
 		for _, p := range pieces {
 			if p.in {
-				l.Plain = append(l.Plain, p.p)
+				l.Plain = append(l.Plain, p.prefix(familyBits(is4)))
 			}
 		}
 		return l, nil
@@ -333,7 +333,7 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 	if strides != nil {
 		maxLen := 0
 		for _, p := range pieces {
-			maxLen = max(maxLen, p.p.Bits())
+			maxLen = max(maxLen, int(p.bits))
 		}
 		if err := checkStrides(strides, maxLen, familyBits(is4)); err != nil {
 			return nil, err

@@ -2,8 +2,10 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
+	"sort"
 	"testing"
 
 	"go4.org/netipx"
@@ -173,4 +175,81 @@ func TestChooseSingleAddresses(t *testing.T) {
 	if fmt.Sprint(l.Strides()) != "[32]" {
 		t.Errorf("strides %v, want [32]", l.Strides())
 	}
+}
+
+// TestChooserModel checks the dynamic programme against a direct model:
+// every mixed bucket's chosen cost and elements must be the minimum, over
+// every child length it may use, of what a piece-by-piece count of its
+// children gives (solve counts them from prefix sums and stops at the
+// first length without mixed children).
+func TestChooserModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for iter := range 40 {
+		for _, is4 := range []bool{true, false} {
+			s := randomSet(r, is4, 1+r.IntN(600))
+			pieces := partition(s, is4)
+			if len(pieces) < 2 {
+				continue
+			}
+			c := newChooser(pieces, is4, iter%2 == 0, nil)
+			price := DefaultElementPrice / 1e6
+			c.solve(price)
+			for l := range c.buckets {
+				for k, b := range c.buckets[l] {
+					cost, elems := math.Inf(1), 0.0
+					for _, o := range c.options(l) {
+						oc, oe := modelEvaluate(c, b, l, o, price)
+						if oc < cost {
+							cost, elems = oc, oe
+						}
+					}
+					bc, be := bucketCost(c, l, k)
+					if math.Abs(cost-bc) > 1e-9*max(1, cost) || math.Abs(elems-be) > 1e-9*max(1, elems) {
+						t.Fatalf("iter %d: bucket /%d [%d,%d): chose cost %g elems %g (child /%d), model's best is %g, %g",
+							iter, l, b.start, b.end, bc, be, b.child, cost, elems)
+					}
+				}
+			}
+		}
+	}
+}
+
+// bucketCost is the cost and elements solve chose for c.buckets[l][k].
+func bucketCost(c *chooser, l, k int) (cost, elems float64) {
+	b, s := c.buckets[l][k], c.sums[l]
+	return s[k+1].cost - s[k].cost - (c.wsum[b.end] - c.wsum[b.start]), s[k+1].elems - s[k].elems
+}
+
+// modelEvaluate prices bucket b at length l resolved at length o by
+// walking its pieces: each piece up to /o is a uniform child, each longer
+// one lies in a mixed child bucket of length o.
+func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems float64) {
+	var full, empty, mixed float64
+	for i := int(b.start); i < int(b.end); {
+		pl := int(c.plen[i])
+		if pl <= o {
+			if c.in[i] {
+				full += pow2[o-pl]
+			} else {
+				empty += pow2[o-pl]
+			}
+			i++
+			continue
+		}
+		k := sort.Search(len(c.buckets[o]), func(k int) bool { return int(c.buckets[o][k].start) >= i })
+		ch := c.buckets[o][k]
+		if int(ch.start) != i {
+			panic("a piece longer than the child length is not at the start of a mixed child")
+		}
+		mixed++
+		chCost, chElems := bucketCost(c, o, k)
+		cost += c.wsum[ch.end] - c.wsum[ch.start] + chCost
+		elems += chElems
+		i = int(ch.end)
+	}
+	if full+empty+mixed != pow2[o-l] && o-l < 53 {
+		panic(fmt.Sprintf("bucket /%d at /%d: %g full, %g empty, %g mixed children", l, o, full, empty, mixed))
+	}
+	own := min(full, empty) + mixed
+	return cost + price*own, elems + own
 }

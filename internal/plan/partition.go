@@ -2,7 +2,6 @@ package plan
 
 import (
 	"net/netip"
-	"slices"
 
 	"go4.org/netipx"
 
@@ -11,45 +10,23 @@ import (
 
 // piece is one prefix of the partition of a family's address space into
 // the minimal CIDR cover of a set (in == true) and of its complement.
+// It holds the address as a u128 (no pointers: a partition has millions).
 type piece struct {
-	p  netip.Prefix
-	in bool
+	addr u128
+	bits uint8
+	in   bool
 }
+
+// prefix returns p as a prefix of the family of width w.
+func (p piece) prefix(w int) netip.Prefix { return netip.PrefixFrom(p.addr.addr(w), int(p.bits)) }
 
 // partition returns the address space of one family (is4) cut into the
 // minimal prefix cover of s and of its complement, sorted by address.
 // Every address of the family lies in exactly one piece.
 func partition(s *netipx.IPSet, is4 bool) []piece {
-	comp := prefix.Complement(s, is4, !is4)
-
-	// Both covers are sorted: merge them.
-	in, out := family(prefix.Prefixes(s), is4), family(prefix.Prefixes(comp), is4)
-	res := make([]piece, 0, len(in)+len(out))
-	for len(in) > 0 || len(out) > 0 {
-		if len(out) == 0 || (len(in) > 0 && in[0].Addr().Less(out[0].Addr())) {
-			res = append(res, piece{in[0], true})
-			in = in[1:]
-		} else {
-			res = append(res, piece{out[0], false})
-			out = out[1:]
-		}
-	}
+	var res []piece
+	prefix.Partition(s, is4, func(p netip.Prefix, in bool) { res = append(res, piece{u128From(p.Addr()), uint8(p.Bits()), in}) })
 	return res
-}
-
-// family returns the prefixes of one family from a sorted list (IPv4
-// sorts first).
-func family(ps []netip.Prefix, is4 bool) []netip.Prefix {
-	i, _ := slices.BinarySearchFunc(ps, true, func(p netip.Prefix, _ bool) int {
-		if p.Addr().Is4() {
-			return -1
-		}
-		return 1
-	})
-	if is4 {
-		return ps[:i]
-	}
-	return ps[i:]
 }
 
 // fullPrefix is 0.0.0.0/0 or ::/0.

@@ -24,11 +24,10 @@ import (
 // random sources (IPv6: from 2000::/3), which the first level mostly
 // decides anyway. A bucket's lookup costs the traffic share reaching it.
 
-// dpBucket is a mixed bucket at some length: pieces[start:end].
+// dpBucket is a mixed bucket at some length: pieces[start:end]. Its
+// cost and elements are kept in the chooser's sums.
 type dpBucket struct {
 	start, end int32
-	cost       float64 // lookups below this bucket + price × elements
-	elems      float64
 	child      uint8 // chosen child length
 	def        bool  // default of its children (absent keys)
 }
@@ -43,26 +42,41 @@ type chooser struct {
 	wsum   []float64 // prefix sums of traffic weight (blend)
 	wpass  []float64 // prefix sums of pass-traffic weight (for the estimate)
 	wrand  []float64 // prefix sums of random-traffic weight
+	// inU are prefix sums of the in pieces' sizes (addresses, modulo
+	// 2**128): with sums they count a bucket's uniform children in O(1).
+	inU    []u128
 	maxLen int
 	cands  []int // candidate lengths, increasing, ending at maxLen
 	// forced: when set, a bucket at cands[k] may only use cands[k+1].
 	forced  bool
 	buckets [129][]dpBucket
+	// sums[l][k] sums over buckets[l][:k], for evaluate to take a range
+	// of children at once.
+	sums [129][]childSum
+}
+
+// childSum is a sum over consecutive mixed buckets of one length: what
+// they add to a parent's cost (the traffic reaching them, which pays one
+// more lookup, and their own cost: lookups below them + price ×
+// elements), their elements and their in addresses.
+type childSum struct {
+	cost, elems float64
+	in          u128
 }
 
 func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 	w := familyBits(is4)
 	n := len(pieces)
 	c := &chooser{w: w, pieces: pieces, addr: make([]u128, n), in: make([]bool, n), plen: make([]uint8, n), cpl: make([]uint8, n),
-		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1)}
+		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1), inU: make([]u128, n+1)}
 	var passAddr, passCnt, randTot float64
 	size := make([]float64, n)
 	rsize := make([]float64, n)
 	global := u128{hi: 0x2000 << 48}
 	for i, p := range pieces {
-		c.addr[i] = u128From(p.p.Addr())
+		c.addr[i] = p.addr
 		c.in[i] = p.in
-		l := p.p.Bits()
+		l := int(p.bits)
 		c.plen[i] = uint8(l)
 		if i > 0 {
 			c.cpl[i] = uint8(cpl(c.addr[i-1], c.addr[i], w))
@@ -93,6 +107,10 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 		c.wpass[i+1] = c.wpass[i] + pass
 		c.wrand[i+1] = c.wrand[i] + r
 		c.wsum[i+1] = c.wsum[i] + 0.9*pass + 0.1*r
+		c.inU[i+1] = c.inU[i]
+		if p.in {
+			c.inU[i+1] = c.inU[i].add(unit(w - int(c.plen[i])))
+		}
 	}
 	if forced != nil {
 		c.forced = true
@@ -161,60 +179,68 @@ func (c *chooser) mixedBuckets(l int) []dpBucket {
 }
 
 // solve runs the dynamic programme with the given price per element and
-// returns the root bucket.
-func (c *chooser) solve(price float64) dpBucket {
+// returns the root bucket with its cost and elements.
+func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 	lengths := append([]int{0}, c.cands...)
 	for k := len(lengths) - 1; k >= 0; k-- {
 		l := lengths[k]
 		if l >= c.maxLen {
-			c.buckets[l] = nil
+			c.buckets[l], c.sums[l] = nil, make([]childSum, 1)
 			continue
 		}
 		bs := c.mixedBuckets(l)
 		opts := c.options(l)
 		cursor := make([]int, len(opts))
+		sums := make([]childSum, len(bs)+1)
 		for bi := range bs {
 			b := &bs[bi]
-			b.cost = math.Inf(1)
+			cost, elems = math.Inf(1), 0
 			for oi, o := range opts {
-				cost, elems, def := c.evaluate(b, o, price, &cursor[oi])
-				if cost < b.cost {
-					b.cost, b.elems, b.child, b.def = cost, elems, uint8(o), def
+				oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi])
+				if oc < cost {
+					cost, elems, b.child, b.def = oc, oe, uint8(o), def
+				}
+				if leaf {
+					// Every longer length only doubles the
+					// elements: no better option follows.
+					break
 				}
 			}
+			sums[bi+1] = childSum{
+				cost:  sums[bi].cost + c.wsum[b.end] - c.wsum[b.start] + cost,
+				elems: sums[bi].elems + elems,
+				in:    sums[bi].in.add(c.inU[b.end].sub(c.inU[b.start])),
+			}
 		}
-		c.buckets[l] = bs
+		c.buckets[l], c.sums[l] = bs, sums
 	}
-	return c.buckets[0][0]
+	// The root is the one bucket at length 0: cost and elems are its.
+	return c.buckets[0][0], cost, elems
 }
 
-// evaluate prices bucket b resolved at child length o. cursor walks
-// c.buckets[o] forward across the (ordered) calls for one length.
-func (c *chooser) evaluate(b *dpBucket, o int, price float64, cursor *int) (cost, elems float64, def bool) {
-	var full, empty, nMixed float64
+// evaluate prices bucket b (at length l) resolved at child length o:
+// its mixed children are the buckets of length o within it (every piece
+// longer than o lies in one), and its pieces up to /o are uniform
+// children, full or empty. cursor walks c.buckets[o] forward across the
+// (ordered) calls for one length. leaf says no child is mixed.
+func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int) (cost, elems float64, def, leaf bool) {
 	children := c.buckets[o]
-	for i := int(b.start); i < int(b.end); {
-		l := int(c.plen[i])
-		if l <= o {
-			if c.in[i] {
-				full += pow2[o-l]
-			} else {
-				empty += pow2[o-l]
-			}
-			i++
-			continue
-		}
-		for *cursor < len(children) && int(children[*cursor].start) < i {
-			*cursor++
-		}
-		ch := children[*cursor]
-		nMixed++
-		cost += c.wsum[ch.end] - c.wsum[ch.start] + ch.cost
-		elems += ch.elems
-		i = int(ch.end)
+	k1 := *cursor
+	for k1 < len(children) && children[k1].start < b.start {
+		k1++
 	}
+	k2 := k1
+	for k2 < len(children) && children[k2].start < b.end {
+		k2++
+	}
+	*cursor = k2
+	s1, s2 := c.sums[o][k1], c.sums[o][k2]
+	nMixed := float64(k2 - k1)
+	// The pieces up to /o: their in addresses, counted in /o blocks.
+	full := c.inU[b.end].sub(c.inU[b.start]).sub(s2.in.sub(s1.in)).shr(c.w - o).float()
+	empty := pow2[o-l] - nMixed - full
 	own := min(full, empty) + nMixed
-	return cost + price*own, elems + own, full > empty
+	return s2.cost - s1.cost + price*own, s2.elems - s1.elems + own, full > empty, k1 == k2
 }
 
 // bucketAt finds the mixed bucket at length l starting at piece i.
@@ -272,7 +298,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 			continue
 		}
 		ch := c.bucketAt(o, i)
-		key := netip.PrefixFrom(p.p.Addr(), o).Masked()
+		key := netip.PrefixFrom(p.addr.addr(c.w), o).Masked()
 		t.left--
 		t.pass += c.wpass[ch.end] - c.wpass[ch.start]
 		t.random += c.wrand[ch.end] - c.wrand[ch.start]
@@ -282,7 +308,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 			lv.Entries = append(lv.Entries, Entry{Key: key, Kind: DescendRest})
 			for k := ch.start; k < ch.end; k++ {
 				if c.pieces[k].in {
-					t.rest = append(t.rest, c.pieces[k].p)
+					t.rest = append(t.rest, c.pieces[k].prefix(c.w))
 				}
 			}
 			i = int(ch.end)
@@ -303,11 +329,11 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxEntries int, price float64) bool {
 	c := newChooser(pieces, is4, passIsIn, forced)
 	for ; price < 1e3; price *= 4 {
-		root := c.solve(price / 1e6)
-		if math.IsInf(root.cost, 1) {
+		root, cost, elems := c.solve(price / 1e6)
+		if math.IsInf(cost, 1) {
 			return false
 		}
-		if root.elems > float64(maxEntries) {
+		if elems > float64(maxEntries) {
 			if forced != nil {
 				return false
 			}

@@ -67,3 +67,35 @@ func (u u128) addShift(k uint64, s int) u128 {
 	hi, _ := bits.Add64(u.hi, add.hi, carry)
 	return u128{hi, lo}
 }
+
+// add and sub are modulo 2**128.
+func (u u128) add(v u128) u128 {
+	lo, carry := bits.Add64(u.lo, v.lo, 0)
+	hi, _ := bits.Add64(u.hi, v.hi, carry)
+	return u128{hi, lo}
+}
+
+func (u u128) sub(v u128) u128 {
+	lo, borrow := bits.Sub64(u.lo, v.lo, 0)
+	hi, _ := bits.Sub64(u.hi, v.hi, borrow)
+	return u128{hi, lo}
+}
+
+// shr returns u >> s (0 ≤ s ≤ 128).
+func (u u128) shr(s int) u128 {
+	switch {
+	case s >= 128:
+		return u128{}
+	case s >= 64:
+		return u128{lo: u.hi >> (s - 64)}
+	case s == 0:
+		return u
+	}
+	return u128{hi: u.hi >> s, lo: u.lo>>s | u.hi<<(64-s)}
+}
+
+// float is u as a float64 (rounded above 2**53).
+func (u u128) float() float64 { return float64(u.hi)*pow2[64] + float64(u.lo) }
+
+// unit is 1 << s (0 ≤ s < 128).
+func unit(s int) u128 { return u128{}.addShift(1, s) }

@@ -130,9 +130,39 @@ func TestModel(t *testing.T) {
 		}
 		c := Complement(set, w.is4, !w.is4)
 		checkSet(t, w, c, cmodel[:], true)
+		checkPartition(t, set, c, w.is4)
 		if t.Failed() {
 			t.Fatalf("iteration %d, window %s, ops (add/remove) %v", i, w.name, ops)
 		}
+	}
+}
+
+// checkPartition checks that Partition gives the prefixes of s (in) and
+// of its complement c (out) of one family, in address order, tiling the
+// family's space.
+func checkPartition(t *testing.T, s, c *netipx.IPSet, is4 bool) {
+	t.Helper()
+	var want []string
+	for _, p := range slices.Concat(Prefixes(s), Prefixes(c)) {
+		if p.Addr().Is4() == is4 {
+			want = append(want, p.String())
+		}
+	}
+	slices.SortFunc(want, func(a, b string) int {
+		return netip.MustParsePrefix(a).Addr().Compare(netip.MustParsePrefix(b).Addr())
+	})
+	var got []string
+	next, done := familyFirst(is4), false
+	Partition(s, is4, func(p netip.Prefix, in bool) {
+		if done || p.Addr() != next || in != s.ContainsPrefix(p) {
+			t.Errorf("Partition: %s (in %v) does not follow on from %s", p, in, next)
+		}
+		got = append(got, p.String())
+		last := netipx.PrefixLastIP(p)
+		next, done = last.Next(), last == familyLast(is4)
+	})
+	if !done || !slices.Equal(got, want) {
+		t.Errorf("Partition gave %v, want %v (to the family's end)", got, want)
 	}
 }
 

@@ -197,3 +197,27 @@ func Prefixes(s *netipx.IPSet) []netip.Prefix {
 	}
 	return out
 }
+
+// Partition calls fn, in address order, with each prefix of the minimal
+// CIDR covers of one family (is4) of s and of its complement in that
+// family, in saying which: the prefixes tile the family's address space.
+func Partition(s *netipx.IPSet, is4 bool, fn func(p netip.Prefix, in bool)) {
+	s4, s6 := spansOf(s)
+	ss, top, width, addr := s6, max6, 128, addr6
+	if is4 {
+		ss, top, width, addr = s4, max4, 32, addr4
+	}
+	emit := func(sp span, in bool) {
+		forEachCIDR(sp.lo, sp.hi, width, func(a u128, bits int) { fn(netip.PrefixFrom(addr(a), bits), in) })
+	}
+	gaps := complement(ss, top)
+	for len(ss) > 0 || len(gaps) > 0 {
+		if len(gaps) == 0 || len(ss) > 0 && ss[0].lo.less(gaps[0].lo) {
+			emit(ss[0], true)
+			ss = ss[1:]
+		} else {
+			emit(gaps[0], false)
+			gaps = gaps[1:]
+		}
+	}
+}

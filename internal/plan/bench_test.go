@@ -1,0 +1,41 @@
+package plan
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"go4.org/netipx"
+)
+
+// BenchmarkBuildFeed chooses and builds the layouts of a 200k-line
+// threat feed (IPv4 /20 to /32, a tenth IPv6 /40 to /64), as
+// BenchmarkFleetRollout's feed: the CPU an apply or agent spends in the
+// layout search.
+func BenchmarkBuildFeed(b *testing.B) {
+	s := feedSet()
+	for b.Loop() {
+		for _, is4 := range []bool{true, false} {
+			if _, err := Build(s, is4, Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// feedSet is the set of BenchmarkBuildFeed.
+func feedSet() *netipx.IPSet {
+	r := rand.New(rand.NewPCG(11, 11))
+	var sb netipx.IPSetBuilder
+	for range 200_000 {
+		if r.IntN(10) == 0 {
+			a := [16]byte{0x2a, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}
+			sb.AddPrefix(netip.PrefixFrom(netip.AddrFrom16(a), 40+r.IntN(25)).Masked())
+			continue
+		}
+		a := [4]byte{byte(1 + r.IntN(126)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}
+		sb.AddPrefix(netip.PrefixFrom(netip.AddrFrom4(a), 20+r.IntN(13)).Masked())
+	}
+	s, _ := sb.IPSet()
+	return s
+}
