@@ -67,6 +67,8 @@ type fleetRig struct {
 	feed    func(k int) string // revision k's feed
 	jitter  string             // the agents' --jitter
 	keyPath string
+	// agentArgs are more flags for agent i.
+	agentArgs map[int][]string
 }
 
 func freeAddr(t testing.TB) string {
@@ -118,9 +120,9 @@ func (r *fleetRig) startServer() {
 }
 
 func (r *fleetRig) startAgent(i int) {
-	r.agents[i] = r.start(fmt.Sprint("agent", i), "agent", "--nats", r.url, "--pubkey", filepath.Join(r.dir, "keys", "ipfence.pub"),
+	r.agents[i] = r.start(fmt.Sprint("agent", i), append([]string{"agent", "--nats", r.url, "--pubkey", filepath.Join(r.dir, "keys", "ipfence.pub"),
 		"--group", "web", "--name", fmt.Sprint("host", i), "--netns", r.labs[i].FW, "--state", filepath.Join(r.dir, fmt.Sprint("state", i)),
-		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", r.jitter)
+		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", r.jitter}, r.agentArgs[i]...)...)
 }
 
 func (r *fleetRig) socket(i int) string { return filepath.Join(r.dir, fmt.Sprint("agent", i, ".sock")) }
@@ -296,8 +298,9 @@ func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fle
 	return r
 }
 
-// TestFleet runs `ipfence server` and three `ipfence agent`s, each
-// enforcing in its own lab, and checks with real packets in every lab:
+// TestFleet runs `ipfence server` and four `ipfence agent`s, each
+// enforcing in its own lab (three with nftables, the fourth with ipset
+// and legacy iptables), and checks with real packets in every lab:
 // revisions roll out; a fleet ban drops in every lab within a second or
 // so; an agent killed meanwhile catches up with the revision and the
 // ban's remaining time; a tampered bundle and a forged pointer are
@@ -305,8 +308,9 @@ func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fle
 // server stopped mid-rollout leaves every lab on a complete revision;
 // rollback and canary go where the pointer says.
 func TestFleet(t *testing.T) {
-	r := newFleetRig(t, 3, fleetFeed, "300ms")
+	r := newFleetRig(t, 4, fleetFeed, "300ms")
 	r.srcs = fleetSources()
+	r.agentArgs = map[int][]string{3: {"--backend", "ipset", "--iptables", "legacy"}}
 
 	// Revision 1 reaches agents started after it; revision 2 reaches them
 	// running.
@@ -314,11 +318,15 @@ func TestFleet(t *testing.T) {
 	for i := range r.labs {
 		r.startAgent(i)
 	}
-	r.waitLatest(p1.Seq)
+	for _, h := range r.waitLatest(p1.Seq).Hosts {
+		if want := map[bool]string{true: "ipset", false: "nftables"}[h.Host == "host3"]; h.Backend != want {
+			t.Errorf("%s reports backend %q, want %s", h.Host, h.Backend, want)
+		}
+	}
 	t0 := time.Now()
 	p2, plan2 := r.published(2)
 	r.waitLatest(p2.Seq)
-	t.Logf("revision 2: publish to all 3 agents applied in %v (jitter up to 300ms)", time.Since(t0).Round(time.Millisecond))
+	t.Logf("revision 2: publish to all %d agents applied in %v (jitter up to 300ms)", len(r.labs), time.Since(t0).Round(time.Millisecond))
 	for _, lab := range r.labs {
 		if n := r.mismatches(lab, plan2); n > 0 {
 			t.Fatalf("%s: %d verdicts differ from revision 2", lab.FW, n)
@@ -334,7 +342,7 @@ func TestFleet(t *testing.T) {
 	if _, err := run(t, "ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("fleet ban: dropped in all 3 labs %v after `ipfence ban --fleet`", r.waitDropped(banned, t0, r.labs...).Round(time.Millisecond))
+	t.Logf("fleet ban: dropped in all %d labs %v after `ipfence ban --fleet`", len(r.labs), r.waitDropped(banned, t0, r.labs...).Round(time.Millisecond))
 
 	// Agent 2 is killed; revision 3 and a ban go out while it is away.
 	r.kill(r.agents[2])
@@ -351,7 +359,7 @@ func TestFleet(t *testing.T) {
 		}
 		return ok
 	})
-	r.waitDropped(away, banAt, r.labs[0], r.labs[1])
+	r.waitDropped(away, banAt, r.labs[0], r.labs[1], r.labs[3])
 	if n := r.mismatches(r.labs[2], plan2); n > 0 {
 		t.Fatalf("the killed agent's lab: %d verdicts differ from revision 2, which it ran", n)
 	}
@@ -436,7 +444,7 @@ func TestFleet(t *testing.T) {
 			on5++
 		}
 	}
-	t.Logf("server killed 250ms after publishing: %d of 3 labs on the new revision, the others on the previous one", on5)
+	t.Logf("server killed 250ms after publishing: %d of %d labs on the new revision, the others on the previous one", on5, len(r.labs))
 	r.startServer()
 	r.waitLatest(p5.Seq)
 

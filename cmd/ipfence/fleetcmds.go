@@ -135,9 +135,6 @@ publish again without --canary to send everyone.`,
 			if err != nil {
 				return err
 			}
-			if c.plan.Backend.IPTables() {
-				return fmt.Errorf("backend %s: agents run the nftables and xdp backends; publish a policy for those", c.plan.Backend)
-			}
 			pol := c.res.Policy
 			data, err := fleet.NewBundle(c.res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now()).Encode()
 			if err != nil {
@@ -247,7 +244,13 @@ in the state folder: with NATS unreachable the agent enforces it and retries.
 Fleet bans (ipfence ban --fleet) apply within a second, and after an outage
 with the time they have left. The status (revision, apply time, counts, last
 error, backend, kernel) goes to the fleet every --heartbeat and at each change:
-'ipfence fleet status' reads it.`,
+'ipfence fleet status' reads it.
+
+On hosts without nftables (--backend auto finds out; or --backend ipset or
+iptables-split) the agent loads each revision whole with ipset restore (sets
+swapped in) and iptables-restore (one commit per table), and fleet bans go into
+ipset ban sets with their time left (ipset backend; iptables-split has no sets
+and reports them refused). The local ban API and metrics need nftables.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -277,6 +280,8 @@ error, backend, kernel) goes to the fleet every --heartbeat and at each change:
 	c.Flags().StringVar(&banPubPath, "ban-pubkey", "", "public key fleet bans are signed with (default: --pubkey)")
 	c.Flags().StringVar(&cfg.Group, "group", "default", "host group to follow")
 	c.Flags().StringVar(&cfg.Name, "name", "", "this host's name in the fleet (default: the host name)")
+	c.Flags().Var((*backendFlag)(&cfg.Backend), "backend", "where this host runs the revisions: nftables (with the policy's XDP rules), ipset, iptables-split, or auto (what the host supports)")
+	c.Flags().StringVar(&cfg.IPTables, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
 	registerDaemonFlags(c, &cfg.Daemon)
 	c.Flags().DurationVar(&cfg.Jitter, "jitter", 2*time.Second, "longest random delay before fetching a new revision (spreads a fleet's fetches)")
 	c.Flags().DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "how often the status is written without a change")
@@ -412,3 +417,24 @@ func printFleetBans(w io.Writer, g *globals, verb string, ps []netip.Prefix, ttl
 	}
 	return nil
 }
+
+// backendFlag is the agent's --backend.
+type backendFlag plan.Backend
+
+func (f *backendFlag) String() string {
+	if *f == "" {
+		return string(plan.Auto)
+	}
+	return string(*f)
+}
+
+func (f *backendFlag) Set(s string) error {
+	b, err := plan.ParseBackend(s)
+	if err != nil {
+		return err
+	}
+	*f = backendFlag(b)
+	return nil
+}
+
+func (f *backendFlag) Type() string { return "backend" }

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ipfence/ipfence/internal/backend/ipt"
-	"github.com/ipfence/ipfence/internal/backend/nft"
-	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/state"
 )
 
 // resolveBackend applies the --backend override to in and resolves
@@ -51,37 +47,6 @@ func iptScript(p *ipt.Program) string {
 		b.WriteString(ipt.Transition(&ipt.State{}, &want))
 	}
 	return b.String()
-}
-
-// applyIPT loads c's iptables program, then removes what an earlier
-// nftables policy left: its table and XDP program (the new rules are in
-// force first, so nothing is unguarded in between).
-func applyIPT(ctx context.Context, c *compiled, netns string, prev *state.Applied, xf *xdpFlags) (*ipt.Result, error) {
-	r, err := ipt.Apply(ctx, c.ipt, ipt.Options{NetNS: netns, Flavour: c.flavour})
-	if err != nil {
-		return nil, fmt.Errorf("applying to the kernel: %w", err)
-	}
-	if _, err := nft.Flush(ctx, c.plan.Table, netns); err != nil {
-		return &r, fmt.Errorf("the %s rules are in force, but removing the nftables table of the last apply failed: %w", c.plan.Backend, err)
-	}
-	if prev != nil && prev.HasXDP() {
-		if _, err := xdp.Flush(xf.options(netns, nil)); err != nil {
-			return &r, fmt.Errorf("the %s rules are in force, but detaching the XDP program of the last apply failed: %w", c.plan.Backend, err)
-		}
-	}
-	return &r, nil
-}
-
-// removeIPT removes the iptables chains and ipsets of an earlier apply
-// with an iptables backend, once the nftables rules are in force.
-func removeIPT(ctx context.Context, table, netns string, prev *state.Applied) error {
-	if prev == nil || !prev.IPTables() {
-		return nil
-	}
-	if _, err := ipt.Flush(ctx, table, ipt.Options{NetNS: netns}); err != nil {
-		return fmt.Errorf("the nftables rules are in force, but removing the %s rules of the last apply failed: %w", prev.Backend, err)
-	}
-	return nil
 }
 
 // ErrNotNFTables is returned by the commands that need ipfence's

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/backend/handover"
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
@@ -239,7 +240,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 					return err
 				}
 				defer unlock()
-				if rep.IPTables, err = applyIPT(ctx, c, netns, prev, &xf); err != nil {
+				if rep.IPTables, err = handover.ToIPT(ctx, c.ipt, ipt.Options{NetNS: netns, Flavour: c.flavour}, prev, xf.options(netns, nil)); err != nil {
 					return err
 				}
 				rep.LoadMillis = rep.IPTables.Load.Milliseconds()
@@ -273,7 +274,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 					return err
 				}
 				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
-				if err := removeIPT(ctx, c.plan.Table, netns, prev); err != nil {
+				if err := handover.FromIPT(ctx, c.plan.Table, netns, prev); err != nil {
 					return err
 				}
 			}

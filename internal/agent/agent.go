@@ -33,6 +33,7 @@ import (
 	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/banctl"
 	"github.com/ipfence/ipfence/internal/daemon"
+	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/hub"
 	"github.com/ipfence/ipfence/internal/plan"
@@ -58,6 +59,12 @@ type Config struct {
 	// (default 15s); Poll how often the pointer is read besides the watch
 	// (default 30s).
 	Heartbeat, Poll time.Duration
+	// Backend is where this host runs the revisions: nftables (with the
+	// XDP rules the policy asks for), ipset or iptables-split; "" or auto
+	// is what the host supports (doctor.Pick). IPTables is the iptables
+	// flavour of the iptables backends ("" : the one `iptables` is).
+	Backend  plan.Backend
+	IPTables string
 }
 
 // Agent is a running `ipfence agent`.
@@ -65,7 +72,7 @@ type Agent struct {
 	cfg   Config
 	log   *slog.Logger
 	hub   *hub.Hub
-	d     *daemon.Daemon
+	d     engine
 	dir   string // where the last good revision is kept
 	start time.Time
 
@@ -73,8 +80,8 @@ type Agent struct {
 	// first, then followPointer's goroutine.
 	mu      sync.Mutex
 	cur     *revision // in force
-	next    *plan.Input
-	seq     uint64 // the last pointer followed
+	next    *revision // being applied
+	seq     uint64    // the last pointer followed
 	lastErr string
 	failed  uint64 // the pointer lastErr is about
 	mode    string
@@ -91,6 +98,7 @@ type revision struct {
 	Digest  string    `json:"digest"`
 	Applied time.Time `json:"applied"`
 	in      *plan.Input
+	mark    uint32 // the iptables backends' reject mark
 }
 
 // New returns an agent for cfg (nothing is started).
@@ -111,6 +119,21 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.BanKey == nil {
 		cfg.BanKey = cfg.PubKey
 	}
+	if cfg.Daemon.Logger == nil {
+		cfg.Daemon.Logger = slog.Default()
+	}
+	switch cfg.Backend {
+	case "", plan.Auto:
+		b, why, err := doctor.Pick()
+		if err != nil {
+			return nil, fmt.Errorf("backend auto: %w", err)
+		}
+		cfg.Backend = b
+		cfg.Daemon.Logger.Info("backend chosen", "backend", b, "why", why)
+	case plan.NFTables, plan.IPSet, plan.IPTablesSplit:
+	default:
+		return nil, fmt.Errorf("agent backend %q: use nftables, ipset, iptables-split or auto (XDP rules come from the policy)", cfg.Backend)
+	}
 	if cfg.Jitter == 0 {
 		cfg.Jitter = 2 * time.Second
 	}
@@ -119,9 +142,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 30 * time.Second
-	}
-	if cfg.Daemon.Logger == nil {
-		cfg.Daemon.Logger = slog.Default()
 	}
 	if cfg.NATS.Name == "" {
 		cfg.NATS.Name = "ipfence agent " + cfg.Name
@@ -137,15 +157,25 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// input is the daemon's policy: the revision being applied, else the
-// one in force.
+// input is the engine's policy: the revision being applied, else the
+// one in force, as this host's backend runs it.
 func (a *Agent) input(context.Context) (*plan.Input, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.next != nil {
-		return a.next, nil
+		return forHost(a.next.in, a.cfg.Backend), nil
 	}
-	return a.cur.in, nil
+	return forHost(a.cur.in, a.cfg.Backend), nil
+}
+
+// mark is the reject mark of the revision input gives.
+func (a *Agent) mark() uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.next != nil {
+		return a.next.mark
+	}
+	return a.cur.mark
 }
 
 // Run runs the agent until ctx is done. The ruleset stays in force when
@@ -175,7 +205,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a.d = daemon.New(a.cfg.Daemon)
+	if a.cfg.Backend.IPTables() {
+		a.d = newIPTEngine(a.cfg.Daemon, a.cfg.Backend, a.cfg.IPTables, a.mark)
+	} else {
+		a.d = daemon.New(a.cfg.Daemon)
+	}
 	errc := make(chan error, 1)
 	wg.Go(func() { errc <- a.d.Run(ctx) })
 	select {
@@ -263,7 +297,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	}
 	t := p.For(a.cfg.Name)
 	if cur != nil && t.Digest == cur.Digest {
-		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: cur.in}, p.Seq, nil
+		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: cur.in, mark: cur.mark}, p.Seq, nil
 	}
 	if a.cfg.Jitter > 0 {
 		select {
@@ -287,7 +321,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	if err := a.save(raw, &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest}, "candidate"); err != nil {
 		return nil, p.Seq, err
 	}
-	return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: in}, p.Seq, nil
+	return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: in, mark: b.RejectMark}, p.Seq, nil
 }
 
 // followPointer applies every new pointer of the group: on the watch's
@@ -341,7 +375,7 @@ func (a *Agent) follow(ctx context.Context, data []byte) {
 	}
 	a.mu.Lock()
 	same := rev.Digest == a.cur.Digest
-	a.next = rev.in
+	a.next = rev
 	a.mu.Unlock()
 	mode := "none"
 	if !same {
@@ -413,7 +447,7 @@ func (a *Agent) Status() fleet.Status {
 		s.Seq, s.Digest, s.Applied = a.cur.Seq, a.cur.Digest, a.cur.Applied
 	}
 	if ds != nil {
-		s.Backend, s.Elements, s.Bans, s.Rules = string(plan.NFTables), ds.Elements, ds.Bans.Total, len(ds.Rules)
+		s.Backend, s.Elements, s.Bans, s.Rules = string(a.cfg.Backend), ds.Elements, ds.Bans.Total, len(ds.Rules)
 		for _, r := range ds.Rules {
 			s.PrefixesV4 += r.PrefixesV4
 			s.PrefixesV6 += r.PrefixesV6
@@ -553,6 +587,7 @@ func (a *Agent) loadSaved() (*revision, error) {
 	if rev.in, err = b.Input(); err != nil {
 		return nil, err
 	}
+	rev.mark = b.RejectMark
 	return &rev, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -245,6 +246,13 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 				ipsetRestore(ctx, &o, p.UndoSwapScript(live)))
 		}
 	}
+	if p.Bans {
+		// Created where missing, never replaced: they hold the bans
+		// in force across loads.
+		if _, err := run(ctx, o.NetNS, p.banSetsScript(), "ipset", "restore", "-exist"); err != nil {
+			return res, errors.Join(fmt.Errorf("creating the ban sets: %w", err), ipsetRestore(ctx, &o, p.UndoSwapScript(live)))
+		}
+	}
 	undo := func(done int, cause error) error {
 		errs := []error{cause}
 		for f := range Family(done) {
@@ -269,7 +277,8 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 		gone = append(gone, s.Name+TempSuffix)
 	}
 	for _, n := range existing {
-		if !slices.ContainsFunc(p.Sets, func(s *Set) bool { return s.Name == n || s.Name+TempSuffix == n }) {
+		keep := p.Bans && (n == p.BanSet(IPv4) || n == p.BanSet(IPv6))
+		if !keep && !slices.ContainsFunc(p.Sets, func(s *Set) bool { return s.Name == n || s.Name+TempSuffix == n }) {
 			gone = append(gone, n)
 		}
 	}
@@ -280,6 +289,81 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 	}
 	res.Load = time.Since(t0)
 	return res, nil
+}
+
+// MaxBanTimeout is the longest time ipset keeps an element (its
+// timeout is a 32-bit count of milliseconds, halved); longer bans are
+// held that long.
+const MaxBanTimeout = 2147483 * time.Second
+
+// BanMaxElem is the most bans a ban set holds.
+const BanMaxElem = 1 << 20
+
+// banSetsScript creates the ban sets where missing (ipset restore -exist).
+func (p *Program) banSetsScript() string {
+	var b strings.Builder
+	for _, f := range []Family{IPv4, IPv6} {
+		fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\n", p.BanSet(f), ipsetFamily[f], BanMaxElem)
+	}
+	return b.String()
+}
+
+// BanEntry is one ban for Ban: a prefix and how long it holds (0: until
+// it is lifted).
+type BanEntry struct {
+	Prefix netip.Prefix
+	TTL    time.Duration
+}
+
+// Ban adds bans to the ban sets of prefix's program, replacing the time
+// left of those already there, and lifts the bans of lift, in one ipset
+// restore. The kernel lets each ban go when its time is up. Protected and
+// own addresses are the caller's to refuse.
+func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []netip.Prefix) error {
+	var b strings.Builder
+	set := func(p netip.Prefix) string {
+		if p.Addr().Is4() {
+			return banSet(prefix, IPv4)
+		}
+		return banSet(prefix, IPv6)
+	}
+	for _, e := range add {
+		secs := 0 // until lifted
+		if e.TTL > 0 {
+			secs = int(min(e.TTL, MaxBanTimeout).Round(time.Second) / time.Second)
+			secs = max(secs, 1)
+		}
+		fmt.Fprintf(&b, "add %s %s timeout %d\n", set(e.Prefix), e.Prefix, secs)
+	}
+	for _, p := range lift {
+		fmt.Fprintf(&b, "del %s %s\n", set(p), p)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if _, err := run(ctx, o.NetNS, b.String(), "ipset", "restore", "-exist"); err != nil {
+		return fmt.Errorf("loading %d bans and %d unbans into the ban sets: %w", len(add), len(lift), err)
+	}
+	return nil
+}
+
+// BanCount returns the number of bans in the ban sets of prefix's
+// program (expired ones are gone).
+func BanCount(ctx context.Context, prefix string, o Options) (int, error) {
+	n := 0
+	for _, f := range []Family{IPv4, IPv6} {
+		out, err := run(ctx, o.NetNS, "", "ipset", "list", "-t", banSet(prefix, f))
+		if err != nil {
+			return 0, fmt.Errorf("reading the ban sets: %w", err)
+		}
+		for line := range strings.Lines(string(out)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Number of entries: "); ok {
+				k, _ := strconv.Atoi(v)
+				n += k
+			}
+		}
+	}
+	return n, nil
 }
 
 // Installed returns the iptables flavours whose commands exist.

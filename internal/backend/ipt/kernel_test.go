@@ -2,11 +2,13 @@ package ipt_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"go4.org/netipx"
 
@@ -256,5 +258,78 @@ func TestApplyVerdicts(t *testing.T) {
 				t.Errorf("the host's rules and sets changed:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
+	}
+}
+
+// TestBans loads a program with ban sets, bans an address for 2 s and an
+// IPv6 prefix until lifted, and checks with packets: bans drop at once,
+// a reload keeps them, a lifted one and an expired one pass again, and
+// flush removes the ban sets.
+func TestBans(t *testing.T) {
+	lab := netnstest.New(t)
+	ctx := context.Background()
+	o := ipt.Options{NetNS: lab.FW, Flavour: ipt.NFT}
+	in := &plan.Input{Backend: plan.IPSet, Protect: set(t, "198.18.0.0/15", "2001:2::/48"), Rules: []plan.RuleInput{
+		{Name: "feeds", Action: plan.Drop, IPv4: true, IPv6: true, Set: set(t, "1.0.0.0/8", "2001:db8:1::/48")}}}
+	p, err := plan.Compile(in, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipt.FromPlan(p, ipt.LowerOptions{Bans: true, Flavour: ipt.NFT}); err != nil {
+		t.Fatal(err)
+	}
+	split := *p
+	split.Backend = plan.IPTablesSplit
+	if _, err := ipt.FromPlan(&split, ipt.LowerOptions{Bans: true}); !errors.Is(err, ipt.ErrBans) {
+		t.Errorf("split with bans: %v, want ErrBans", err)
+	}
+	prog, _ := ipt.FromPlan(p, ipt.LowerOptions{Bans: true, Flavour: ipt.NFT})
+	if _, err := ipt.Apply(ctx, prog, o); err != nil {
+		t.Fatal(err)
+	}
+	a4, a6 := netip.MustParseAddr("203.0.113.5"), netip.MustParseAddr("2001:db8:77::9")
+	srcs := []netip.Addr{a4, a6, netip.MustParseAddr("203.0.113.6"), netip.MustParseAddr("1.2.3.4")}
+	expect := func(what string, want ...bool) {
+		t.Helper()
+		passed, err := pktgen.Check(lab, srcs, 9000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(passed) != fmt.Sprint(want) {
+			t.Errorf("%s: %v passed %v, want %v", what, srcs, passed, want)
+		}
+	}
+	count := func(want int) {
+		t.Helper()
+		if n, err := ipt.BanCount(ctx, p.Table, o); err != nil || n != want {
+			t.Errorf("BanCount = %d, %v; want %d", n, err, want)
+		}
+	}
+	expect("before the bans", true, true, true, false)
+	err = ipt.Ban(ctx, p.Table, o, []ipt.BanEntry{{Prefix: netip.PrefixFrom(a4, 32), TTL: 2 * time.Second},
+		{Prefix: netip.MustParsePrefix("2001:db8:77::/48")}, {Prefix: netip.MustParsePrefix("203.0.113.128/25"), TTL: 1000 * time.Hour}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	expect("banned", false, false, true, false)
+	count(3)
+	if _, err := ipt.Apply(ctx, prog, o); err != nil {
+		t.Fatal(err)
+	}
+	expect("reloaded", false, false, true, false)
+	if err := ipt.Ban(ctx, p.Table, o, nil, []netip.Prefix{netip.MustParsePrefix("2001:db8:77::/48")}); err != nil {
+		t.Fatal(err)
+	}
+	expect("IPv6 ban lifted", false, true, true, false)
+	time.Sleep(2500*time.Millisecond - time.Since(t0))
+	expect("IPv4 ban expired", true, true, true, false)
+	count(1)
+	if _, err := ipt.Flush(ctx, p.Table, o); err != nil {
+		t.Fatal(err)
+	}
+	out, err := netns.Exec(lab.FW, "ipset", "list", "-n")
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("after flush: ipsets %q, %v", out, err)
 	}
 }

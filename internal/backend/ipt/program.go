@@ -62,6 +62,10 @@ type Program struct {
 	// RejectMark is the packet mark bit that tells the filter table to
 	// reject a packet a reject rule matched in raw (raw cannot reject).
 	RejectMark uint32
+	// Bans says Main starts by dropping the sources in the ban sets
+	// (BanSet), which bans go into one by one with their time (Ban).
+	// Loads create them when missing and never replace them.
+	Bans bool
 }
 
 // Tables are one family's chains.
@@ -146,7 +150,13 @@ type LowerOptions struct {
 	// list, so a load costs rules × chains (200k prefixes in 31k chains:
 	// 29 s, against 1 s in legacy).
 	Flavour string
+	// Bans adds the ban sets (ipset backend only; see Program.Bans).
+	Bans bool
 }
+
+// ErrBans is returned for bans asked of the split backend, which has no
+// sets to hold them.
+var ErrBans = errors.New("bans need the ipset backend here (iptables-split has no sets)")
 
 // Name limits: iptables chain names have at most 28 characters and ipset
 // names 31; ipfence adds to its prefix at most "-r255-b9999999" (split
@@ -178,7 +188,10 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	if len(p.Rules) > MaxRules {
 		return nil, fmt.Errorf("%w: %d rules, at most %d", ErrTooManyRules, len(p.Rules), MaxRules)
 	}
-	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark}
+	if opt.Bans && p.Backend != plan.IPSet {
+		return nil, ErrBans
+	}
+	prog := &Program{Backend: p.Backend, Prefix: p.Table, RejectMark: opt.RejectMark, Bans: opt.Bans}
 	if prog.RejectMark == 0 {
 		prog.RejectMark = DefaultRejectMark
 	}
@@ -196,6 +209,11 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	for _, f := range []Family{IPv4, IPv6} {
 		lw := lowering{prog: prog, fam: f, nft: opt.Flavour == NFT, main: &Chain{Name: prog.Main()}}
 		lw.t.Raw = []*Chain{lw.main}
+		if prog.Bans {
+			// Bans are guarded when made (never a protected or own
+			// address), so they need no loopback or discovery pass.
+			lw.main.Rules = append(lw.main.Rules, Rule{Sets: []SetMatch{{Set: prog.BanSet(f)}}, Target: Target{Kind: DropPacket}, Comment: "ipfence bans"})
+		}
 		var rules []int // the rules with addresses of the family
 		for i, r := range p.Rules {
 			l := r.V4
@@ -251,6 +269,11 @@ func (p *Program) SetName(r *plan.Rule, kind string, f Family) string {
 	return fmt.Sprintf("%s-%s%04x%c-%s%d", p.Prefix, short, h.Sum32()&0xffff, act, kind, 4+2*int(f))
 }
 
+// BanSet is the name of family f's ban set ("ipfence-ban4").
+func (p *Program) BanSet(f Family) string { return banSet(p.Prefix, f) }
+
+func banSet(prefix string, f Family) string { return fmt.Sprintf("%s-ban%d", prefix, 4+2*int(f)) }
+
 // TempSuffix ends the name of the set a new content is loaded into
 // before it is swapped with the live set.
 const TempSuffix = "-t"
@@ -258,9 +281,9 @@ const TempSuffix = "-t"
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]`)
 
 // setPattern matches the names SetName gives with prefix, temporary
-// ones included.
+// ones included, and the ban sets.
 func setPattern(prefix string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-[A-Za-z0-9_]{0,6}[0-9a-f]{4}[drao]-[na][46](` + TempSuffix + `)?$`)
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-([A-Za-z0-9_]{0,6}[0-9a-f]{4}[drao]-[na][46](` + TempSuffix + `)?|ban[46])$`)
 }
 
 // lowering builds one family's chains.
