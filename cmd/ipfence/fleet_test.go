@@ -478,6 +478,32 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("host%d in a 50%% canary: %d verdicts differ", i, n)
 		}
 	}
+
+	// The ipset host moves to nftables: its agent restarted with the
+	// other backend loads the table, then removes the chains and sets.
+	r.kill(r.agents[3])
+	r.agentArgs[3] = []string{"--backend", "nftables"}
+	r.startAgent(3)
+	r.waitFor("host3 on nftables", func(rep fleet.Report) bool {
+		for _, h := range rep.Hosts {
+			if h.Host == "host3" {
+				return h.State == fleet.Latest && h.Backend == "nftables" && h.Heartbeat.After(h.Started)
+			}
+		}
+		return false
+	})
+	for _, argv := range [][]string{{"iptables-legacy-save", "-t", "raw"}, {"ipset", "list", "-n"}} {
+		if out, err := netns.Exec(r.labs[3].FW, argv...); err != nil || strings.Contains(string(out), "ipfence") {
+			t.Errorf("host3 after moving to nftables: %v: %s %v", argv, out, err)
+		}
+	}
+	want := plan4
+	if p6.For("host3").Digest == p6.Digest {
+		want = plan6
+	}
+	if n := r.mismatches(r.labs[3], want); n > 0 {
+		t.Fatalf("host3 on nftables: %d verdicts differ", n)
+	}
 }
 
 // bigFeed is revision k of a 200k-prefix feed (IPv4 /20 to /32 below

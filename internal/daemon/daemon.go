@@ -28,6 +28,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/ipfence/ipfence/internal/backend/handover"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
@@ -270,14 +271,24 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.ctl = ctl
 	// The rules the last apply ran in XDP, to switch in the safe order.
 	var before []string
-	if prev, err := (state.Dir{Path: d.cfg.StateDir}).LoadApplied(d.cfg.NetNS); err == nil {
+	prev, _ := (state.Dir{Path: d.cfg.StateDir}).LoadApplied(d.cfg.NetNS) // none: nothing to switch from
+	if prev != nil {
 		for _, r := range prev.Rules {
 			if r.Backend == plan.XDP {
 				before = append(before, r.Name)
 			}
 		}
 	}
-	return d.loadFull(ctx, c, before)
+	if err := d.loadFull(ctx, c, before); err != nil {
+		return err
+	}
+	// The last apply ran in iptables: its chains and sets go, now that
+	// the table is in force (if that fails they stay, and only duplicate
+	// what the table does).
+	if err := handover.FromIPT(ctx, c.plan.Table, d.cfg.NetNS, prev); err != nil {
+		d.log.Warn("switching from iptables", "err", err)
+	}
+	return nil
 }
 
 // compiled is a policy resolved and compiled, not yet loaded.
