@@ -1,6 +1,7 @@
 // Package agent is `ipfence agent`: a daemon (package daemon) whose
 // policy is its group's signed revision in the fleet's JetStream
-// (package hub), not a local file.
+// (package hub), not a local file; on hosts that run iptables, an engine
+// that loads each revision with ipset and iptables-restore (ipt.go).
 //
 // The agent watches the group's pointer, verifies it against the
 // configured public key, fetches the bundle it names (after a random
@@ -162,20 +163,23 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) input(context.Context) (*plan.Input, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.next != nil {
-		return forHost(a.next.in, a.cfg.Backend), nil
-	}
-	return forHost(a.cur.in, a.cfg.Backend), nil
+	return forHost(a.applying().in, a.cfg.Backend), nil
 }
 
 // mark is the reject mark of the revision input gives.
 func (a *Agent) mark() uint32 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.applying().mark
+}
+
+// applying is the revision being applied, else the one in force (a.mu
+// held).
+func (a *Agent) applying() *revision {
 	if a.next != nil {
-		return a.next.mark
+		return a.next
 	}
-	return a.cur.mark
+	return a.cur
 }
 
 // Run runs the agent until ctx is done. The ruleset stays in force when
