@@ -350,20 +350,40 @@ func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []n
 // BanCount returns the number of bans in the ban sets of prefix's
 // program (expired ones are gone).
 func BanCount(ctx context.Context, prefix string, o Options) (int, error) {
-	n := 0
-	for _, f := range []Family{IPv4, IPv6} {
-		out, err := run(ctx, o.NetNS, "", "ipset", "list", "-t", banSet(prefix, f))
-		if err != nil {
-			return 0, fmt.Errorf("reading the ban sets: %w", err)
-		}
-		for line := range strings.Lines(string(out)) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Number of entries: "); ok {
-				k, _ := strconv.Atoi(v)
-				n += k
+	out, err := run(ctx, o.NetNS, "", "ipset", "list", "-t")
+	if err != nil {
+		return 0, fmt.Errorf("reading the ban sets: %w", err)
+	}
+	names := []string{banSet(prefix, IPv4), banSet(prefix, IPv6)}
+	sets := setHeaders(out, func(name string) bool { return slices.Contains(names, name) })
+	if len(sets) != len(names) {
+		return 0, fmt.Errorf("reading the ban sets: %d of %v exist (apply again to create them)", len(sets), names)
+	}
+	return sets[0].Elements + sets[1].Elements, nil
+}
+
+// setHeaders parses `ipset list -t` output: the sets keep says yes to,
+// with their element count and memory.
+func setHeaders(out []byte, keep func(name string) bool) []SetStatus {
+	var sets []SetStatus
+	var ss *SetStatus
+	for line := range strings.Lines(string(out)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		switch {
+		case k == "Name":
+			ss = nil
+			if keep(v) {
+				sets = append(sets, SetStatus{Name: v})
+				ss = &sets[len(sets)-1]
 			}
+		case ss == nil:
+		case k == "Number of entries":
+			ss.Elements, _ = strconv.Atoi(v)
+		case k == "Size in memory":
+			ss.Memory, _ = strconv.Atoi(v)
 		}
 	}
-	return n, nil
+	return sets
 }
 
 // Installed returns the iptables flavours whose commands exist.
@@ -497,23 +517,6 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 	if err != nil {
 		return nil, fmt.Errorf("listing ipsets: %w", err)
 	}
-	re := setPattern(prefix)
-	var ss *SetStatus
-	for line := range strings.Lines(string(out)) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
-		switch {
-		case k == "Name":
-			ss = nil
-			if re.MatchString(v) {
-				st.Sets = append(st.Sets, SetStatus{Name: v})
-				ss = &st.Sets[len(st.Sets)-1]
-			}
-		case ss == nil:
-		case k == "Number of entries":
-			ss.Elements, _ = strconv.Atoi(v)
-		case k == "Size in memory":
-			ss.Memory, _ = strconv.Atoi(v)
-		}
-	}
+	st.Sets = setHeaders(out, setPattern(prefix).MatchString)
 	return st, nil
 }
