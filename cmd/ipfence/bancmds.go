@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,17 +171,19 @@ func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *banct
 func newBanCmd(g *globals) *cobra.Command {
 	var f kernelFlags
 	var fb fleetBanFlags
-	var ttl, reason, origin, socket string
+	var ttl, reason, origin, socket, since string
+	var noShorten bool
 	c := &cobra.Command{
 		Use:   "ban ADDRESS|PREFIX|-... [--ttl 1h] [--reason TEXT]",
 		Short: "Ban addresses or prefixes, now, in one transaction",
 		Long: `Ban puts addresses or prefixes into ipfence's ban sets, apart from the compiled
 policy: single addresses into hash sets, prefixes into interval sets, each with
-its own timeout (--ttl: 90s, 15m, 1h30m, 7d, 2w; none: for good). All of them
-in one transaction, or none when one is refused: a protected network, one of
-this host's addresses, a prefix shorter than /8 (IPv4) or /16 (IPv6). Banning
-something banned already replaces its ban. Bans survive ipfence apply and
-restarts (kept in the state folder). Bans come after the policy's leading
+its own timeout (--ttl: 90s, 15m, 1h30m, 7d, 2w; 0 or no --ttl: for good). All
+of them in one transaction, or none when one is refused: a protected network,
+one of this host's addresses, a prefix shorter than /8 (IPv4) or /16 (IPv6).
+Banning something banned already replaces its ban, unless --no-shorten is
+given and the ban in force is another origin's and lasts at least as long.
+Bans survive ipfence apply and restarts (kept in the state folder). Bans come after the policy's leading
 accept rules and before all other rules. "-" reads more targets from standard
 input, one per line (# comments and blank lines skipped), for bulk bans.`,
 		Args: cobra.MinimumNArgs(1),
@@ -188,6 +191,17 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 			d, err := ban.ParseTTL(ttl)
 			if err != nil {
 				return usageError{err}
+			}
+			if since != "" && d > 0 {
+				left, err := timeLeft(since, d, time.Now())
+				if err != nil {
+					return usageError{err}
+				}
+				if left <= 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "nothing to ban: a ban of %v since %s is over\n", d, since)
+					return nil
+				}
+				d, ttl = left, left.String()
 			}
 			targets, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
@@ -212,12 +226,12 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 			}
 			reqs := make([]banctl.Request, len(targets))
 			for i, p := range targets {
-				reqs[i] = banctl.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin}
+				reqs[i] = banctl.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin, NoShorten: noShorten}
 			}
 			var done []ban.Ban
 			count := -1 // from the daemon when it answers with a count only
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
-				req := api.BanRequest{TTL: ttl, Reason: reason, Origin: origin, Quiet: len(targets) > bulkQuiet}
+				req := api.BanRequest{TTL: ttl, Reason: reason, Origin: origin, NoShorten: noShorten, Quiet: len(targets) > bulkQuiet}
 				for _, p := range targets {
 					req.Prefixes = append(req.Prefixes, p.String())
 				}
@@ -256,18 +270,39 @@ input, one per line (# comments and blank lines skipped), for bulk bans.`,
 	c.Flags().StringVar(&ttl, "ttl", "", "how long the ban lasts (90s, 15m, 1h, 7d, 2w; default: for good)")
 	c.Flags().StringVar(&reason, "reason", "", "why (shown by ipfence bans)")
 	c.Flags().StringVar(&origin, "origin", "cli", "who bans (fail2ban, crowdsec, ...)")
+	c.Flags().StringVar(&since, "since", "", "when the ban began, as a Unix time (fail2ban's <time>): the TTL counts from then")
+	c.Flags().BoolVar(&noShorten, "no-shorten", false, "keep another origin's ban of a target that lasts at least as long (for integrations)")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
+}
+
+// timeLeft is what is left at now of a ban of d that began at since (a
+// Unix time, with or without a fraction), rounded up to a whole second;
+// ≤ 0 when it is over.
+func timeLeft(since string, d time.Duration, now time.Time) (time.Duration, error) {
+	secs, err := strconv.ParseFloat(since, 64)
+	if err != nil || secs < 0 || secs > float64(now.Unix()+86400) {
+		return 0, fmt.Errorf("--since %q: expected a Unix time in seconds, such as fail2ban's <time>", since)
+	}
+	start := time.Unix(0, int64(secs*float64(time.Second)))
+	left := start.Add(d).Sub(now)
+	if left <= 0 {
+		return left, nil
+	}
+	return (left + time.Second - 1).Truncate(time.Second), nil
 }
 
 func newUnbanCmd(g *globals) *cobra.Command {
 	var f kernelFlags
 	var fb fleetBanFlags
-	var socket string
+	var socket, origin string
 	c := &cobra.Command{
-		Use:   "unban ADDRESS|PREFIX|-...",
+		Use:   "unban ADDRESS|PREFIX|-... [--origin NAME]",
 		Short: "Lift bans (exactly these prefixes), in one transaction",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Unban lifts the bans of exactly these prefixes, in one transaction. With
+--origin, only the ones that origin made: an integration lifting its own ban
+(fail2ban's unban) leaves an operator's ban of the same address in force.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ps, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
@@ -285,7 +320,7 @@ func newUnbanCmd(g *globals) *cobra.Command {
 			var lifted []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
 				for _, p := range ps {
-					resp, err := cl.Unban(cmd.Context(), p.String())
+					resp, err := cl.Unban(cmd.Context(), p.String(), origin)
 					if err != nil {
 						return err
 					}
@@ -295,7 +330,11 @@ func newUnbanCmd(g *globals) *cobra.Command {
 			})
 			if !ok {
 				err = withBans(cmd.Context(), &f, false, func(c *banctl.Controller) (err error) {
-					lifted, err = c.Unban(cmd.Context(), ps)
+					ls := make([]banctl.Lift, len(ps))
+					for i, p := range ps {
+						ls[i] = banctl.Lift{Prefix: p, Origin: origin}
+					}
+					lifted, err = c.Unban(cmd.Context(), ls)
 					return err
 				})
 			}
@@ -316,6 +355,7 @@ func newUnbanCmd(g *globals) *cobra.Command {
 	}
 	f.register(c)
 	fb.register(c)
+	c.Flags().StringVar(&origin, "origin", "", "lift only bans made by this origin")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
 }

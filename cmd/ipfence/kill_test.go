@@ -32,6 +32,32 @@ func buildIpfence(t testing.TB) string {
 	return exe
 }
 
+// startDaemon starts `exe daemon --socket socket args...` and returns
+// once its API answers.
+func startDaemon(t testing.TB, exe, socket string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(exe, append([]string{"daemon", "--socket", socket}, args...)...)
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cl := api.NewClient(socket)
+	defer cl.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := cl.Status(context.Background()); err == nil {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatal("daemon not ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestKillDuringApply kills `ipfence apply` of a big policy (the Europe
 // policy: some 260k elements, half a second of netlink) with SIGKILL at
 // random moments: the kernel must hold the old ruleset or the new one,
@@ -143,23 +169,8 @@ func TestKillDaemonDuringRefresh(t *testing.T) {
 	socket := filepath.Join(dir, "api.sock")
 	start := func() *exec.Cmd {
 		t.Helper()
-		cmd := exec.Command(exe, "daemon", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW,
-			"--state", filepath.Join(dir, "state"), "--socket", socket, "--metrics", "", "--tick", "1h")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cl := api.NewClient(socket)
-		defer cl.Close()
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			if _, err := cl.Status(context.Background()); err == nil {
-				return cmd
-			}
-			if time.Now().After(deadline) {
-				_ = cmd.Process.Kill()
-				t.Fatal("daemon not ready")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		return startDaemon(t, exe, socket, "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW,
+			"--state", filepath.Join(dir, "state"), "--metrics", "", "--tick", "1h")
 	}
 	reload := func() error {
 		cl := api.NewClient(socket)

@@ -83,6 +83,9 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	for _, w := range p.Warnings {
 		g.logger.Warn(w)
 	}
+	for _, cs := range pol.CrowdSec {
+		g.logger.Info("crowdsec source: ipfence daemon follows its decisions (as bans); this command does not", "source", cs.Name)
+	}
 	c := &compiled{res: res, plan: p, why: why, loader: l}
 	if p.Backend == plan.NFTables {
 		c.prog = nft.FromPlan(p, nft.Bans{})
@@ -467,6 +470,15 @@ func printDaemonStatus(w io.Writer, s *api.Status) {
 		}
 		if src.LastError != "" {
 			note += " [last attempt failed: " + src.LastError + "]"
+		}
+		if src.Kind == policy.FormatCrowdSec {
+			last := "never"
+			if !src.Loaded.IsZero() {
+				last = now.Sub(src.Loaded).Round(time.Second).String() + " ago"
+			}
+			fmt.Fprintf(w, "  crowdsec %-14s %d+%d bans, last pulled %s, every %s%s\n",
+				src.Name, src.PrefixesV4, src.PrefixesV6, last, src.Refresh, note)
+			continue
 		}
 		fmt.Fprintf(w, "  source %-16s %d+%d prefixes, loaded %s ago, refresh %s%s\n",
 			src.Name, src.PrefixesV4, src.PrefixesV6, now.Sub(src.Loaded).Round(time.Second), src.Refresh, note)

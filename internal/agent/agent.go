@@ -25,7 +25,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -39,6 +38,7 @@ import (
 	"github.com/ipfence/ipfence/internal/hub"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/version"
 )
 
 // Config configures an Agent.
@@ -434,7 +434,7 @@ func (a *Agent) report(ctx context.Context) {
 
 // Status is what the agent reports.
 func (a *Agent) Status() fleet.Status {
-	s := fleet.Status{Host: a.cfg.Name, Group: a.cfg.Group, Kernel: kernel(), Version: version(), Started: a.start, Heartbeat: time.Now()}
+	s := fleet.Status{Host: a.cfg.Name, Group: a.cfg.Group, Kernel: kernel(), Version: version.String(), Started: a.start, Heartbeat: time.Now()}
 	var ds *api.Status
 	if a.d != nil {
 		select {
@@ -529,7 +529,7 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		a.banSeen[b.Prefix] = b.Created
 		if b.Unban {
 			flush()
-			if _, err := a.d.Unban(ctx, []netip.Prefix{b.Prefix}); err != nil {
+			if _, err := a.d.Unban(ctx, []banctl.Lift{{Prefix: b.Prefix}}); err != nil {
 				a.log.Warn("fleet unban", "prefix", b.Prefix, "err", err)
 			}
 			continue
@@ -608,11 +608,4 @@ func kernel() string {
 		return ""
 	}
 	return unix.ByteSliceToString(u.Release[:])
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

@@ -27,7 +27,7 @@ type engine interface {
 	Ready() <-chan struct{}
 	Reload(ctx context.Context) (daemon.ReloadResult, error)
 	Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, error)
-	Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, error)
+	Unban(ctx context.Context, ls []banctl.Lift) ([]ban.Ban, error)
 	Status() api.Status
 }
 
@@ -170,10 +170,15 @@ func (e *iptEngine) Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, 
 	return done, errors.Join(errs...)
 }
 
-// Unban lifts bans (those not there are ignored).
-func (e *iptEngine) Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, error) {
+// Unban lifts bans (those not there are ignored; ipset keeps no
+// origins, and fleet lifts name none).
+func (e *iptEngine) Unban(ctx context.Context, ls []banctl.Lift) ([]ban.Ban, error) {
 	if e.backend != plan.IPSet {
 		return nil, ipt.ErrBans
+	}
+	ps := make([]netip.Prefix, len(ls))
+	for i, l := range ls {
+		ps[i] = l.Prefix
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

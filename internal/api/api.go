@@ -37,6 +37,9 @@ type BanRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// Origin says who bans ("fail2ban", "crowdsec", ...); default "api".
 	Origin string `json:"origin,omitempty"`
+	// NoShorten keeps a ban of a prefix from another origin that lasts at
+	// least as long (see banctl.Request).
+	NoShorten bool `json:"no_shorten,omitempty"`
 	// Quiet asks for the count of bans made only, not the list (for bulk
 	// loads: the list of 50,000 bans costs more to encode than to make).
 	Quiet bool `json:"quiet,omitempty"`
@@ -102,7 +105,11 @@ type RuleStatus struct {
 
 // Source is one source of the policy and how fresh it is.
 type Source struct {
-	Name       string    `json:"name"`
+	Name string `json:"name"`
+	// Kind is "crowdsec" for a crowdsec source, whose Loaded is the last
+	// good pull and whose prefix counts are the bans it holds; empty for
+	// the sources of the rules' sets.
+	Kind       string    `json:"kind,omitempty"`
 	Loaded     time.Time `json:"loaded"`  // last load that went into the kernel
 	Checked    time.Time `json:"checked"` // last attempt
 	Refresh    string    `json:"refresh"`

@@ -72,13 +72,17 @@ func (c *Client) Ban(ctx context.Context, r BanRequest) (*BanResponse, error) {
 	return &out, c.do(ctx, http.MethodPost, "/v1/bans", r, &out)
 }
 
-// Unban lifts the ban of exactly prefix.
-func (c *Client) Unban(ctx context.Context, prefix string) (*UnbanResponse, error) {
+// Unban lifts the ban of exactly prefix; with an origin, only a ban made
+// by that origin.
+func (c *Client) Unban(ctx context.Context, prefix, origin string) (*UnbanResponse, error) {
 	var out UnbanResponse
 	addr, bits, cut := strings.Cut(prefix, "/")
 	path := "/v1/bans/" + url.PathEscape(addr)
 	if cut {
 		path += "/" + url.PathEscape(bits)
+	}
+	if origin != "" {
+		path += "?origin=" + url.QueryEscape(origin)
 	}
 	return &out, c.do(ctx, http.MethodDelete, path, nil, &out)
 }

@@ -79,7 +79,7 @@ func TestClientRoundTrip(t *testing.T) {
 		got.req.Prefix != "198.51.100.7" || got.req.TTL != "1h" || got.req.Reason != "ssh" {
 		t.Errorf("ban: sent %+v, answer %+v", got, resp)
 	}
-	if _, err := c.Unban(ctx, "2001:db8::/32"); err != nil || got.path != "2001:db8::/32" {
+	if _, err := c.Unban(ctx, "2001:db8::/32", ""); err != nil || got.path != "2001:db8::/32" {
 		t.Errorf("unban: %v, server saw %q", err, got.path)
 	}
 	l, err := c.List(ctx, ListOptions{Within: "10.0.0.0/8", Limit: 5})
@@ -118,7 +118,7 @@ func TestClientError(t *testing.T) {
 		t.Errorf("got %#v", err)
 	}
 	// A path that cannot go on a request line is refused before sending.
-	if _, err := c.Unban(context.Background(), "1.2.3.4 HTTP/1.1\r\nX: y"); err == nil {
+	if _, err := c.Unban(context.Background(), "1.2.3.4 HTTP/1.1\r\nX: y", ""); err == nil {
 		t.Error("a prefix with spaces and line breaks was sent")
 	}
 }
@@ -297,7 +297,7 @@ func TestClientUnbanEscapes(t *testing.T) {
 	c := NewClient(socket)
 	defer c.Close()
 	for _, p := range []string{"192.0.2.1", "198.51.100.0/24", "2001:db8::/32", "192.0.2.1?x", "192.0.2.1#y"} {
-		if _, err := c.Unban(context.Background(), p); err != nil {
+		if _, err := c.Unban(context.Background(), p, ""); err != nil {
 			t.Fatalf("unban %q: %v", p, err)
 		}
 		if got[len(got)-1] != p {

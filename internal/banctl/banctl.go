@@ -45,6 +45,19 @@ type Request struct {
 	TTL    time.Duration // 0: for good
 	Reason string
 	Origin string
+	// NoShorten keeps a ban of the prefix from another origin that lasts
+	// at least as long: the request then changes nothing. Integrations
+	// (fail2ban, CrowdSec) set it, so that they never cut short an
+	// operator's ban, nor one another's. A ban of the same origin is
+	// replaced as usual, so an origin can shorten its own bans.
+	NoShorten bool
+}
+
+// Lift is one ban to lift: the ban of exactly Prefix, and only when
+// Origin is empty or the ban's origin.
+type Lift struct {
+	Prefix netip.Prefix
+	Origin string
 }
 
 // Controller bans and unbans. It is safe for concurrent use; changes are
@@ -168,6 +181,8 @@ func (c *Controller) View(fn func(s *ban.Set)) {
 // ready for BanPrepared. The zero value bans nothing.
 type Prepared struct {
 	bans []ban.Ban
+	// noShorten[i] is bans[i]'s Request.NoShorten; nil when none is set.
+	noShorten []bool
 }
 
 // Len is the number of bans.
@@ -181,22 +196,63 @@ func (p Prepared) Bans() []ban.Ban { return p.bans }
 // goroutines prepare in parallel, and the one committing does less. A
 // request the guard refuses fails them all.
 func (c *Controller) Prepare(reqs []Request) (Prepared, error) {
-	now := c.cfg.Now()
-	bans := make([]ban.Ban, len(reqs))
-	for i, r := range reqs {
-		p := r.Prefix.Masked()
-		if err := c.cfg.Guard.Check(p); err != nil {
+	for _, r := range reqs {
+		if err := c.check(r); err != nil {
 			return Prepared{}, err
 		}
-		if r.TTL != 0 && (r.TTL < ban.MinTTL || r.TTL > ban.MaxTTL) {
-			return Prepared{}, fmt.Errorf("banning %s: %w: %v is outside %v to %v", p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
-		}
-		bans[i] = ban.Ban{Prefix: p, Created: now, Reason: r.Reason, Origin: r.Origin}
-		if r.TTL != 0 {
-			bans[i].Expires = now.Add(r.TTL)
+	}
+	return prepared(reqs, c.cfg.Now()), nil
+}
+
+// PrepareEach is Prepare for requests that stand alone: the ones the
+// guard or the TTL limits refuse are left out, with their error in
+// errs (nil for the others), instead of failing the rest. For feeds of
+// bans from elsewhere (CrowdSec), where one decision on a protected
+// address must not hold back the others.
+func (c *Controller) PrepareEach(reqs []Request) (p Prepared, errs []error) {
+	errs = make([]error, len(reqs))
+	ok := make([]Request, 0, len(reqs))
+	for i, r := range reqs {
+		if errs[i] = c.check(r); errs[i] == nil {
+			ok = append(ok, r)
 		}
 	}
-	return Prepared{bans}, nil
+	return prepared(ok, c.cfg.Now()), errs
+}
+
+// check applies the guard and the TTL limits to r.
+func (c *Controller) check(r Request) error {
+	p := r.Prefix.Masked()
+	if err := c.cfg.Guard.Check(p); err != nil {
+		return err
+	}
+	if r.TTL != 0 && (r.TTL < ban.MinTTL || r.TTL > ban.MaxTTL) {
+		return fmt.Errorf("banning %s: %w: %v is outside %v to %v", p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
+	}
+	return nil
+}
+
+// prepared turns checked requests into bans created at now.
+func prepared(reqs []Request, now time.Time) Prepared {
+	p := Prepared{bans: make([]ban.Ban, len(reqs))}
+	for i, r := range reqs {
+		p.bans[i] = ban.Ban{Prefix: r.Prefix.Masked(), Created: now, Reason: r.Reason, Origin: r.Origin}
+		if r.TTL != 0 {
+			p.bans[i].Expires = now.Add(r.TTL)
+		}
+		if r.NoShorten {
+			if p.noShorten == nil {
+				p.noShorten = make([]bool, len(reqs))
+			}
+			p.noShorten[i] = true
+		}
+	}
+	return p
+}
+
+// outlasts reports whether a lasts at least as long as b.
+func outlasts(a, b ban.Ban) bool {
+	return a.Expires.IsZero() || (!b.Expires.IsZero() && !a.Expires.Before(b.Expires))
 }
 
 // Ban bans every request in one transaction, or none of them: a request
@@ -211,27 +267,21 @@ func (c *Controller) Ban(ctx context.Context, reqs []Request) ([]ban.Ban, error)
 }
 
 // BanPrepared makes the prepared bans in one transaction, in order (of
-// two bans of one prefix, the later one stands), and returns them.
+// two bans of one prefix, the later one stands), and returns the ones
+// made (a NoShorten request that gave way to a longer ban is not).
 func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban, error) {
-	var bans []ban.Ban
-	if len(ps) == 1 {
-		bans = ps[0].bans
-	} else {
-		for _, p := range ps {
-			bans = append(bans, p.bans...)
-		}
-	}
-	if len(bans) == 0 {
-		return nil, nil
-	}
 	now := c.cfg.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ch change
-	var adds [2]int // single addresses per family: what ch.add will hold
-	for _, b := range bans {
-		if b.IsAddr() {
-			adds[family(b.Prefix)]++
+	var adds [2]int // single addresses per family: at most what ch.add will hold
+	n := 0
+	for _, p := range ps {
+		n += len(p.bans)
+		for _, b := range p.bans {
+			if b.IsAddr() {
+				adds[family(b.Prefix)]++
+			}
 		}
 	}
 	for f, n := range adds {
@@ -244,22 +294,34 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		old ban.Ban
 	}
 	var replaced []prior
-	for i, b := range bans {
-		old, existed := c.set.Put(b)
-		if existed {
-			replaced = append(replaced, prior{i, old})
+	bans := make([]ban.Ban, 0, n) // the bans made
+	for _, p := range ps {
+		for j, b := range p.bans {
+			if p.noShorten != nil && p.noShorten[j] {
+				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && outlasts(old, b) {
+					continue
+				}
+			}
+			old, existed := c.set.Put(b)
+			if existed {
+				replaced = append(replaced, prior{len(bans), old})
+			}
+			bans = append(bans, b)
+			if !b.IsAddr() {
+				ch.nets = true
+				continue
+			}
+			f := family(b.Prefix)
+			if existed {
+				ch.del[f] = append(ch.del[f], ban.Element{Prefix: old.Prefix, Expires: old.Expires})
+			} else {
+				ch.n[f]++
+			}
+			ch.add[f] = append(ch.add[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
 		}
-		if !b.IsAddr() {
-			ch.nets = true
-			continue
-		}
-		f := family(b.Prefix)
-		if existed {
-			ch.del[f] = append(ch.del[f], ban.Element{Prefix: old.Prefix, Expires: old.Expires})
-		} else {
-			ch.n[f]++
-		}
-		ch.add[f] = append(ch.add[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+	}
+	if len(bans) == 0 {
+		return nil, nil
 	}
 	save := func() error { return c.cfg.Store.Put(bans...) }
 	unsave := func() error { // the store as it was: as each prefix's first ban found it
@@ -313,16 +375,23 @@ func family(p netip.Prefix) int {
 	return 1
 }
 
-// Unban lifts the bans of ps (exactly these prefixes; one not banned is
-// no error) in one transaction, and returns the bans lifted.
-func (c *Controller) Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, error) {
+// Unban lifts the bans of ls (exactly these prefixes, of the origin a
+// Lift names; one not banned is no error) in one transaction, and
+// returns the bans lifted.
+func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
 	var lifted []ban.Ban
 	var ch change
-	for _, p := range ps {
-		b, ok := c.set.Delete(p.Masked())
+	for _, l := range ls {
+		p := l.Prefix.Masked()
+		if l.Origin != "" {
+			if b, ok := c.set.Get(p); !ok || b.Origin != l.Origin {
+				continue
+			}
+		}
+		b, ok := c.set.Delete(p)
 		if !ok {
 			continue
 		}

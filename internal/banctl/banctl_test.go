@@ -150,7 +150,7 @@ func TestControllerAgainstModel(t *testing.T) {
 			for range 1 + r.IntN(3) {
 				ps = append(ps, banned[r.IntN(len(banned))])
 			}
-			if _, err := c.Unban(ctx, ps); err != nil {
+			if _, err := c.Unban(ctx, lifts(ps)); err != nil {
 				t.Fatalf("step %d: unban %v: %v", step, ps, err)
 			}
 		default:
@@ -284,7 +284,7 @@ func TestCommitFailures(t *testing.T) {
 			t.Errorf("set after a refused transaction: %d bans, %v = %+v", s.Len(), a, g)
 		}
 	})
-	if _, err := c.Unban(ctx, []netip.Prefix{a}); err == nil {
+	if _, err := c.Unban(ctx, lifts([]netip.Prefix{a})); err == nil {
 		t.Fatal("Unban in a missing table succeeded")
 	}
 	if got := storedReasons(t, store); !maps.Equal(got, before) {

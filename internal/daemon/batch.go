@@ -15,7 +15,7 @@ const maxBatch = 65536
 // banOp is one API call waiting for its transaction: bans or unbans.
 type banOp struct {
 	bans   banctl.Prepared
-	unbans []netip.Prefix
+	unbans []banctl.Lift
 	quiet  bool // the caller wants the count only, not the bans
 	done   chan banResult
 }
@@ -129,7 +129,7 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 		}
 		_, err = q.d.ctl.BanPrepared(ctx, ps...)
 	} else {
-		var ps []netip.Prefix
+		var ps []banctl.Lift
 		for _, op := range ops {
 			ps = append(ps, op.unbans...)
 		}
@@ -163,8 +163,8 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 		case len(ops) == 1:
 			r.bans, r.n = lifted, len(lifted)
 		default:
-			for _, p := range op.unbans {
-				if b, ok := byPrefix[p.Masked()]; ok {
+			for _, l := range op.unbans {
+				if b, ok := byPrefix[l.Prefix.Masked()]; ok && (l.Origin == "" || l.Origin == b.Origin) {
 					r.bans = append(r.bans, b)
 				}
 			}

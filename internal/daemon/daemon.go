@@ -100,6 +100,10 @@ type Daemon struct {
 	xdpPlan *plan.Plan
 	// ready is closed once the policy is loaded and the API serves.
 	ready chan struct{}
+	// runCtx is Run's context while the ban queue runs (nil before):
+	// the followers of crowdsec sources (by name) live in it.
+	runCtx    context.Context
+	followers map[string]*follower
 }
 
 // sourceState is what the daemon knows of one source.
@@ -124,7 +128,8 @@ func New(cfg Config) *Daemon {
 	if cfg.DriftEvery <= 0 {
 		cfg.DriftEvery = time.Minute
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}, ready: make(chan struct{})}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}, ready: make(chan struct{}),
+		followers: map[string]*follower{}}
 	d.metrics = newMetrics(d)
 	d.bans = newBanQueue(d)
 	return d
@@ -184,6 +189,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	bctx, stopBans := context.WithCancel(ctx)
 	wg.Go(func() { d.bans.run(bctx) })
+	d.mu.Lock()
+	d.runCtx = bctx
+	d.syncFollowers()
+	d.mu.Unlock()
 
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		d.log.Warn("notifying systemd", "err", err)
@@ -470,6 +479,7 @@ func (d *Daemon) loaded(c *compiled) {
 	if err := (state.Dir{Path: d.cfg.StateDir}).SaveApplied(d.cfg.NetNS, state.Summarize(c.plan)); err != nil {
 		d.log.Warn("recording what was applied", "err", err)
 	}
+	d.syncFollowers()
 }
 
 // Reload reads the policy and its sources again and, if the ruleset

@@ -192,14 +192,14 @@ func TestDaemon(t *testing.T) {
 	if resp, err := r.cl.Ban(ctx, bulk); err != nil || resp.Count != 100 || len(resp.Banned) != 0 {
 		t.Errorf("quiet bulk ban: %+v, %v", resp, err)
 	}
-	if _, err := r.cl.Unban(ctx, "100.99.0.0/24"); err != nil { // not banned as such: no error
+	if _, err := r.cl.Unban(ctx, "100.99.0.0/24", ""); err != nil { // not banned as such: no error
 		t.Error(err)
 	}
 	// Concurrent unbans share transactions; each caller gets its own ban.
 	concurrently(t, 4, func(c int) error {
 		for i := c; i < 100; i += 4 {
 			p := fmt.Sprintf("100.99.0.%d", i+1)
-			resp, err := r.cl.Unban(ctx, p)
+			resp, err := r.cl.Unban(ctx, p, "")
 			if err != nil {
 				return err
 			}
@@ -242,7 +242,7 @@ func TestDaemon(t *testing.T) {
 	}
 
 	// Unban, then restart: bans come back from the store.
-	if _, err := r.cl.Unban(ctx, "2001:db8:2::/48"); err != nil {
+	if _, err := r.cl.Unban(ctx, "2001:db8:2::/48", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.stop(); err != nil {

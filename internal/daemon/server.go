@@ -15,6 +15,7 @@ import (
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/banctl"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/policy"
 )
 
 // maxBody bounds a request body (a bulk ban of ~100k addresses).
@@ -72,7 +73,7 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 			writeBanError(w, err)
 			return
 		}
-		reqs[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin}
+		reqs[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin, NoShorten: req.NoShorten}
 	}
 	done, err := d.ban(r.Context(), reqs, req.Quiet)
 	if err != nil {
@@ -93,7 +94,7 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 		writeBanError(w, err)
 		return
 	}
-	lifted, err := d.Unban(r.Context(), []netip.Prefix{p})
+	lifted, err := d.Unban(r.Context(), []banctl.Lift{{Prefix: p, Origin: r.URL.Query().Get("origin")}})
 	if err != nil {
 		writeBanError(w, err)
 		return
@@ -121,7 +122,7 @@ func (d *Daemon) Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, err
 }
 
 // Unban lifts the bans of ps and returns them. Call it once Ready.
-func (d *Daemon) Unban(ctx context.Context, ps []netip.Prefix) ([]ban.Ban, error) {
+func (d *Daemon) Unban(ctx context.Context, ps []banctl.Lift) ([]ban.Ban, error) {
 	r, err := d.bans.submit(ctx, &banOp{unbans: ps})
 	return r.bans, err
 }
@@ -195,6 +196,12 @@ func (d *Daemon) Status() api.Status {
 			src.Refresh = ss.refresh.String()
 		}
 		st.Sources = append(st.Sources, src)
+	}
+	for _, c := range d.pol.CrowdSec {
+		if ss := d.sources[c.Name]; ss != nil {
+			st.Sources = append(st.Sources, api.Source{Name: c.Name, Kind: policy.FormatCrowdSec, Loaded: ss.loaded, Checked: ss.checked,
+				Refresh: ss.refresh.String(), LastError: ss.lastErr, PrefixesV4: ss.v4, PrefixesV6: ss.v6})
+		}
 	}
 	return st
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,9 @@ type Policy struct {
 	Table    string
 	Priority int32
 	Sources  []*SourceDef
+	// CrowdSec are the crowdsec sources: Local APIs whose decisions a
+	// daemon turns into bans (no rule matches them).
+	CrowdSec []*CrowdSecDef
 	Protect  []ProtectEntry
 	Rules    []*RuleDef
 	// Backend is the rules' default backend ("" is nftables) and
@@ -71,6 +75,38 @@ type Policy struct {
 type SourceDef struct {
 	Spec source.Spec
 	Line int
+}
+
+// CrowdSecDef is a source of format crowdsec: a CrowdSec Local API whose
+// decisions stream a daemon follows, banning what it decides.
+type CrowdSecDef struct {
+	Name string // also the origin of its bans
+	URL  string
+	// APIKey is the bouncer key, or APIKeyFile the file that holds it
+	// (read when the daemon starts following).
+	APIKey, APIKeyFile string
+	Every              time.Duration // how often to pull (default 10s)
+	Line               int
+}
+
+// DefaultCrowdSecEvery is how often a crowdsec source is pulled unless
+// its refresh says otherwise (the firewall bouncer's default).
+const DefaultCrowdSecEvery = 10 * time.Second
+
+// Key returns the bouncer key: APIKey, or the first line of APIKeyFile.
+func (c *CrowdSecDef) Key() (string, error) {
+	if c.APIKeyFile == "" {
+		return c.APIKey, nil
+	}
+	b, err := os.ReadFile(c.APIKeyFile)
+	if err != nil {
+		return "", fmt.Errorf("crowdsec source %s: reading the API key: %w", c.Name, err)
+	}
+	k, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if k = strings.TrimSpace(k); k == "" {
+		return "", fmt.Errorf("crowdsec source %s: %s is empty (put the key from cscli bouncers add there)", c.Name, c.APIKeyFile)
+	}
+	return k, nil
 }
 
 // ProtectEntry is one protected address, prefix or range.
@@ -119,6 +155,9 @@ type sourceDoc struct {
 	URLs      []string `yaml:"urls"`
 	MaxShrink *float64 `yaml:"max_shrink"`
 	Refresh   string   `yaml:"refresh"`
+	// crowdsec sources: the bouncer key, or a file holding it.
+	APIKey     string `yaml:"api_key"`
+	APIKeyFile string `yaml:"api_key_file"`
 }
 
 type ruleDoc struct {
@@ -203,6 +242,17 @@ func Parse(data []byte, file string) (*Policy, error) {
 	for _, n := range names {
 		sd := d.Sources[n]
 		line := lines.sources[n]
+		if sd.Format == FormatCrowdSec {
+			cs, err := crowdSecDef(file, n, line, sd)
+			if err != nil {
+				return nil, err
+			}
+			p.CrowdSec = append(p.CrowdSec, cs)
+			continue
+		}
+		if sd.APIKey != "" || sd.APIKeyFile != "" {
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: api_key and api_key_file are for crowdsec sources", n)}
+		}
 		spec := source.Spec{Name: n, Format: sd.Format, URLs: sd.URLs}
 		if sd.URL != "" {
 			spec.URLs = append([]string{sd.URL}, spec.URLs...)
@@ -237,9 +287,9 @@ func Parse(data []byte, file string) (*Policy, error) {
 		switch spec.Format {
 		case source.FormatList, source.FormatCountryCSV, source.FormatRIRDelegated:
 		case "":
-			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has no format (use list, country-csv or rir-delegated)", n)}
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has no format (use list, country-csv, rir-delegated or crowdsec)", n)}
 		default:
-			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: unknown format %q (use list, country-csv or rir-delegated)", n, spec.Format)}
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: unknown format %q (use list, country-csv, rir-delegated or crowdsec)", n, spec.Format)}
 		}
 		if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has neither paths nor url", n)}
@@ -253,7 +303,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 		}
 		p.Protect = append(p.Protect, ProtectEntry{Range: r, Line: lines.protect[i]})
 	}
-	if len(d.Rules) == 0 {
+	if len(d.Rules) == 0 && len(p.CrowdSec) == 0 {
 		return nil, &Error{File: file, Msg: "the policy has no rules"}
 	}
 	seen := map[string]int{}
@@ -291,6 +341,9 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 		r.Sources = append([]string{rd.Match.Source}, r.Sources...)
 	}
 	for _, s := range r.Sources {
+		if slices.ContainsFunc(p.CrowdSec, func(c *CrowdSecDef) bool { return c.Name == s }) {
+			return nil, bad("rule %q: source %q is a crowdsec source: its decisions become bans (see ipfence bans), not a set a rule matches", rd.Name, s)
+		}
 		if p.source(s) == nil {
 			return nil, bad("rule %q: unknown source %q (defined: %s)", rd.Name, s, strings.Join(p.sourceNames(), ", "))
 		}
@@ -362,6 +415,45 @@ func ParsePort(s string) (plan.Port, error) {
 		return plan.Port{}, fmt.Errorf("port %q: ports are 1-65535 and ranges go up", s)
 	}
 	return plan.Port{Proto: proto, First: uint16(f), Last: uint16(l)}, nil
+}
+
+// FormatCrowdSec is the format of a crowdsec source.
+const FormatCrowdSec = "crowdsec"
+
+// crowdSecDef validates a crowdsec source.
+func crowdSecDef(file, name string, line int, sd sourceDoc) (*CrowdSecDef, error) {
+	bad := func(format string, args ...any) error {
+		return &Error{File: file, Line: line, Msg: fmt.Sprintf("crowdsec source %q: ", name) + fmt.Sprintf(format, args...)}
+	}
+	if len(sd.Paths) > 0 || sd.Path != "" || sd.MaxShrink != nil {
+		return nil, bad("paths and max_shrink do not apply (give url and api_key or api_key_file)")
+	}
+	urls := sd.URLs
+	if sd.URL != "" {
+		urls = append([]string{sd.URL}, urls...)
+	}
+	if len(urls) != 1 {
+		return nil, bad("give the Local API's url once (e.g. url: http://127.0.0.1:8080/)")
+	}
+	u, err := url.Parse(urls[0])
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, bad("url %q is not http(s)://HOST:PORT/", urls[0])
+	}
+	if (sd.APIKey == "") == (sd.APIKeyFile == "") {
+		return nil, bad("give api_key or api_key_file, one of them (the key from cscli bouncers add ipfence)")
+	}
+	c := &CrowdSecDef{Name: name, URL: urls[0], APIKey: sd.APIKey, APIKeyFile: sd.APIKeyFile, Every: DefaultCrowdSecEvery, Line: line}
+	if c.APIKeyFile != "" && !filepath.IsAbs(c.APIKeyFile) {
+		c.APIKeyFile = filepath.Join(filepath.Dir(file), c.APIKeyFile)
+	}
+	if sd.Refresh != "" {
+		d, err := time.ParseDuration(sd.Refresh)
+		if err != nil || d < time.Second || d > time.Hour {
+			return nil, bad("refresh %q: how often to pull, from 1s to 1h (default 10s)", sd.Refresh)
+		}
+		c.Every = d
+	}
+	return c, nil
 }
 
 func (p *Policy) source(name string) *SourceDef {

@@ -62,6 +62,30 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+// TestParseCrowdSec: a crowdsec source is no source of prefixes; with
+// one, a policy may have no rules (bans only).
+func TestParseCrowdSec(t *testing.T) {
+	p, err := Parse([]byte("sources:\n  crowdsec: {format: crowdsec, url: \"http://127.0.0.1:8080/\", api_key_file: cs.key, refresh: 2s}\n"), "etc/p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Sources) != 0 || len(p.Rules) != 0 || len(p.CrowdSec) != 1 {
+		t.Fatalf("sources %v, rules %v, crowdsec %v", p.Sources, p.Rules, p.CrowdSec)
+	}
+	if c := p.CrowdSec[0]; c.Name != "crowdsec" || c.Every != 2*time.Second || c.APIKeyFile != filepath.Join("etc", "cs.key") || c.Line != 2 {
+		t.Errorf("%+v", c)
+	}
+	dir := t.TempDir()
+	c := &CrowdSecDef{Name: "cs", APIKeyFile: filepath.Join(dir, "k")}
+	if _, err := c.Key(); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing key file: %v", err)
+	}
+	os.WriteFile(c.APIKeyFile, []byte("  s3cret \n"), 0o600)
+	if k, err := c.Key(); k != "s3cret" || err != nil {
+		t.Errorf("key %q, %v", k, err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string
@@ -89,6 +113,13 @@ func TestParseErrors(t *testing.T) {
 		{"bad reject mark", "reject_mark: 0x3\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "one bit of the packet mark"},
 		{"bad interface", "interfaces: [eth0, a/b]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `interface name "a/b"`},
 		{"interface twice", "interfaces: [eth0, eth0]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "listed twice"},
+		{"crowdsec without key", "sources:\n  cs: {format: crowdsec, url: \"http://127.0.0.1:8080/\"}\n", 2, "api_key or api_key_file"},
+		{"crowdsec two keys", "sources:\n  cs: {format: crowdsec, url: \"http://127.0.0.1:8080/\", api_key: k, api_key_file: f}\n", 2, "one of them"},
+		{"crowdsec bad url", "sources:\n  cs: {format: crowdsec, url: \"127.0.0.1:8080\", api_key: k}\n", 2, "not http(s)"},
+		{"crowdsec paths", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, paths: [f]}\n", 2, "do not apply"},
+		{"crowdsec refresh", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, refresh: 2h}\n", 2, "from 1s to 1h"},
+		{"crowdsec in a rule", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: cs}}\n", 4, "become bans"},
+		{"api_key on a list", "sources:\n  x: {format: list, paths: [f], api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "for crowdsec sources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "p.yaml")

@@ -250,7 +250,7 @@ func banWork(ctx context.Context, cl *api.Client, role string, r *rand.Rand, bas
 	if len(mine) > 0 && r.IntN(3) == 0 {
 		i := r.IntN(len(mine))
 		p := mine[i]
-		if _, err := cl.Unban(ctx, p.String()); err != nil {
+		if _, err := cl.Unban(ctx, p.String(), ""); err != nil {
 			return mine, err
 		}
 		m.unban(p)

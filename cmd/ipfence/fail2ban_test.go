@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen"
+)
+
+// eventually calls check every 100 ms until it returns nil, and fails the
+// test with its last error when that takes longer than within.
+func eventually(t *testing.T, within time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, within, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestFail2ban runs Debian's fail2ban with a jail on a generated auth log
+// and the shipped action (dist/fail2ban/ipfence.conf) against an ipfence
+// daemon: the offending addresses (IPv4 and IPv6) are banned (their
+// packets dropped in the lab), an unban lifts the jail's ban but not an
+// operator's longer one, bans outlive a fail2ban restart with neither a
+// duplicate nor a loss, and they end when the jail's ban time is up.
+func TestFail2ban(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("fail2ban-server"); err != nil {
+		t.Fatal("fail2ban is not installed (make deps installs it)")
+	}
+	lab := netnstest.New(t)
+	exe := buildIpfence(t)
+	dir := t.TempDir()
+	write(t, dir, "p.yaml", "protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: docs, action: drop, match: {prefixes: [192.0.2.0/24]}}\n")
+	socket := filepath.Join(dir, "api.sock")
+	d := startDaemon(t, exe, socket, "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW,
+		"--state", filepath.Join(dir, "state"), "--metrics", "", "--tick", "1s")
+	t.Cleanup(func() { _ = d.Process.Signal(syscall.SIGTERM); _ = d.Wait() })
+	cl := api.NewClient(socket)
+	defer cl.Close()
+
+	// fail2ban's configuration: Debian's filters, the shipped action, and
+	// a jail of our own on our log (no other jail: jail.d is left out).
+	conf := filepath.Join(dir, "f2b")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cp := []string{"-r"}
+	for _, f := range []string{"filter.d", "action.d", "fail2ban.conf", "jail.conf", "paths-common.conf", "paths-debian.conf"} {
+		cp = append(cp, "/etc/fail2ban/"+f)
+	}
+	if out, err := exec.Command("cp", append(cp, conf+"/")...).CombinedOutput(); err != nil {
+		t.Fatalf("copying fail2ban's configuration: %v\n%s", err, out)
+	}
+	action, err := os.ReadFile("../../dist/fail2ban/ipfence.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, conf, "action.d/ipfence.conf", string(action))
+	write(t, conf, "fail2ban.local", fmt.Sprintf("[Definition]\nloglevel = INFO\nlogtarget = %s/fail2ban.log\n"+
+		"socket = %s/f2b.sock\npidfile = %s/f2b.pid\ndbfile = %s/f2b.sqlite3\n", dir, dir, dir, dir))
+	const jail, bantime = "ipf-ssh", 40 * time.Second
+	authLog := filepath.Join(dir, "auth.log")
+	write(t, dir, "auth.log", "")
+	write(t, conf, "jail.local", fmt.Sprintf("[DEFAULT]\nbackend = polling\n\n[%s]\nenabled = true\nfilter = sshd\n"+
+		"logpath = %s\nmaxretry = 3\nfindtime = 10m\nbantime = %d\n"+
+		"action = ipfence[ipfence=\"%s\", socket=\"%s\"]\n", jail, authLog, int(bantime.Seconds()), exe, socket))
+
+	var server *exec.Cmd
+	startF2B := func() {
+		t.Helper()
+		server = exec.Command("fail2ban-server", "-f", "-x", "-c", conf)
+		if err := server.Start(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "fail2ban answers", func() error {
+			out, err := exec.Command("fail2ban-client", "-c", conf, "status", jail).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		})
+	}
+	stopF2B := func() {
+		t.Helper()
+		if out, err := exec.Command("fail2ban-client", "-c", conf, "stop").CombinedOutput(); err != nil {
+			t.Fatalf("fail2ban-client stop: %v\n%s", err, out)
+		}
+		_ = server.Wait()
+		server = nil
+	}
+	t.Cleanup(func() {
+		if server != nil {
+			_ = server.Process.Kill()
+			_ = server.Wait()
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(dir, "fail2ban.log")); err == nil {
+				t.Logf("fail2ban.log:\n%s", b)
+			}
+		}
+	})
+	startF2B()
+
+	attacker4 := netip.MustParseAddr("198.51.100.7")
+	attacker6 := netip.MustParseAddr("2001:db8:ff::7")
+	operators := netip.MustParseAddr("198.51.100.8") // also banned by an operator, for longer
+	bystander := netip.MustParseAddr("198.51.100.9")
+	srcs := []netip.Addr{attacker4, attacker6, operators, bystander}
+	expect := func(when string, pass ...bool) {
+		t.Helper()
+		got, err := pktgen.Check(lab, srcs, 22)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range srcs {
+			if got[i] != pass[i] {
+				t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
+			}
+		}
+	}
+	bans := func() map[netip.Addr]ban.Ban {
+		t.Helper()
+		l, err := cl.List(context.Background(), api.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[netip.Addr]ban.Ban{}
+		for _, b := range l.Bans {
+			if _, dup := m[b.Prefix.Addr()]; dup {
+				t.Fatalf("two bans of %v", b.Prefix)
+			}
+			m[b.Prefix.Addr()] = b
+		}
+		return m
+	}
+	expect("before", true, true, true, true)
+	if _, err := cl.Ban(context.Background(), api.BanRequest{Prefix: operators.String(), TTL: "1h", Origin: "cli", Reason: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// sshd's failures, as syslog writes them, three per attacker.
+	f, err := os.OpenFile(authLog, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range []netip.Addr{attacker4, attacker6, operators, attacker4, attacker6, operators, attacker4, attacker6, operators, bystander} {
+		fmt.Fprintf(f, "%s fw sshd[%d]: Failed password for invalid user admin%d from %s port %d ssh2\n",
+			time.Now().Format(time.Stamp), 4000+i, i, a, 50000+i)
+	}
+	f.Close()
+	t0 := time.Now()
+	origin := "fail2ban/" + jail
+	eventually(t, 15*time.Second, "fail2ban's bans reach ipfence", func() error {
+		m := bans()
+		for _, a := range []netip.Addr{attacker4, attacker6} {
+			if b, ok := m[a]; !ok || b.Origin != origin || b.Reason != jail {
+				return fmt.Errorf("%v: %+v", a, b)
+			}
+		}
+		return nil
+	})
+	m := bans()
+	if b := m[operators]; b.Origin != "cli" {
+		t.Errorf("the jail's ban replaced the operator's longer one: %+v", b)
+	}
+	if _, ok := m[bystander]; ok {
+		t.Errorf("%v failed once and is banned", bystander)
+	}
+	if b := m[attacker4]; b.Expires.Sub(t0) > bantime+time.Second || b.Expires.Sub(t0) < bantime-5*time.Second {
+		t.Errorf("%v expires %v after the log lines, want about the jail's ban time %v", attacker4, b.Expires.Sub(t0), bantime)
+	}
+	expect("banned", false, false, false, true)
+
+	// The jail's unban of the operator's address leaves the operator's ban.
+	if out, err := exec.Command("fail2ban-client", "-c", conf, "set", jail, "unbanip", operators.String()).CombinedOutput(); err != nil {
+		t.Fatalf("unbanip: %v\n%s", err, out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if b, ok := bans()[operators]; !ok || b.Origin != "cli" {
+		t.Errorf("fail2ban's unban lifted the operator's ban: %+v", b)
+	}
+
+	// Restart: the bans stay in force while fail2ban is down, and come
+	// back from its database once, at the same expiry.
+	before := bans()
+	stopF2B()
+	expect("fail2ban stopped", false, false, false, true)
+	startF2B()
+	eventually(t, 15*time.Second, "fail2ban restores its bans", func() error {
+		out, err := exec.Command("fail2ban-client", "-c", conf, "get", jail, "banned").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		for _, a := range []netip.Addr{attacker4, attacker6} {
+			if !strings.Contains(string(out), "'"+a.String()+"'") {
+				return fmt.Errorf("%v not in %s", a, out)
+			}
+		}
+		return nil
+	})
+	after := bans()
+	if len(after) != len(before) {
+		t.Errorf("%d bans after the restart, %d before", len(after), len(before))
+	}
+	for _, a := range []netip.Addr{attacker4, attacker6} {
+		if d := after[a].Expires.Sub(before[a].Expires); d < -time.Second || d > time.Second {
+			t.Errorf("%v: the restart moved the expiry by %v", a, d)
+		}
+	}
+	if n := strings.Count(netnstest.Ruleset(t, lab.FW), attacker4.String()); n != 1 {
+		t.Errorf("%v appears %d times in the ruleset, want once", attacker4, n)
+	}
+	expect("fail2ban restarted", false, false, false, true)
+
+	// The jail's ban time ends: fail2ban unbans, and the packets pass.
+	eventually(t, bantime+15*time.Second, "the jail's bans end", func() error {
+		m := bans()
+		for _, a := range []netip.Addr{attacker4, attacker6} {
+			if _, ok := m[a]; ok {
+				return fmt.Errorf("%v still banned", a)
+			}
+		}
+		return nil
+	})
+	if took := time.Since(t0); took < bantime-5*time.Second {
+		t.Errorf("the bans ended after %v, before the jail's ban time %v", took, bantime)
+	}
+	expect("after the ban time", true, true, false, true)
+	log := readFile(t, filepath.Join(dir, "fail2ban.log"))
+	if _, after, _ := strings.Cut(log, "Restore Ban"); !strings.Contains(after, "Unban "+attacker4.String()) {
+		t.Errorf("the restarted fail2ban did not unban %v", attacker4)
+	}
+}
+
+func verdictWord(passed bool) string {
+	if passed {
+		return "passed"
+	}
+	return "dropped"
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
