@@ -11,7 +11,8 @@ import (
 )
 
 func newDoctorCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var ns string
+	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Report what this host offers ipfence's backends (nftables, iptables, ipset, XDP)",
 		Long: `Doctor reports the kernel, whether nf_tables works over netlink, the nft,
@@ -19,10 +20,15 @@ iptables (legacy or nf_tables flavour), ip6tables and ipset commands, whether XD
 programs load and attach (native and generic) and whether /sys/fs/bpf is a bpf
 file system, with the host's interfaces and their drivers (native XDP depends on
 the driver). Probes that change kernel state run in a scratch network namespace
-that is removed afterwards: the host's own firewall is never touched.`,
+that is removed afterwards: the host's own firewall is never touched.
+
+It also reads the ruleset (of --netns, default the current namespace) for other
+firewall managers — firewalld, Docker, kube-proxy, ufw, fail2ban, a CrowdSec
+bouncer, nftables.service — and says how each gets along with ipfence; "warn"
+marks a conflict (something that deletes ipfence's table or bans twice).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := doctor.Run()
+			r, err := doctor.Run(ns)
 			if err != nil {
 				return err
 			}
@@ -33,6 +39,8 @@ that is removed afterwards: the host's own firewall is never touched.`,
 			return nil
 		},
 	}
+	c.Flags().StringVar(&ns, "netns", "", "network namespace whose ruleset to read for other managers (default: the current one)")
+	return c
 }
 
 func printDoctor(w io.Writer, r *doctor.Report) {
@@ -61,4 +69,14 @@ func printDoctor(w io.Writer, r *doctor.Report) {
 		}
 	}
 	fmt.Fprintf(w, "interfaces %s\n", strings.Join(ifs, ", "))
+	if len(r.Managers) == 0 {
+		fmt.Fprintf(w, "managers   none besides ipfence\n")
+	}
+	for _, m := range r.Managers {
+		level := "info"
+		if m.Warn {
+			level = "WARN"
+		}
+		fmt.Fprintf(w, "manager    %s %s (%s): %s\n", level, m.Name, m.Evidence, m.Advice)
+	}
 }

@@ -71,10 +71,14 @@ type Report struct {
 	IPSet    Check    `json:"ipset"`
 	XDP      XDP      `json:"xdp"`
 	BPFFS    Check    `json:"bpffs"`
+	// Managers are the other firewall managers in the namespace looked
+	// at, conflicts first.
+	Managers []Manager `json:"managers"`
 }
 
-// Run probes the host.
-func Run() (*Report, error) {
+// Run probes the host, and reads the ruleset of the namespace ns ("" the
+// current one) for other firewall managers.
+func Run(ns string) (*Report, error) {
 	r := &Report{}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
@@ -101,6 +105,11 @@ func Run() (*Report, error) {
 	}
 	r.BPFFS = bpffs()
 	r.XDP.Interfaces = interfaces()
+	rs, err := ReadRuleset(ns)
+	if err != nil {
+		return nil, fmt.Errorf("reading the ruleset for other firewall managers: %w", err)
+	}
+	r.Managers = Managers(rs, plan.DefaultPriority)
 
 	name, remove, err := netns.Scratch(fmt.Sprintf("doctor%d", os.Getpid()))
 	if err != nil {

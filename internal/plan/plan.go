@@ -185,6 +185,10 @@ type Rule struct {
 // address family.
 var ErrBlocksEverything = errors.New("rule would block every address of a family")
 
+// DefaultPriority is the hook priority of ipfence's base chain unless the
+// policy sets one: raw, before conntrack.
+const DefaultPriority = -300
+
 // Compile builds the plan: protection applied, layouts chosen.
 func Compile(in *Input, opt Options) (*Plan, error) {
 	prot := Builtin()
@@ -199,7 +203,7 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 		p.Table = "ipfence"
 	}
 	if p.Priority == 0 {
-		p.Priority = -300
+		p.Priority = DefaultPriority
 	}
 	for _, pr := range prot.Prefixes() {
 		p.Protect = append(p.Protect, pr.String())
