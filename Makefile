@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/ipfence
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: build deps test unit lint demo bench clean
+.PHONY: build deps test unit lint demo bench package clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/ipfence
@@ -28,5 +28,10 @@ demo: deps build
 bench: deps build
 	./scripts/bench.sh
 
+# .deb and .rpm in dist/packages (binary, systemd units, sample policy,
+# fail2ban action, man pages, shell completions).
+package: deps
+	./scripts/package.sh --out dist/packages
+
 clean:
-	rm -rf bin
+	rm -rf bin dist/packages

@@ -12,7 +12,6 @@ import (
 	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
 )
 
 // othersNft is what firewalld (1.3, nftables backend, a public zone that
@@ -132,15 +131,7 @@ func TestCoexistence(t *testing.T) {
 		netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:1::1")}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		got, err := pktgen.Check(lab, srcs, 9999)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range srcs {
-			if got[i] != pass[i] {
-				t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
-			}
-		}
+		expectPassed(t, lab, srcs, 9999, when, pass)
 	}
 	unchanged := func(when string) {
 		t.Helper()

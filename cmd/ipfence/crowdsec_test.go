@@ -15,7 +15,6 @@ import (
 	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
 )
 
 // lapi is a CrowdSec Local API of a test's own (Debian's crowdsec, agent
@@ -156,27 +155,11 @@ func TestCrowdSec(t *testing.T) {
 	}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		got, err := pktgen.Check(lab, srcs, 80)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range srcs {
-			if got[i] != pass[i] {
-				t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
-			}
-		}
+		expectPassed(t, lab, srcs, 80, when, pass)
 	}
 	bans := func() map[netip.Prefix]ban.Ban {
 		t.Helper()
-		l, err := cl.List(context.Background(), api.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[netip.Prefix]ban.Ban{}
-		for _, b := range l.Bans {
-			m[b.Prefix] = b
-		}
-		return m
+		return listBans(t, cl)
 	}
 	banned := func(origin string, ps ...string) func() error {
 		return func() error {

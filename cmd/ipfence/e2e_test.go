@@ -29,6 +29,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// expectPassed sends a packet from each of srcs to port through the lab
+// and fails the test (saying when) for each whose fate is not pass[i].
+func expectPassed(t *testing.T, lab *netns.Lab, srcs []netip.Addr, port uint16, when string, pass []bool) {
+	t.Helper()
+	got, err := pktgen.Check(lab, srcs, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range srcs {
+		if got[i] != pass[i] {
+			t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
+		}
+	}
+}
+
 // run executes the CLI with args and returns stdout.
 func run(t testing.TB, args ...string) (string, error) {
 	t.Helper()
@@ -386,16 +401,7 @@ func TestBans(t *testing.T) {
 	}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		got, err := pktgen.Check(lab, srcs, 9999)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range srcs {
-			if got[i] != pass[i] {
-				t.Errorf("%s: %s %s, want %s", when, srcs[i], map[bool]string{true: "passed", false: "dropped"}[got[i]],
-					map[bool]string{true: "passed", false: "dropped"}[pass[i]])
-			}
-		}
+		expectPassed(t, lab, srcs, 9999, when, pass)
 	}
 	expect("before bans", true, true, true, true, true, true, true, false, true)
 	if _, err := cli("ban", "203.0.113.9", "100.64.0.0/10", "198.51.100.7", "2001:db8:ff::/48", "--ttl", "1h", "--reason", "test"); err != nil {

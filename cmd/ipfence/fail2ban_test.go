@@ -15,7 +15,6 @@ import (
 	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
 )
 
 // eventually calls check every 100 ms until it returns nil, and fails the
@@ -127,28 +126,13 @@ func TestFail2ban(t *testing.T) {
 	srcs := []netip.Addr{attacker4, attacker6, operators, bystander}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		got, err := pktgen.Check(lab, srcs, 22)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range srcs {
-			if got[i] != pass[i] {
-				t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
-			}
-		}
+		expectPassed(t, lab, srcs, 22, when, pass)
 	}
-	bans := func() map[netip.Addr]ban.Ban {
+	bans := func() map[netip.Addr]ban.Ban { // all of them single addresses
 		t.Helper()
-		l, err := cl.List(context.Background(), api.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		m := map[netip.Addr]ban.Ban{}
-		for _, b := range l.Bans {
-			if _, dup := m[b.Prefix.Addr()]; dup {
-				t.Fatalf("two bans of %v", b.Prefix)
-			}
-			m[b.Prefix.Addr()] = b
+		for p, b := range listBans(t, cl) {
+			m[p.Addr()] = b
 		}
 		return m
 	}
@@ -249,6 +233,20 @@ func TestFail2ban(t *testing.T) {
 	if _, after, _ := strings.Cut(log, "Restore Ban"); !strings.Contains(after, "Unban "+attacker4.String()) {
 		t.Errorf("the restarted fail2ban did not unban %v", attacker4)
 	}
+}
+
+// listBans is every ban in force, by prefix, from the daemon's API.
+func listBans(t *testing.T, cl *api.Client) map[netip.Prefix]ban.Ban {
+	t.Helper()
+	l, err := cl.List(context.Background(), api.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[netip.Prefix]ban.Ban{}
+	for _, b := range l.Bans {
+		m[b.Prefix] = b
+	}
+	return m
 }
 
 func verdictWord(passed bool) string {

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ipfence/ipfence/internal/version"
 	"github.com/spf13/cobra"
 )
 
@@ -48,6 +49,7 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "ipfence",
 		Short:         "Compile very large IP block/allow lists into fast, atomic kernel firewalls",
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, args []string) {
@@ -83,6 +85,7 @@ func newRootCmd() *cobra.Command {
 		newRollbackCmd(g),
 		newAgentCmd(g),
 		newFleetCmd(g),
+		newGendocsCmd(),
 	)
 	return root
 }

@@ -37,9 +37,22 @@ func TestREADMEExplain(t *testing.T) {
 // TestDistFiles checks the command lines of the systemd units against the
 // CLI (every subcommand and flag exists) and compiles the sample policy.
 func TestDistFiles(t *testing.T) {
-	units, err := filepath.Glob("../../dist/systemd/*.service")
+	if lines := checkUnits(t, "../../dist/systemd", "/usr/local/bin/ipfence"); lines < 3 {
+		t.Errorf("found %d command lines in the units", lines)
+	}
+	if _, err := policy.Load("../../dist/ipfence/policy.yaml"); err != nil {
+		t.Errorf("sample policy: %v", err)
+	}
+}
+
+// checkUnits checks that every ExecStart and ExecReload of the systemd
+// units in dir runs bin with an ipfence command and flags the CLI knows,
+// and returns how many such lines there are.
+func checkUnits(t *testing.T, dir, bin string) int {
+	t.Helper()
+	units, err := filepath.Glob(filepath.Join(dir, "*.service"))
 	if err != nil || len(units) < 2 {
-		t.Fatalf("units: %v %v", units, err)
+		t.Fatalf("units in %s: %v %v", dir, units, err)
 	}
 	lines := 0
 	for _, u := range units {
@@ -57,8 +70,8 @@ func TestDistFiles(t *testing.T) {
 			}
 			lines++
 			args := strings.Fields(cmdline)
-			if args[0] != "/usr/local/bin/ipfence" {
-				t.Errorf("%s: runs %s", u, args[0])
+			if args[0] != bin {
+				t.Errorf("%s: runs %s, want %s", u, args[0], bin)
 			}
 			c, rest, err := newRootCmd().Find(args[1:])
 			if err != nil || c.Name() != args[1] {
@@ -70,10 +83,5 @@ func TestDistFiles(t *testing.T) {
 			}
 		}
 	}
-	if lines < 3 {
-		t.Errorf("found %d command lines in the units", lines)
-	}
-	if _, err := policy.Load("../../dist/ipfence/policy.yaml"); err != nil {
-		t.Errorf("sample policy: %v", err)
-	}
+	return lines
 }

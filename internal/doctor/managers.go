@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/nftables"
 
+	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -74,7 +75,11 @@ func ReadRuleset(ns string) (*Ruleset, error) {
 	for _, c := range chains {
 		s := family(c.Table.Family) + " " + c.Table.Name + " " + c.Name
 		if c.Hooknum != nil && c.Priority != nil {
-			s += fmt.Sprintf(" hook %s priority %d", hookName(c.Table.Family, *c.Hooknum), *c.Priority)
+			hook := nft.HookName(*c.Hooknum)
+			if c.Table.Family == nftables.TableFamilyNetdev {
+				hook = "ingress"
+			}
+			s += fmt.Sprintf(" hook %s priority %d", hook, *c.Priority)
 		}
 		r.Chains = append(r.Chains, s)
 	}
@@ -227,23 +232,4 @@ func family(f nftables.TableFamily) string {
 		return "netdev"
 	}
 	return fmt.Sprint(uint8(f))
-}
-
-func hookName(f nftables.TableFamily, h nftables.ChainHook) string {
-	if f == nftables.TableFamilyNetdev {
-		return "ingress"
-	}
-	switch h {
-	case *nftables.ChainHookPrerouting:
-		return "prerouting"
-	case *nftables.ChainHookInput:
-		return "input"
-	case *nftables.ChainHookForward:
-		return "forward"
-	case *nftables.ChainHookOutput:
-		return "output"
-	case *nftables.ChainHookPostrouting:
-		return "postrouting"
-	}
-	return fmt.Sprint(uint32(h))
 }

@@ -101,7 +101,7 @@ func StatusChains(ctx context.Context, table, netns string, want func(chain stri
 		}
 		cs := ChainStatus{Name: ch.Name}
 		if ch.Hooknum != nil {
-			cs.Hook = hookName(*ch.Hooknum)
+			cs.Hook = HookName(*ch.Hooknum)
 		}
 		if ch.Priority != nil {
 			cs.Priority = int32(*ch.Priority)
@@ -169,7 +169,8 @@ func keyFamily(t nftables.SetDatatype) Family {
 	return FamilyAny
 }
 
-func hookName(h nftables.ChainHook) string {
+// HookName is the name nft gives hook h of the ip, ip6 and inet families.
+func HookName(h nftables.ChainHook) string {
 	switch h {
 	case *nftables.ChainHookPrerouting:
 		return "prerouting"
