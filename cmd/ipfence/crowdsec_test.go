@@ -192,10 +192,12 @@ func TestCrowdSec(t *testing.T) {
 	l.cscli("decisions", "add", "--ip", "198.51.100.7", "--duration", "1h", "--reason", "ssh-bf")
 	eventually(t, 10*time.Second, "the first decision reaches the kernel", banned("crowdsec", "198.51.100.7/32"))
 	t.Logf("cscli decisions add → ban in force: %v (pulls every 1s)", time.Since(t0).Round(time.Millisecond))
-	l.cscli("decisions", "add", "--range", "203.0.113.0/24", "--duration", "2h")
-	l.cscli("decisions", "add", "--ip", "2001:db8:ff::7", "--duration", "1h")
+	// The decisions that must not ban come first: once the last ones are
+	// in force, the pull that brought them had these too.
 	l.cscli("decisions", "add", "--ip", "198.51.100.8", "--duration", "10m")
 	l.cscli("decisions", "add", "--ip", "198.51.100.200", "--duration", "1h")
+	l.cscli("decisions", "add", "--range", "203.0.113.0/24", "--duration", "2h")
+	l.cscli("decisions", "add", "--ip", "2001:db8:ff::7", "--duration", "1h")
 	eventually(t, 10*time.Second, "the decisions reach the kernel", banned("crowdsec", "203.0.113.0/24", "2001:db8:ff::7/128"))
 	m := bans()
 	if b := m[netip.MustParsePrefix("198.51.100.7/32")]; b.Reason == "" || b.Expires.Sub(t0) > time.Hour+5*time.Second || b.Expires.Sub(t0) < time.Hour-time.Minute {
@@ -209,9 +211,9 @@ func TestCrowdSec(t *testing.T) {
 	}
 	expect("decided", false, false, false, false, true, true)
 
+	l.cscli("decisions", "delete", "--ip", "198.51.100.8")
 	l.cscli("decisions", "delete", "--ip", "198.51.100.7")
 	l.cscli("decisions", "delete", "--range", "203.0.113.0/24")
-	l.cscli("decisions", "delete", "--ip", "198.51.100.8")
 	eventually(t, 10*time.Second, "deletions lift the bans", lifted("198.51.100.7/32", "203.0.113.0/24"))
 	if b, ok := bans()[netip.MustParsePrefix("198.51.100.8/32")]; !ok || b.Origin != "cli" {
 		t.Errorf("deleting the decision lifted the operator's ban: %+v", b)
