@@ -183,9 +183,10 @@ of them in one transaction, or none when one is refused: a protected network,
 one of this host's addresses, a prefix shorter than /8 (IPv4) or /16 (IPv6).
 Banning something banned already replaces its ban, unless --no-shorten is
 given and the ban in force is another origin's and lasts at least as long.
-Bans survive ipfence apply and restarts (kept in the state folder). Bans come after the policy's leading
-accept rules and before all other rules. "-" reads more targets from standard
-input, one per line (# comments and blank lines skipped), for bulk bans.`,
+Bans survive ipfence apply and restarts (kept in the state folder). Bans come
+after the policy's leading accept rules and before all other rules. "-" reads
+more targets from standard input, one per line (# comments and blank lines
+skipped), for bulk bans.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := ban.ParseTTL(ttl)

@@ -55,6 +55,12 @@ var (
 	ErrLocked = errors.New("ban store locked by another process")
 )
 
+// Outlasts reports whether b stays in force at least as long as o
+// (permanent outlasts everything).
+func (b Ban) Outlasts(o Ban) bool {
+	return later(b.Expires, o.Expires).Equal(b.Expires)
+}
+
 // later returns the later of two expiries, where zero (permanent) is the
 // latest of all.
 func later(a, b time.Time) time.Time {

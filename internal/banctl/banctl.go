@@ -250,10 +250,6 @@ func prepared(reqs []Request, now time.Time) Prepared {
 	return p
 }
 
-// outlasts reports whether a lasts at least as long as b.
-func outlasts(a, b ban.Ban) bool {
-	return a.Expires.IsZero() || (!b.Expires.IsZero() && !a.Expires.Before(b.Expires))
-}
 
 // Ban bans every request in one transaction, or none of them: a request
 // the guard refuses fails them all and changes nothing. Banning a prefix
@@ -298,7 +294,7 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	for _, p := range ps {
 		for j, b := range p.bans {
 			if p.noShorten != nil && p.noShorten[j] {
-				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && outlasts(old, b) {
+				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && old.Outlasts(b) {
 					continue
 				}
 			}

@@ -139,6 +139,23 @@ func (t *Tracker) Decisions() int {
 	return n
 }
 
+// Held counts the bans in force for the decisions, by family: the ones
+// made, and the ones another origin's longer ban stood for.
+func (t *Tracker) Held() (v4, v6 int) {
+	for p := range t.held {
+		if p.Addr().Is4() {
+			v4++
+		} else {
+			v6++
+		}
+	}
+	return v4, v6
+}
+
+// Drop forgets the ban of p that Update asked for: ipfence refused it (a
+// protected network). A later deletion of its decision then lifts nothing.
+func (t *Tracker) Drop(p netip.Prefix) { delete(t.held, p) }
+
 // slack is how far a ban's expiry may be from its decision's before the
 // ban is made again (durations come rounded, and a little late).
 const slack = 2 * time.Second

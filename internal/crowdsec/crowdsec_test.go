@@ -133,6 +133,24 @@ func TestTrackerStartupLiftsStale(t *testing.T) {
 	if len(ignored) != 2 || !errors.Is(ignored[0].Err, ErrUnsupported) || !errors.Is(ignored[1].Err, ban.ErrTooBroad) {
 		t.Errorf("ignored %v, want the country (unsupported) and the /4 (too broad)", ignored)
 	}
+
+	// A ban ipfence refused is dropped: not counted, and its deletion
+	// lifts nothing.
+	refused := netip.MustParsePrefix("2001:db8::/48")
+	bans, _, _ = tr.Update(&Stream{New: []Decision{{ID: 4, Type: "ban", Scope: "Range", Value: refused.String(), Duration: "1h"}}}, false, now)
+	if len(bans) != 1 || bans[0].Prefix != refused {
+		t.Fatalf("bans %v, want %v", bans, refused)
+	}
+	if v4, v6 := tr.Held(); v4 != 1 || v6 != 1 {
+		t.Errorf("held %d+%d, want 1+1", v4, v6)
+	}
+	tr.Drop(refused)
+	if v4, v6 := tr.Held(); v4 != 1 || v6 != 0 {
+		t.Errorf("held after the drop %d+%d, want 1+0", v4, v6)
+	}
+	if _, lifts, _ := tr.Update(&Stream{Deleted: []Decision{{ID: 4, Type: "ban", Scope: "Range", Value: refused.String()}}}, false, now); len(lifts) != 0 {
+		t.Errorf("deleting a refused decision lifts %v", lifts)
+	}
 }
 
 // TestPull checks the request (path, query, key) and the errors: a

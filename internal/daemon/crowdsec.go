@@ -124,6 +124,7 @@ func (d *Daemon) pull(ctx context.Context, f *follower, cl *crowdsec.Client, tr 
 	refused := 0
 	for i, err := range errs {
 		if err != nil {
+			tr.Drop(reqs[i].Prefix)
 			if refused++; refused <= 10 {
 				d.log.Warn("crowdsec decision refused", "source", f.def.Name, "prefix", reqs[i].Prefix, "err", err)
 			}
@@ -139,16 +140,6 @@ func (d *Daemon) pull(ctx context.Context, f *follower, cl *crowdsec.Client, tr 
 // pulled records how a pull went in the source's status.
 func (d *Daemon) pulled(f *follower, tr *crowdsec.Tracker, err error) {
 	now := time.Now()
-	var v4, v6 int
-	if err == nil {
-		for _, b := range d.heldBy(f.def.Name) {
-			if b.Prefix.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.followers[f.def.Name] != f {
@@ -168,7 +159,8 @@ func (d *Daemon) pulled(f *follower, tr *crowdsec.Tracker, err error) {
 	if ss.lastErr != "" {
 		d.log.Info("crowdsec source back", "source", f.def.Name, "decisions", tr.Decisions())
 	}
-	ss.loaded, ss.lastErr, ss.v4, ss.v6 = now, "", v4, v6
+	ss.loaded, ss.lastErr = now, ""
+	ss.v4, ss.v6 = tr.Held()
 }
 
 // heldBy returns the bans in force of origin.
