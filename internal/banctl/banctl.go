@@ -250,7 +250,6 @@ func prepared(reqs []Request, now time.Time) Prepared {
 	return p
 }
 
-
 // Ban bans every request in one transaction, or none of them: a request
 // the guard refuses fails them all and changes nothing. Banning a prefix
 // that is banned already replaces its ban (new expiry, reason, origin).
