@@ -16,14 +16,14 @@ import (
 	"github.com/spf13/cobra"
 	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // banStorePath is where the bans of a namespace are kept.
@@ -38,14 +38,14 @@ func banStorePath(stateDir, netns string) string {
 // for the policy last applied there (none: a table with the ban sets
 // only, created when ensure is set). Call it with the state lock held;
 // closeBans closes the store.
-func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *banctl.Controller, closeBans func(), err error) {
-	st := state.Dir{Path: f.stateDir}
+func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *bansets.Controller, closeBans func(), err error) {
+	st := statedir.Dir{Path: f.stateDir}
 	applied, err := st.LoadApplied(f.netns)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, err
 	}
 	if applied == nil {
-		applied = state.Summarize(&plan.Plan{Table: f.table, Priority: -300, Protect: prefixStrings(plan.Builtin())})
+		applied = statedir.Summarize(&plan.Plan{Table: f.table, Priority: -300, Protect: prefixStrings(plan.Builtin())})
 	}
 	var pb netipx.IPSetBuilder
 	for _, s := range applied.Protect {
@@ -66,7 +66,7 @@ func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *banctl.Contr
 		return nil, nil, err
 	}
 	heads := headsOf(applied)
-	c, err = banctl.Open(banctl.Config{NetNS: f.netns, Table: f.table, Heads: heads, Priority: applied.Priority,
+	c, err = bansets.Open(bansets.Config{NetNS: f.netns, Table: f.table, Heads: heads, Priority: applied.Priority,
 		Guard: ban.Guard{Protected: protect, Own: own}, Store: store})
 	if err != nil {
 		store.Close()
@@ -84,7 +84,7 @@ func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *banctl.Contr
 // ensureBanSets loads a table holding only the ban sets when the
 // namespace has no ipfence table yet; a table without ban sets (loaded
 // by an older ipfence) must be applied again.
-func ensureBanSets(ctx context.Context, f *kernelFlags, c *banctl.Controller, applied *state.Applied, heads []nft.RuleHead) error {
+func ensureBanSets(ctx context.Context, f *kernelFlags, c *bansets.Controller, applied *statedir.Applied, heads []nft.RuleHead) error {
 	ts, err := nft.Status(ctx, f.table, f.netns)
 	if err != nil {
 		return err
@@ -105,11 +105,11 @@ func ensureBanSets(ctx context.Context, f *kernelFlags, c *banctl.Controller, ap
 	if err != nil {
 		return fmt.Errorf("creating table inet %s for the bans: %w", f.table, err)
 	}
-	return state.Dir{Path: f.stateDir}.SaveApplied(f.netns, applied)
+	return statedir.Dir{Path: f.stateDir}.SaveApplied(f.netns, applied)
 }
 
 // headsOf returns the base-chain description of what was applied.
-func headsOf(a *state.Applied) []nft.RuleHead {
+func headsOf(a *statedir.Applied) []nft.RuleHead {
 	hs := make([]nft.RuleHead, len(a.Rules))
 	for i, r := range a.Rules {
 		hs[i] = nft.RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, V4: r.PrefixesV4 > 0, V6: r.PrefixesV6 > 0}
@@ -151,13 +151,13 @@ func viaDaemon(socket string, fn func(*api.Client) error) (ok bool, err error) {
 }
 
 // withBans runs fn with the state lock held and a Controller open.
-func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *banctl.Controller) error) error {
-	unlock, err := state.Dir{Path: f.stateDir}.Lock()
+func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *bansets.Controller) error) error {
+	unlock, err := statedir.Dir{Path: f.stateDir}.Lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if applied, _ := (state.Dir{Path: f.stateDir}).LoadApplied(f.netns); applied != nil && applied.IPTables() {
+	if applied, _ := (statedir.Dir{Path: f.stateDir}).LoadApplied(f.netns); applied != nil && applied.IPTables() {
 		return fmt.Errorf("bans %w; the policy applied here runs in %s", ErrNotNFTables, applied.Backend)
 	}
 	c, closeBans, err := openBans(ctx, f, ensure)
@@ -225,9 +225,9 @@ skipped), for bulk bans.`,
 				}
 				return printFleetBans(cmd.OutOrStdout(), g, "banned", targets, d)
 			}
-			reqs := make([]banctl.Request, len(targets))
+			reqs := make([]bansets.Request, len(targets))
 			for i, p := range targets {
-				reqs[i] = banctl.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin, NoShorten: noShorten}
+				reqs[i] = bansets.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin, NoShorten: noShorten}
 			}
 			var done []ban.Ban
 			count := -1 // from the daemon when it answers with a count only
@@ -243,7 +243,7 @@ skipped), for bulk bans.`,
 				return err
 			})
 			if !ok {
-				err = withBans(cmd.Context(), &f, true, func(c *banctl.Controller) error {
+				err = withBans(cmd.Context(), &f, true, func(c *bansets.Controller) error {
 					done, err = c.Ban(cmd.Context(), reqs)
 					return err
 				})
@@ -330,10 +330,10 @@ func newUnbanCmd(g *globals) *cobra.Command {
 				return nil
 			})
 			if !ok {
-				err = withBans(cmd.Context(), &f, false, func(c *banctl.Controller) (err error) {
-					ls := make([]banctl.Lift, len(ps))
+				err = withBans(cmd.Context(), &f, false, func(c *bansets.Controller) (err error) {
+					ls := make([]bansets.Lift, len(ps))
 					for i, p := range ps {
-						ls[i] = banctl.Lift{Prefix: p, Origin: origin}
+						ls[i] = bansets.Lift{Prefix: p, Origin: origin}
 					}
 					lifted, err = c.Unban(cmd.Context(), ls)
 					return err
@@ -391,7 +391,7 @@ func newBansCmd(g *globals) *cobra.Command {
 				return err
 			})
 			if !ok {
-				err = withBans(cmd.Context(), &f, false, func(c *banctl.Controller) error {
+				err = withBans(cmd.Context(), &f, false, func(c *bansets.Controller) error {
 					c.View(func(s *ban.Set) {
 						page, total = s.List(now, flt, offset, limit)
 						counts = api.CountsOf(s.Counts(now))

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/daemon"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 func newDaemonCmd(g *globals) *cobra.Command {
@@ -26,7 +26,7 @@ transaction, then:
     transaction; a source that fails or shrinks too much keeps its last good
     data in force;
   - serves the API on a root-only Unix socket (ipfence ban/unban/bans/status
-    use it; see internal/api), coalescing concurrent bans into batched
+    use it; see internal/daemon/api), coalescing concurrent bans into batched
     transactions;
   - runs the policy's XDP rules (backend: xdp) like apply, swapping the XDP
     program in one step when their sources change;
@@ -55,7 +55,7 @@ It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
 // for `ipfence daemon` and `ipfence agent` (which runs one).
 func registerDaemonFlags(c *cobra.Command, cfg *daemon.Config) {
 	c.Flags().StringVar(&cfg.NetNS, "netns", "", "network namespace (default: the current one)")
-	c.Flags().StringVar(&cfg.StateDir, "state", state.DefaultDir, "state folder: bans, feed caches, last good loads or revisions")
+	c.Flags().StringVar(&cfg.StateDir, "state", statedir.DefaultDir, "state folder: bans, feed caches, last good loads or revisions")
 	c.Flags().StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (ipfence ban/bans/status use it)")
 	c.Flags().StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
 	c.Flags().BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on the metrics address (debugging)")

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 

@@ -22,7 +22,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/fleet"
-	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/fleet/broker"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
@@ -266,11 +266,11 @@ func rawKV(t testing.TB, url string) (jetstream.KeyValue, jetstream.ObjectStore)
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(context.Background(), hub.PolicyBucket)
+	kv, err := js.KeyValue(context.Background(), broker.PolicyBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs, err := js.ObjectStore(context.Background(), hub.BundleStore)
+	obs, err := js.ObjectStore(context.Background(), broker.BundleStore)
 	if err != nil {
 		t.Fatal(err)
 	}

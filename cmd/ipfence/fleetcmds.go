@@ -17,9 +17,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ipfence/ipfence/internal/agent"
 	"github.com/ipfence/ipfence/internal/fleet"
-	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/fleet/agent"
+	"github.com/ipfence/ipfence/internal/fleet/broker"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -55,7 +55,7 @@ public key would stop following the fleet.`,
 }
 
 // natsFlags say how a command reaches NATS.
-type natsFlags struct{ o hub.Options }
+type natsFlags struct{ o broker.Options }
 
 func (f *natsFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.o.URL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated (`ipfence server`, or your cluster)")
@@ -65,10 +65,10 @@ func (f *natsFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.o.Key, "nats-key", "", "client TLS key (PEM)")
 }
 
-func (f *natsFlags) connect() (*hub.Hub, error) { return hub.Connect(f.o, false) }
+func (f *natsFlags) connect() (*broker.Hub, error) { return broker.Connect(f.o, false) }
 
 // connectSigning reads the private key at keyPath, then connects.
-func (f *natsFlags) connectSigning(keyPath string) (*hub.Hub, ed25519.PrivateKey, error) {
+func (f *natsFlags) connectSigning(keyPath string) (*broker.Hub, ed25519.PrivateKey, error) {
 	priv, err := fleet.LoadPrivateKey(keyPath)
 	if err != nil {
 		return nil, nil, err
@@ -78,7 +78,7 @@ func (f *natsFlags) connectSigning(keyPath string) (*hub.Hub, ed25519.PrivateKey
 }
 
 func newServerCmd(g *globals) *cobra.Command {
-	var cfg hub.ServerConfig
+	var cfg broker.ServerConfig
 	c := &cobra.Command{
 		Use:   "server --data DIR [--listen ADDR] [--config FILE]",
 		Short: "Run the fleet's NATS server (embedded, with JetStream)",
@@ -96,7 +96,7 @@ with JetStream instead and point every command's --nats at it.`,
 			cfg.Ready = func(url string) {
 				g.logger.Info("NATS with JetStream ready", "url", url, "data", cfg.DataDir)
 			}
-			return hub.Serve(ctx, cfg)
+			return broker.Serve(ctx, cfg)
 		},
 	}
 	c.Flags().StringVar(&cfg.DataDir, "data", "", "JetStream data folder")

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/api"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )

@@ -13,16 +13,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/handover"
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/source"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // policyFlags are the flags of every command that reads a policy.
@@ -36,7 +36,7 @@ type policyFlags struct {
 
 func (f *policyFlags) register(c *cobra.Command) {
 	c.Flags().StringVarP(&f.policy, "policy", "p", "", "policy file (YAML); relative source paths resolve from its folder")
-	c.Flags().StringVar(&f.stateDir, "state", state.DefaultDir, "state folder: feed caches, last good loads, what was applied")
+	c.Flags().StringVar(&f.stateDir, "state", statedir.DefaultDir, "state folder: feed caches, last good loads, what was applied")
 	c.Flags().StringVar(&f.backend, "backend", "", "override the policy's backend: nftables, ipset, iptables-split, xdp or auto")
 	c.Flags().StringVar(&f.iptables, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
 	_ = c.MarkFlagRequired("policy")
@@ -230,10 +230,10 @@ ipfence exits; 'ipfence flush' detaches it.`,
 			if err := hostaddr.CheckPlan(c.plan, netns); err != nil {
 				return err
 			}
-			st := state.Dir{Path: pf.stateDir}
+			st := statedir.Dir{Path: pf.stateDir}
 			prev, _ := st.LoadApplied(netns) // no previous apply: everything is new
-			cur := state.Summarize(c.plan)
-			diff := state.Compare(prev, cur)
+			cur := statedir.Summarize(c.plan)
+			diff := statedir.Compare(prev, cur)
 			rep := applyReport{NetNS: netns, DryRun: dry, Changes: diff, CompileMillis: c.duration.Milliseconds()}
 			rep.Sets, rep.Elements, rep.Chains = progCounts(c)
 			rep.Backend, rep.BackendWhy = c.plan.Backend, c.why
@@ -321,18 +321,18 @@ func applyRetrying(ctx context.Context, p *nft.Program, netns string, g *globals
 }
 
 type applyReport struct {
-	NetNS         string         `json:"netns,omitempty"`
-	DryRun        bool           `json:"dry_run"`
-	Changes       []state.Change `json:"changes"`
-	Sets          int            `json:"nft_sets"`
-	Elements      int            `json:"nft_elements"`
-	Chains        int            `json:"nft_chains"`
-	CompileMillis int64          `json:"compile_ms"`
-	LoadMillis    int64          `json:"load_ms"`
-	XDP           *xdp.Report    `json:"xdp,omitempty"`
-	Backend       plan.Backend   `json:"backend"`
-	BackendWhy    string         `json:"backend_why,omitempty"`
-	IPTables      *ipt.Result    `json:"iptables,omitempty"`
+	NetNS         string            `json:"netns,omitempty"`
+	DryRun        bool              `json:"dry_run"`
+	Changes       []statedir.Change `json:"changes"`
+	Sets          int               `json:"nft_sets"`
+	Elements      int               `json:"nft_elements"`
+	Chains        int               `json:"nft_chains"`
+	CompileMillis int64             `json:"compile_ms"`
+	LoadMillis    int64             `json:"load_ms"`
+	XDP           *xdp.Report       `json:"xdp,omitempty"`
+	Backend       plan.Backend      `json:"backend"`
+	BackendWhy    string            `json:"backend_why,omitempty"`
+	IPTables      *ipt.Result       `json:"iptables,omitempty"`
 }
 
 func printApply(w io.Writer, c *compiled, rep applyReport) {
@@ -397,7 +397,7 @@ type kernelFlags struct{ netns, stateDir, table string }
 
 func (f *kernelFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.netns, "netns", "", "network namespace (as listed by `ip netns list`; default: the current one)")
-	c.Flags().StringVar(&f.stateDir, "state", state.DefaultDir, "state folder")
+	c.Flags().StringVar(&f.stateDir, "state", statedir.DefaultDir, "state folder")
 	c.Flags().StringVar(&f.table, "table", "ipfence", "ipfence's table name (the policy's `table:`)")
 }
 
@@ -414,7 +414,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("reading status: %w", err)
 			}
-			applied, _ := state.Dir{Path: kf.stateDir}.LoadApplied(kf.netns)
+			applied, _ := statedir.Dir{Path: kf.stateDir}.LoadApplied(kf.netns)
 			xs, err := readXDPStatus(kf.netns, &xf, applied)
 			if err != nil {
 				return err
@@ -434,11 +434,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
-					Kernel   nft.TableStatus `json:"kernel"`
-					XDP      *xdpStatus      `json:"xdp,omitempty"`
-					IPTables *ipt.Status     `json:"iptables,omitempty"`
-					Applied  *state.Applied  `json:"applied,omitempty"`
-					Daemon   *api.Status     `json:"daemon,omitempty"`
+					Kernel   nft.TableStatus   `json:"kernel"`
+					XDP      *xdpStatus        `json:"xdp,omitempty"`
+					IPTables *ipt.Status       `json:"iptables,omitempty"`
+					Applied  *statedir.Applied `json:"applied,omitempty"`
+					Daemon   *api.Status       `json:"daemon,omitempty"`
 				}{ts, xs, is, applied, ds})
 			}
 			if is != nil {
@@ -488,7 +488,7 @@ func printDaemonStatus(w io.Writer, s *api.Status) {
 	}
 }
 
-func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
+func printStatus(w io.Writer, ts nft.TableStatus, a *statedir.Applied) {
 	if !ts.Exists {
 		fmt.Fprintln(w, "no ipfence table loaded")
 		return
@@ -505,7 +505,7 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *state.Applied) {
 }
 
 // printApplied prints what was applied, rule by rule.
-func printApplied(w io.Writer, a *state.Applied) {
+func printApplied(w io.Writer, a *statedir.Applied) {
 	if a == nil {
 		return
 	}
@@ -517,7 +517,7 @@ func printApplied(w io.Writer, a *state.Applied) {
 
 // printIPTStatus prints the iptables backends' status: chains, the
 // rules' counters (both families), the reject chain's and the sets.
-func printIPTStatus(w io.Writer, s *ipt.Status, a *state.Applied) {
+func printIPTStatus(w io.Writer, s *ipt.Status, a *statedir.Applied) {
 	if !s.Loaded {
 		fmt.Fprintf(w, "no ipfence chains loaded (iptables %s flavour)\n", s.Flavour)
 		return
@@ -543,7 +543,7 @@ func newFlushCmd(g *globals) *cobra.Command {
 		Short: "Remove ipfence's table, XDP program, iptables chains and ipsets (nothing else)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			unlock, err := state.Dir{Path: kf.stateDir}.Lock()
+			unlock, err := statedir.Dir{Path: kf.stateDir}.Lock()
 			if err != nil {
 				return err
 			}
@@ -560,7 +560,7 @@ func newFlushCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("flushing the iptables chains and ipsets: %w", err)
 			}
-			if err := (state.Dir{Path: kf.stateDir}).ForgetApplied(kf.netns); err != nil {
+			if err := (statedir.Dir{Path: kf.stateDir}).ForgetApplied(kf.netns); err != nil {
 				g.logger.Warn("forgetting what was applied", "err", err)
 			}
 			if g.json {

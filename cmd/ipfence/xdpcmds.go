@@ -10,7 +10,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // xdpFlags are the flags of commands that touch the XDP backend.
@@ -32,7 +32,7 @@ func (f *xdpFlags) options(netns string, ifs []string) xdp.Options {
 
 // applyWithXDP applies c: the XDP rules through xdp.Apply, the others
 // through nftApply.
-func applyWithXDP(c *compiled, netns string, prev *state.Applied, xf *xdpFlags, nftApply func() error) (*xdp.Report, error) {
+func applyWithXDP(c *compiled, netns string, prev *statedir.Applied, xf *xdpFlags, nftApply func() error) (*xdp.Report, error) {
 	var before []string
 	if prev != nil {
 		for _, r := range prev.Rules {
@@ -74,7 +74,7 @@ type xdpRuleStatus struct {
 	Dropped bool           `json:"dropped"`
 }
 
-func readXDPStatus(netns string, xf *xdpFlags, a *state.Applied) (*xdpStatus, error) {
+func readXDPStatus(netns string, xf *xdpFlags, a *statedir.Applied) (*xdpStatus, error) {
 	var names []string
 	if a != nil {
 		for _, r := range a.Rules {

@@ -7,7 +7,7 @@ import (
 
 	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/internal/radix"
+	"github.com/ipfence/ipfence/internal/radixsort"
 )
 
 // Element is what a kernel set holds: a prefix and when it expires (zero:
@@ -60,7 +60,7 @@ func (s *Set) AddrElements(now time.Time) []Element {
 			exps = append(exps, r.expires)
 		}
 	}
-	radix.Sort(k4, 32) // addresses are unique: the index does not matter
+	radixsort.Sort(k4, 32) // addresses are unique: the index does not matter
 	slices.SortFunc(k6, compareKey6)
 	out := make([]Element, 0, len(exps))
 	for _, k := range k4 {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/radix"
+	"github.com/ipfence/ipfence/internal/radixsort"
 )
 
 // Set is the desired state of all bans, in memory: at most one ban per
@@ -301,7 +301,7 @@ func (k Keys) Len() int { return len(k.k4) + len(k.k6) }
 
 // Sort sorts the keys in List's order. It does not touch the Set.
 func (k Keys) Sort() {
-	radix.Sort(k.k4, 0)
+	radixsort.Sort(k.k4, 0)
 	slices.SortFunc(k.k6, compareKey6)
 }
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
 )
 
 // maxBatch bounds the requests coalesced into one transaction.
@@ -14,8 +14,8 @@ const maxBatch = 65536
 
 // banOp is one API call waiting for its transaction: bans or unbans.
 type banOp struct {
-	bans   banctl.Prepared
-	unbans []banctl.Lift
+	bans   bansets.Prepared
+	unbans []bansets.Lift
 	quiet  bool // the caller wants the count only, not the bans
 	done   chan banResult
 }
@@ -122,14 +122,14 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 	var lifted []ban.Ban
 	var err error
 	if ops[0].bans.Len() > 0 {
-		ps := make([]banctl.Prepared, len(ops))
+		ps := make([]bansets.Prepared, len(ops))
 		for i, op := range ops {
 			ps[i] = op.bans
 			n += op.bans.Len()
 		}
 		_, err = q.d.ctl.BanPrepared(ctx, ps...)
 	} else {
-		var ps []banctl.Lift
+		var ps []bansets.Lift
 		for _, op := range ops {
 			ps = append(ps, op.unbans...)
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/crowdsec"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/version"
@@ -103,9 +103,9 @@ func (d *Daemon) pull(ctx context.Context, f *follower, cl *crowdsec.Client, tr 
 		}
 	}
 	if len(lifts) > 0 {
-		ls := make([]banctl.Lift, len(lifts))
+		ls := make([]bansets.Lift, len(lifts))
 		for i, p := range lifts {
-			ls[i] = banctl.Lift{Prefix: p, Origin: f.def.Name}
+			ls[i] = bansets.Lift{Prefix: p, Origin: f.def.Name}
 		}
 		if _, err := d.Unban(ctx, ls); err != nil {
 			return err
@@ -114,11 +114,11 @@ func (d *Daemon) pull(ctx context.Context, f *follower, cl *crowdsec.Client, tr 
 	if len(bans) == 0 {
 		return nil
 	}
-	reqs := make([]banctl.Request, len(bans))
+	reqs := make([]bansets.Request, len(bans))
 	for i, b := range bans {
 		ttl := b.Expires.Sub(now)
 		ttl = min(max((ttl+time.Second-1).Truncate(time.Second), ban.MinTTL), ban.MaxTTL)
-		reqs[i] = banctl.Request{Prefix: b.Prefix, TTL: ttl, Reason: b.Reason, Origin: f.def.Name, NoShorten: true}
+		reqs[i] = bansets.Request{Prefix: b.Prefix, TTL: ttl, Reason: b.Reason, Origin: f.def.Name, NoShorten: true}
 	}
 	prep, errs := d.ctl.PrepareEach(reqs)
 	refused := 0

@@ -7,7 +7,7 @@
 // rules, ipfence's XDP program on the policy's interfaces. A full load
 // replaces the table in one transaction; a feed refresh sends only what
 // changed (nft.Diff) and never touches the ban sets; bans are transactions
-// of their own on the ban sets (package banctl). The XDP program is
+// of their own on the ban sets (package bansets). The XDP program is
 // rebuilt and swapped in one step (xdp.Apply) only when its rules'
 // sets, or the rules themselves, change.
 package daemon
@@ -32,12 +32,12 @@ import (
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/source"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // ErrBackend is returned for a policy whose rules run in an iptables
@@ -90,7 +90,7 @@ type Daemon struct {
 	prog     *nft.Program // as loaded, ban sets empty
 	applied  time.Time
 	sources  map[string]*sourceState
-	ctl      *banctl.Controller
+	ctl      *bansets.Controller
 	store    *ban.Store
 	drift    int
 	lastErr  string
@@ -140,7 +140,7 @@ func New(cfg Config) *Daemon {
 // firewall must not open when its daemon stops.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.started = time.Now()
-	st := state.Dir{Path: d.cfg.StateDir}
+	st := statedir.Dir{Path: d.cfg.StateDir}
 	unlock, err := st.Lock()
 	if err != nil {
 		return err
@@ -272,7 +272,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctl, err := banctl.Open(banctl.Config{NetNS: d.cfg.NetNS, Table: c.plan.Table, Heads: nft.Heads(c.plan),
+	ctl, err := bansets.Open(bansets.Config{NetNS: d.cfg.NetNS, Table: c.plan.Table, Heads: nft.Heads(c.plan),
 		Priority: c.plan.Priority, Guard: ban.Guard{Protected: c.plan.ProtectSet(), Own: own}, Store: d.store})
 	if err != nil {
 		return err
@@ -280,7 +280,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	d.ctl = ctl
 	// The rules the last apply ran in XDP, to switch in the safe order.
 	var before []string
-	prev, _ := (state.Dir{Path: d.cfg.StateDir}).LoadApplied(d.cfg.NetNS) // none: nothing to switch from
+	prev, _ := (statedir.Dir{Path: d.cfg.StateDir}).LoadApplied(d.cfg.NetNS) // none: nothing to switch from
 	if prev != nil {
 		for _, r := range prev.Rules {
 			if r.Backend == plan.XDP {
@@ -476,7 +476,7 @@ func (d *Daemon) loaded(c *compiled) {
 			ss.v4, ss.v6 = src.Prefixes()
 		}
 	}
-	if err := (state.Dir{Path: d.cfg.StateDir}).SaveApplied(d.cfg.NetNS, state.Summarize(c.plan)); err != nil {
+	if err := (statedir.Dir{Path: d.cfg.StateDir}).SaveApplied(d.cfg.NetNS, statedir.Summarize(c.plan)); err != nil {
 		d.log.Warn("recording what was applied", "err", err)
 	}
 	d.syncFollowers()

@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
 )
@@ -66,14 +66,14 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 	if origin == "" {
 		origin = "api"
 	}
-	reqs := make([]banctl.Request, len(targets))
+	reqs := make([]bansets.Request, len(targets))
 	for i, t := range targets {
 		p, err := ban.ParsePrefix(t)
 		if err != nil {
 			writeBanError(w, err)
 			return
 		}
-		reqs[i] = banctl.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin, NoShorten: req.NoShorten}
+		reqs[i] = bansets.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin, NoShorten: req.NoShorten}
 	}
 	done, err := d.ban(r.Context(), reqs, req.Quiet)
 	if err != nil {
@@ -94,7 +94,7 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 		writeBanError(w, err)
 		return
 	}
-	lifted, err := d.Unban(r.Context(), []banctl.Lift{{Prefix: p, Origin: r.URL.Query().Get("origin")}})
+	lifted, err := d.Unban(r.Context(), []bansets.Lift{{Prefix: p, Origin: r.URL.Query().Get("origin")}})
 	if err != nil {
 		writeBanError(w, err)
 		return
@@ -104,7 +104,7 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 
 // ban queues reqs for the next ban transaction and waits for it; quiet
 // leaves the bans out of the result (their count stays).
-func (d *Daemon) ban(ctx context.Context, reqs []banctl.Request, quiet bool) (banResult, error) {
+func (d *Daemon) ban(ctx context.Context, reqs []bansets.Request, quiet bool) (banResult, error) {
 	// The guard and the building of the bans run here, on the caller's
 	// goroutine, so that the batching one only commits.
 	prep, err := d.ctl.Prepare(reqs)
@@ -116,13 +116,13 @@ func (d *Daemon) ban(ctx context.Context, reqs []banctl.Request, quiet bool) (ba
 
 // Ban bans reqs as the API does (batched with concurrent calls, checked
 // by the guard) and returns the bans made. Call it once Ready.
-func (d *Daemon) Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, error) {
+func (d *Daemon) Ban(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, error) {
 	r, err := d.ban(ctx, reqs, false)
 	return r.bans, err
 }
 
 // Unban lifts the bans of ps and returns them. Call it once Ready.
-func (d *Daemon) Unban(ctx context.Context, ps []banctl.Lift) ([]ban.Ban, error) {
+func (d *Daemon) Unban(ctx context.Context, ps []bansets.Lift) ([]ban.Ban, error) {
 	r, err := d.bans.submit(ctx, &banOp{unbans: ps})
 	return r.bans, err
 }

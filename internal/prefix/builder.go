@@ -8,7 +8,7 @@ import (
 
 	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/internal/radix"
+	"github.com/ipfence/ipfence/internal/radixsort"
 )
 
 // Builder builds an *netipx.IPSet from many addresses, prefixes and ranges
@@ -208,7 +208,7 @@ func merge4(v []uint64) []span {
 // sort4 sorts packed IPv4 ranges by first address (the upper 32 bits;
 // ranges with the same first address in any order): a radix sort on large
 // inputs, several times faster than pdqsort there (BenchmarkSort4).
-func sort4(v []uint64) { radix.Sort(v, 32) }
+func sort4(v []uint64) { radixsort.Sort(v, 32) }
 
 // pack4 appends IPv4 spans to dst in Builder's packed form.
 func pack4(dst []uint64, ss []span) []uint64 {

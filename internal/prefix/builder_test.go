@@ -9,7 +9,7 @@ import (
 
 	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/internal/radix"
+	"github.com/ipfence/ipfence/internal/radixsort"
 )
 
 func TestBuilderZero(t *testing.T) {
@@ -175,7 +175,7 @@ func TestMerge(t *testing.T) {
 // TestSort4 checks the radix sort against slices.Sort, on first addresses.
 func TestSort4(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{0, 1, radix.Min - 1, radix.Min, 50_000} {
+	for _, n := range []int{0, 1, radixsort.Min - 1, radixsort.Min, 50_000} {
 		for _, spread := range []uint64{1 << 32, 1 << 24, 1 << 16, 1 << 8, 1} { // 4, 3, 2, 1, 0 bytes vary: even and odd passes
 			v := make([]uint64, n)
 			for i := range v {

@@ -14,9 +14,9 @@ import (
 
 	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 )
 
 // model is what the workers banned: exact prefixes. Workers ban in

@@ -26,8 +26,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/bench"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns"
 )
 

@@ -10,14 +10,14 @@ import (
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // ToIPT loads prog (ipset or iptables-split), then removes what an
 // earlier nftables apply left in o.NetNS: the table named prog.Prefix and,
 // when prev ran rules in XDP, the XDP program (xo says where it is
 // pinned).
-func ToIPT(ctx context.Context, prog *ipt.Program, o ipt.Options, prev *state.Applied, xo xdp.Options) (*ipt.Result, error) {
+func ToIPT(ctx context.Context, prog *ipt.Program, o ipt.Options, prev *statedir.Applied, xo xdp.Options) (*ipt.Result, error) {
 	r, err := ipt.Apply(ctx, prog, o)
 	if err != nil {
 		return nil, fmt.Errorf("applying to the kernel: %w", err)
@@ -36,7 +36,7 @@ func ToIPT(ctx context.Context, prog *ipt.Program, o ipt.Options, prev *state.Ap
 
 // FromIPT removes the iptables chains and ipsets of an earlier apply with
 // an iptables backend (prev), once the nftables rules are in force.
-func FromIPT(ctx context.Context, table, netns string, prev *state.Applied) error {
+func FromIPT(ctx context.Context, table, netns string, prev *statedir.Applied) error {
 	if prev == nil || !prev.IPTables() {
 		return nil
 	}

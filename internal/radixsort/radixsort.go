@@ -1,6 +1,6 @@
-// Package radix sorts packed keys (addresses and the like in uint64s)
+// Package radixsort sorts packed keys (addresses and the like in uint64s)
 // faster than comparison sorts do on millions of them.
-package radix
+package radixsort
 
 import "slices"
 

@@ -1,4 +1,4 @@
-// Package hub is the fleet's NATS JetStream side: where publishers put
+// Package broker is the fleet's NATS JetStream side: where publishers put
 // bundles and move pointers, agents watch them and report, and fleet-wide
 // bans travel. It holds no policy logic (package fleet does) and runs
 // against an embedded server (Serve) or any NATS cluster with JetStream.
@@ -10,7 +10,7 @@
 //   - KV bucket ipfence_status: key host.NAME, each agent's status;
 //   - stream IPFENCE_BANS: subjects ipfence.bans.TOKEN, the last signed
 //     ban or unban per prefix, each message expiring with its ban.
-package hub
+package broker
 
 import (
 	"context"

@@ -9,15 +9,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/api"
 	"github.com/ipfence/ipfence/internal/backend/handover"
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/daemon"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // engine applies the revisions and fleet bans on this host: the daemon
@@ -26,8 +26,8 @@ type engine interface {
 	Run(ctx context.Context) error
 	Ready() <-chan struct{}
 	Reload(ctx context.Context) (daemon.ReloadResult, error)
-	Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, error)
-	Unban(ctx context.Context, ls []banctl.Lift) ([]ban.Ban, error)
+	Ban(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, error)
+	Unban(ctx context.Context, ls []bansets.Lift) ([]ban.Ban, error)
 	Status() api.Status
 }
 
@@ -82,7 +82,7 @@ func (e *iptEngine) Ready() <-chan struct{} { return e.ready }
 // until ctx is done. The rules stay in the kernel when it returns.
 func (e *iptEngine) Run(ctx context.Context) error {
 	e.status.Started = time.Now()
-	unlock, err := (state.Dir{Path: e.cfg.StateDir}).Lock()
+	unlock, err := (statedir.Dir{Path: e.cfg.StateDir}).Lock()
 	if err != nil {
 		return err
 	}
@@ -122,13 +122,13 @@ func (e *iptEngine) Reload(ctx context.Context) (daemon.ReloadResult, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	st := state.Dir{Path: e.cfg.StateDir}
+	st := statedir.Dir{Path: e.cfg.StateDir}
 	prev, _ := st.LoadApplied(e.cfg.NetNS) // none: nothing to hand over from
 	r, err := handover.ToIPT(ctx, prog, ipt.Options{NetNS: e.cfg.NetNS, Flavour: e.flavour}, prev, e.cfg.XDP)
 	if r == nil {
 		return daemon.ReloadResult{}, err
 	}
-	if err := errors.Join(err, st.SaveApplied(e.cfg.NetNS, state.Summarize(p))); err != nil {
+	if err := errors.Join(err, st.SaveApplied(e.cfg.NetNS, statedir.Summarize(p))); err != nil {
 		e.cfg.Logger.Warn("after the load", "err", err)
 	}
 	e.table, e.guard = p.Table, ban.Guard{Protected: p.ProtectSet(), Own: own}
@@ -142,7 +142,7 @@ func (e *iptEngine) Reload(ctx context.Context) (daemon.ReloadResult, error) {
 
 // Ban adds bans to the ban sets, each with its TTL; a request the guard
 // refuses (a protected or own address) is left out and reported.
-func (e *iptEngine) Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, error) {
+func (e *iptEngine) Ban(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, error) {
 	if e.backend != plan.IPSet {
 		return nil, ipt.ErrBans
 	}
@@ -172,7 +172,7 @@ func (e *iptEngine) Ban(ctx context.Context, reqs []banctl.Request) ([]ban.Ban, 
 
 // Unban lifts bans (those not there are ignored; ipset keeps no
 // origins, and fleet lifts name none).
-func (e *iptEngine) Unban(ctx context.Context, ls []banctl.Lift) ([]ban.Ban, error) {
+func (e *iptEngine) Unban(ctx context.Context, ls []bansets.Lift) ([]ban.Ban, error) {
 	if e.backend != plan.IPSet {
 		return nil, ipt.ErrBans
 	}

@@ -1,4 +1,4 @@
-// Package banctl applies bans (package ban) to ipfence's nftables table in
+// Package bansets applies bans (package ban) to ipfence's nftables table in
 // one namespace and keeps them on disk: the one place where a ban goes
 // from a request to the kernel, used by `ipfence ban` and the daemon.
 //
@@ -7,7 +7,7 @@
 // the Controller remembers the elements it put there, and each change
 // sends only the difference, in one transaction with the base-chain rules
 // that look the ban sets up (present only while a set is non-empty).
-package banctl
+package bansets
 
 import (
 	"context"

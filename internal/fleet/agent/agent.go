@@ -1,6 +1,6 @@
 // Package agent is `ipfence agent`: a daemon (package daemon) whose
 // policy is its group's signed revision in the fleet's JetStream
-// (package hub), not a local file; on hosts that run iptables, an engine
+// (package broker), not a local file; on hosts that run iptables, an engine
 // that loads each revision with ipset and iptables-restore (ipt.go).
 //
 // The agent watches the group's pointer, verifies it against the
@@ -30,14 +30,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ipfence/ipfence/internal/api"
-	"github.com/ipfence/ipfence/internal/banctl"
+	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/daemon"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/fleet"
-	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/fleet/broker"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/state"
+	"github.com/ipfence/ipfence/internal/statedir"
 	"github.com/ipfence/ipfence/internal/version"
 )
 
@@ -47,7 +47,7 @@ type Config struct {
 	// folder, API socket, metrics, XDP); its Policy and Input are the
 	// agent's.
 	Daemon daemon.Config
-	NATS   hub.Options
+	NATS   broker.Options
 	// Name is this host in the fleet (default: the host name); Group is
 	// the host group whose policy it runs (default "default").
 	Name, Group string
@@ -70,12 +70,12 @@ type Config struct {
 
 // Agent is a running `ipfence agent`.
 type Agent struct {
-	cfg   Config
-	log   *slog.Logger
-	hub   *hub.Hub
-	d     engine
-	dir   string // where the last good revision is kept
-	start time.Time
+	cfg    Config
+	log    *slog.Logger
+	broker *broker.Hub
+	d      engine
+	dir    string // where the last good revision is kept
+	start  time.Time
 
 	// mu guards what follows. Revisions are applied one at a time by
 	// first, then followPointer's goroutine.
@@ -114,7 +114,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Group == "" {
 		cfg.Group = "default"
 	}
-	if err := errors.Join(hub.CheckName("host", cfg.Name), hub.CheckName("group", cfg.Group)); err != nil {
+	if err := errors.Join(broker.CheckName("host", cfg.Name), broker.CheckName("group", cfg.Group)); err != nil {
 		return nil, err
 	}
 	if cfg.BanKey == nil {
@@ -186,12 +186,12 @@ func (a *Agent) applying() *revision {
 // it returns.
 func (a *Agent) Run(ctx context.Context) error {
 	a.start = time.Now()
-	h, err := hub.Connect(a.cfg.NATS, true)
+	h, err := broker.Connect(a.cfg.NATS, true)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	a.hub = h
+	a.broker = h
 	if a.cur, err = a.loadSaved(); err != nil {
 		a.log.Warn("the last good revision cannot be read; waiting for the group's", "err", err)
 	}
@@ -255,7 +255,7 @@ func (a *Agent) first(ctx context.Context) error {
 	a.log.Info("no revision yet: waiting for the group's pointer", "group", a.cfg.Group, "nats", a.cfg.NATS.URL)
 	wait := time.Second
 	for {
-		data, err := a.hub.Pointer(ctx, a.cfg.Group)
+		data, err := a.broker.Pointer(ctx, a.cfg.Group)
 		switch {
 		case err != nil:
 			a.log.Warn("reading the group's pointer; trying again", "err", err)
@@ -310,7 +310,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 		case <-time.After(rand.N(a.cfg.Jitter)):
 		}
 	}
-	raw, err := a.hub.Bundle(ctx, t.Digest)
+	raw, err := a.broker.Bundle(ctx, t.Digest)
 	if err != nil {
 		return nil, p.Seq, err
 	}
@@ -341,7 +341,7 @@ func (a *Agent) followPointer(ctx context.Context) {
 	}
 	go func() {
 		for ctx.Err() == nil {
-			if err := a.hub.WatchPointer(ctx, a.cfg.Group, push); err != nil {
+			if err := a.broker.WatchPointer(ctx, a.cfg.Group, push); err != nil {
 				a.log.Debug("watching the pointer; trying again", "err", err)
 			}
 			sleep(ctx, time.Second)
@@ -356,7 +356,7 @@ func (a *Agent) followPointer(ctx context.Context) {
 		case data := <-updates:
 			a.follow(ctx, data)
 		case <-poll.C:
-			if data, err := a.hub.Pointer(ctx, a.cfg.Group); err != nil {
+			if data, err := a.broker.Pointer(ctx, a.cfg.Group); err != nil {
 				a.log.Debug("reading the pointer", "err", err)
 			} else if data != nil {
 				a.follow(ctx, data)
@@ -427,7 +427,7 @@ func (a *Agent) fail(seq uint64, err error) {
 // report writes the status (best effort: NATS may be away).
 func (a *Agent) report(ctx context.Context) {
 	s := a.Status()
-	if err := a.hub.PutStatus(ctx, &s); err != nil {
+	if err := a.broker.PutStatus(ctx, &s); err != nil {
 		a.log.Debug("writing the status", "err", err)
 	}
 }
@@ -467,7 +467,7 @@ func (a *Agent) Status() fleet.Status {
 // on, and follows it again after a failure.
 func (a *Agent) followBans(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := a.hub.FollowBans(ctx, func(data []byte) {
+		err := a.broker.FollowBans(ctx, func(data []byte) {
 			b, err := fleet.VerifyBan(data, a.cfg.BanKey)
 			if err != nil {
 				a.log.Warn("fleet ban refused", "err", err)
@@ -512,7 +512,7 @@ func (a *Agent) applyBans(ctx context.Context) {
 // banBatch applies batch: runs of bans in one call each, unbans between.
 func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 	now := time.Now()
-	var reqs []banctl.Request
+	var reqs []bansets.Request
 	flush := func() {
 		if len(reqs) == 0 {
 			return
@@ -529,7 +529,7 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		a.banSeen[b.Prefix] = b.Created
 		if b.Unban {
 			flush()
-			if _, err := a.d.Unban(ctx, []banctl.Lift{{Prefix: b.Prefix}}); err != nil {
+			if _, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: b.Prefix}}); err != nil {
 				a.log.Warn("fleet unban", "prefix", b.Prefix, "err", err)
 			}
 			continue
@@ -538,7 +538,7 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		if !live {
 			continue
 		}
-		reqs = append(reqs, banctl.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: "fleet:" + b.Origin})
+		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: "fleet:" + b.Origin})
 	}
 	flush()
 }
@@ -550,15 +550,15 @@ func (a *Agent) save(raw []byte, rev *revision, name string) error {
 		return fmt.Errorf("keeping the revision: %w", err)
 	}
 	meta, _ := json.Marshal(rev)
-	return errors.Join(state.WriteFileAtomic(filepath.Join(a.dir, name+".bundle"), raw),
-		state.WriteFileAtomic(filepath.Join(a.dir, name+".json"), meta))
+	return errors.Join(statedir.WriteFileAtomic(filepath.Join(a.dir, name+".bundle"), raw),
+		statedir.WriteFileAtomic(filepath.Join(a.dir, name+".json"), meta))
 }
 
 // promote makes the candidate the last good revision.
 func (a *Agent) promote(rev *revision) error {
 	meta, _ := json.Marshal(rev)
 	return errors.Join(os.Rename(filepath.Join(a.dir, "candidate.bundle"), filepath.Join(a.dir, "good.bundle")),
-		state.WriteFileAtomic(filepath.Join(a.dir, "good.json"), meta))
+		statedir.WriteFileAtomic(filepath.Join(a.dir, "good.json"), meta))
 }
 
 // loadSaved reads the last good revision (nil: none).

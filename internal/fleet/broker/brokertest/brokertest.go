@@ -1,12 +1,12 @@
-// Package hubtest runs the embedded NATS server for tests.
-package hubtest
+// Package brokertest runs the embedded NATS server for tests.
+package brokertest
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/hub"
+	"github.com/ipfence/ipfence/internal/fleet/broker"
 )
 
 // Server is an embedded server for one test.
@@ -32,7 +32,7 @@ func StartOn(t testing.TB, dir, listen string) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() {
-		done <- hub.Serve(ctx, hub.ServerConfig{DataDir: dir, Listen: listen, Ready: func(url string) { ready <- url }})
+		done <- broker.Serve(ctx, broker.ServerConfig{DataDir: dir, Listen: listen, Ready: func(url string) { ready <- url }})
 	}()
 	s := &Server{Dir: dir}
 	select {

@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"context"

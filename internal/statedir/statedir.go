@@ -1,11 +1,11 @@
-// Package state keeps what ipfence applied, so that the next apply can say
+// Package statedir keeps what ipfence applied, so that the next apply can say
 // what changed without reading big sets back from the kernel (listing
 // 400k elements takes tens of seconds).
 //
 // Files are written atomically (temporary file, fsync, rename). A missing
 // or unreadable file means "nothing known": callers treat everything as
 // new.
-package state
+package statedir
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package hub_test
+package broker_test
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ipfence/ipfence/internal/fleet"
-	"github.com/ipfence/ipfence/internal/hub"
-	"github.com/ipfence/ipfence/internal/hub/hubtest"
+	"github.com/ipfence/ipfence/internal/fleet/broker"
+	"github.com/ipfence/ipfence/internal/fleet/broker/brokertest"
 )
 
-func connect(t *testing.T, url string) *hub.Hub {
+func connect(t *testing.T, url string) *broker.Hub {
 	t.Helper()
-	h, err := hub.Connect(hub.Options{URL: url}, false)
+	h, err := broker.Connect(broker.Options{URL: url}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func key(t *testing.T) ed25519.PrivateKey {
 // canary's other hosts stay on the revision before, and a rollback is a
 // new revision with the old bundle.
 func TestPublishRollback(t *testing.T) {
-	srv := hubtest.Start(t, "")
+	srv := brokertest.Start(t, "")
 	h := connect(t, srv.URL)
 	ctx := context.Background()
 	priv := key(t)
@@ -50,7 +50,7 @@ func TestPublishRollback(t *testing.T) {
 	now := time.Now()
 	bundles := [][]byte{[]byte("one"), []byte("two"), []byte("three")}
 
-	if _, err := h.Publish(ctx, "web", bundles[0], priv, 10, now); !errors.Is(err, hub.ErrNoRevision) {
+	if _, err := h.Publish(ctx, "web", bundles[0], priv, 10, now); !errors.Is(err, broker.ErrNoRevision) {
 		t.Fatalf("a canary as the first revision: %v, want ErrNoRevision", err)
 	}
 	p1, err := h.Publish(ctx, "web", bundles[0], priv, 0, now)
@@ -97,7 +97,7 @@ func TestPublishRollback(t *testing.T) {
 	if err != nil || rb.Seq != 6 || rb.Digest != fleet.Digest(bundles[0]) {
 		t.Fatalf("rollback to 1: %+v, %v", rb, err)
 	}
-	if _, err := h.Rollback(ctx, "web", 99, priv, now); !errors.Is(err, hub.ErrNoRevision) {
+	if _, err := h.Rollback(ctx, "web", 99, priv, now); !errors.Is(err, broker.ErrNoRevision) {
 		t.Fatalf("rollback to a revision never made: %v", err)
 	}
 	hist, err := h.History(ctx, "web", pub)
@@ -125,7 +125,7 @@ func TestPublishRollback(t *testing.T) {
 // publish either moves the pointer to a seq of its own or fails with
 // ErrConflict, never two with the same seq.
 func TestPublishConcurrent(t *testing.T) {
-	srv := hubtest.Start(t, "")
+	srv := brokertest.Start(t, "")
 	h := connect(t, srv.URL)
 	priv := key(t)
 	ctx := context.Background()
@@ -142,7 +142,7 @@ func TestPublishConcurrent(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case errors.Is(err, hub.ErrConflict):
+			case errors.Is(err, broker.ErrConflict):
 				conflicts++
 			case err != nil:
 				t.Error(err)
@@ -166,7 +166,7 @@ func TestPublishConcurrent(t *testing.T) {
 // the last message per prefix, and messages of the wrong kind or key
 // are refused.
 func TestBans(t *testing.T) {
-	srv := hubtest.Start(t, "")
+	srv := brokertest.Start(t, "")
 	h := connect(t, srv.URL)
 	priv := key(t)
 	pub := priv.Public().(ed25519.PublicKey)
@@ -182,7 +182,7 @@ func TestBans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := h.PublishBan(ctx, &fleet.Ban{Prefix: netip.MustParsePrefix("198.18.9.0/24"), Created: now, Unban: true}, priv); !errors.Is(err, hub.ErrNoRevision) {
+	if err := h.PublishBan(ctx, &fleet.Ban{Prefix: netip.MustParsePrefix("198.18.9.0/24"), Created: now, Unban: true}, priv); !errors.Is(err, broker.ErrNoRevision) {
 		t.Fatalf("unban of a prefix never banned: %v", err)
 	}
 	fctx, cancel := context.WithCancel(ctx)
@@ -232,7 +232,7 @@ func TestBans(t *testing.T) {
 // refuse it) does not block the publisher: the next revision follows the
 // last one signed with the fleet's key, and rollback skips the forgery.
 func TestPublishOverForged(t *testing.T) {
-	srv := hubtest.Start(t, "")
+	srv := brokertest.Start(t, "")
 	h := connect(t, srv.URL)
 	ctx := context.Background()
 	priv := key(t)
@@ -248,7 +248,7 @@ func TestPublishOverForged(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(ctx, hub.PolicyBucket)
+	kv, err := js.KeyValue(ctx, broker.PolicyBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package banctl
+package bansets
 
 import (
 	"context"

@@ -38,7 +38,7 @@ type BanRequest struct {
 	// Origin says who bans ("fail2ban", "crowdsec", ...); default "api".
 	Origin string `json:"origin,omitempty"`
 	// NoShorten keeps a ban of a prefix from another origin that lasts at
-	// least as long (see banctl.Request).
+	// least as long (see bansets.Request).
 	NoShorten bool `json:"no_shorten,omitempty"`
 	// Quiet asks for the count of bans made only, not the list (for bulk
 	// loads: the list of 50,000 bans costs more to encode than to make).
