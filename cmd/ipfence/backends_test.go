@@ -56,7 +56,7 @@ rules:
 	c := compileFor(t, pol, dir)
 	r := rand.New(rand.NewPCG(11, 11))
 	var srcs []netip.Addr
-	for _, rule := range c.plan.Rules {
+	for _, rule := range c.Plan.Rules {
 		srcs = append(srcs, demo.Sample(r, rule.Set, 6000)...)
 	}
 	if len(srcs) < 20000 {
@@ -89,7 +89,7 @@ rules:
 	}
 	// And the model agrees (the ipset namespace's, which the others
 	// equal).
-	checkVerdicts(t, labs[1], c.plan, srcs[:20000])
+	checkVerdicts(t, labs[1], c.Plan, srcs[:20000])
 
 	for _, a := range []string{"1.2.3.4", "9.9.9.9", "151.1.1.1", "8.8.8.8", "2001:db8:5::1", "2c0f::1", "200.1.1.1"} {
 		var first string
@@ -113,7 +113,7 @@ rules:
 		if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", state, "--backend", next); err != nil {
 			t.Fatalf("%s → %s: %v", backends[i], next, err)
 		}
-		checkVerdicts(t, lab, c.plan, srcs[:6000])
+		checkVerdicts(t, lab, c.Plan, srcs[:6000])
 		// What the old backend loaded is gone.
 		gone := map[string][]string{"nftables": {"nft", "list", "tables"}, "ipset": {"ipset", "list", "-n"}, "iptables-split": {"iptables-save", "-t", "raw"}}[backends[i]]
 		if out, _ := netns.Exec(lab.FW, gone...); strings.Contains(string(out), "ipfence") {

@@ -8,122 +8,17 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go4.org/netipx"
 
-	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/fleet"
-	"github.com/ipfence/ipfence/internal/hostaddr"
-	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/statedir"
 )
-
-// banStorePath is where the bans of a namespace are kept.
-func banStorePath(stateDir, netns string) string {
-	if netns == "" {
-		netns = "_current"
-	}
-	return filepath.Join(stateDir, "bans", filepath.Base(netns)+".db")
-}
-
-// openBans opens the ban store of f's namespace and a Controller on it,
-// for the policy last applied there (none: a table with the ban sets
-// only, created when ensure is set). Call it with the state lock held;
-// closeBans closes the store.
-func openBans(ctx context.Context, f *kernelFlags, ensure bool) (c *bansets.Controller, closeBans func(), err error) {
-	st := statedir.Dir{Path: f.stateDir}
-	applied, err := st.LoadApplied(f.netns)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, err
-	}
-	if applied == nil {
-		applied = statedir.Summarize(&plan.Plan{Table: f.table, Priority: -300, Protect: prefixStrings(plan.Builtin())})
-	}
-	var pb netipx.IPSetBuilder
-	for _, s := range applied.Protect {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			pb.AddPrefix(p)
-		}
-	}
-	protect, _ := pb.IPSet()
-	own, err := hostaddr.List(f.netns)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(banStorePath(f.stateDir, f.netns)), 0o700); err != nil {
-		return nil, nil, fmt.Errorf("creating the ban folder: %w", err)
-	}
-	store, err := ban.Open(banStorePath(f.stateDir, f.netns))
-	if err != nil {
-		return nil, nil, err
-	}
-	heads := headsOf(applied)
-	c, err = bansets.Open(bansets.Config{NetNS: f.netns, Table: f.table, Heads: heads, Priority: applied.Priority,
-		Guard: ban.Guard{Protected: protect, Own: own}, Store: store})
-	if err != nil {
-		store.Close()
-		return nil, nil, err
-	}
-	if ensure {
-		if err := ensureBanSets(ctx, f, c, applied, heads); err != nil {
-			store.Close()
-			return nil, nil, err
-		}
-	}
-	return c, func() { c.Close(); store.Close() }, nil
-}
-
-// ensureBanSets loads a table holding only the ban sets when the
-// namespace has no ipfence table yet; a table without ban sets (loaded
-// by an older ipfence) must be applied again.
-func ensureBanSets(ctx context.Context, f *kernelFlags, c *bansets.Controller, applied *statedir.Applied, heads []nft.RuleHead) error {
-	ts, err := nft.Status(ctx, f.table, f.netns)
-	if err != nil {
-		return err
-	}
-	if ts.Exists {
-		for _, s := range ts.Sets {
-			if s.Name == nft.BanAddrs4 {
-				return nil
-			}
-		}
-		return fmt.Errorf("table inet %s has no ban sets (loaded by an older ipfence): run ipfence apply again", f.table)
-	}
-	err = c.Load(heads, applied.Priority, func(bans nft.Bans) error {
-		prog := nft.FromPlan(&plan.Plan{Table: f.table, Priority: applied.Priority}, bans)
-		_, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: f.netns})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("creating table inet %s for the bans: %w", f.table, err)
-	}
-	return statedir.Dir{Path: f.stateDir}.SaveApplied(f.netns, applied)
-}
-
-// headsOf returns the base-chain description of what was applied.
-func headsOf(a *statedir.Applied) []nft.RuleHead {
-	hs := make([]nft.RuleHead, len(a.Rules))
-	for i, r := range a.Rules {
-		hs[i] = nft.RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, V4: r.PrefixesV4 > 0, V6: r.PrefixesV6 > 0}
-	}
-	return hs
-}
-
-func prefixStrings(s *netipx.IPSet) []string {
-	var out []string
-	for _, p := range s.Prefixes() {
-		out = append(out, p.String())
-	}
-	return out
-}
 
 // bulkQuiet: a ban of more targets than this asks the daemon for a count
 // only, not the list of bans made.
@@ -150,22 +45,21 @@ func viaDaemon(socket string, fn func(*api.Client) error) (ok bool, err error) {
 	return true, err
 }
 
-// withBans runs fn with the state lock held and a Controller open.
+// withBans runs fn with the state lock held and the namespace's ban
+// service open (see apply.Target.OpenBans).
 func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *bansets.Controller) error) error {
-	unlock, err := statedir.Dir{Path: f.stateDir}.Lock()
+	t := f.target()
+	unlock, err := t.State.Lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if applied, _ := (statedir.Dir{Path: f.stateDir}).LoadApplied(f.netns); applied != nil && applied.IPTables() {
-		return fmt.Errorf("bans %w; the policy applied here runs in %s", ErrNotNFTables, applied.Backend)
-	}
-	c, closeBans, err := openBans(ctx, f, ensure)
+	b, err := t.OpenBans(ctx, f.table, ensure)
 	if err != nil {
 		return err
 	}
-	defer closeBans()
-	return fn(c)
+	defer b.Close()
+	return fn(b.Controller)
 }
 
 func newBanCmd(g *globals) *cobra.Command {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/daemon"
 	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/statedir"
 )
 
@@ -40,13 +41,16 @@ It stops on SIGINT/SIGTERM and leaves the ruleset in force.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			cfg.Logger = g.logger
-			cfg.XDP = xf.options(cfg.NetNS, nil)
+			cfg.XDP = xf.options()
+			cfg.Host = doctor.Pick
 			return daemon.New(cfg).Run(ctx)
 		},
 	}
 	c.Flags().StringVarP(&cfg.Policy, "policy", "p", "", "policy file (YAML)")
 	_ = c.MarkFlagRequired("policy")
 	registerDaemonFlags(c, &cfg)
+	c.Flags().Var((*backendFlag)(&cfg.Backend), "backend", "override the policy's backend: nftables, xdp, ipset, iptables-split or auto (what the host supports)")
+	c.Flags().StringVar(&cfg.IPTables, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
 	xf.register(c, true)
 	return c
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/demo"
@@ -26,7 +28,6 @@ import (
 	"github.com/ipfence/ipfence/internal/pktgen"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/source"
-	"golang.org/x/sys/unix"
 )
 
 // expectPassed sends a packet from each of srcs to port through the lab
@@ -117,8 +118,8 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	}
 	c := compileFor(t, pol, stateDir)
 	r := rand.New(rand.NewPCG(7, 7))
-	srcs := demo.Sample(r, c.plan.Rules[0].Set, 24000)
-	checkVerdicts(t, lab, c.plan, srcs)
+	srcs := demo.Sample(r, c.Plan.Rules[0].Set, 24000)
+	checkVerdicts(t, lab, c.Plan, srcs)
 
 	// Applying again changes nothing and says so.
 	out, err = run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", stateDir)
@@ -164,13 +165,13 @@ rules:
 	c := compileFor(t, pol, dir)
 	r := rand.New(rand.NewPCG(8, 8))
 	var srcs []netip.Addr
-	for _, rule := range c.plan.Rules {
+	for _, rule := range c.Plan.Rules {
 		srcs = append(srcs, demo.Sample(r, rule.Set, 6000)...)
 	}
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "1.2.3.4", "1.2.4.4", "9.9.9.9", "2001:db8:5::1", "2001:db8:6::1"} {
 		srcs = append(srcs, netip.MustParseAddr(s))
 	}
-	checkVerdicts(t, lab, c.plan, srcs)
+	checkVerdicts(t, lab, c.Plan, srcs)
 }
 
 // TestApplyBadInputKeepsKernel: bad input fails with a clear error and the

@@ -153,7 +153,7 @@ func (r *fleetRig) publish(k int, extra ...string) *fleet.Pointer {
 // should enforce.
 func (r *fleetRig) published(k int, extra ...string) (*fleet.Pointer, *plan.Plan) {
 	p := r.publish(k, extra...)
-	return p, compileFor(r.t, r.policy, filepath.Join(r.dir, "pubstate")).plan
+	return p, compileFor(r.t, r.policy, filepath.Join(r.dir, "pubstate")).Plan
 }
 
 // report is `ipfence fleet status --json`.

@@ -147,7 +147,7 @@ publish again without --canary to send everyone.`,
 			if err != nil {
 				return err
 			}
-			return printPointer(cmd.OutOrStdout(), g, "published", p, c.plan)
+			return printPointer(cmd.OutOrStdout(), g, "published", p, c.Plan)
 		},
 	}
 	pf.register(c)
@@ -266,7 +266,7 @@ and reports them refused). The local ban API and metrics need nftables.`,
 			}
 			cfg.NATS = nf.o
 			cfg.Daemon.Logger = g.logger
-			cfg.Daemon.XDP = xf.options(cfg.Daemon.NetNS, nil)
+			cfg.Daemon.XDP = xf.options()
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err

@@ -14,8 +14,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ipfence/ipfence/internal/version"
 	"github.com/spf13/cobra"
+
+	"github.com/ipfence/ipfence/internal/version"
 )
 
 // globals holds the flags every command shares.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -13,11 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ipfence/ipfence/internal/backend/handover"
+	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
-	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
@@ -42,25 +41,16 @@ func (f *policyFlags) register(c *cobra.Command) {
 	_ = c.MarkFlagRequired("policy")
 }
 
-// compiled is a policy taken from file to Program.
+// compiled is a policy taken from file to program.
 type compiled struct {
-	res  *policy.Resolved
-	plan *plan.Plan
-	// prog is the nftables program, ipt the iptables one: one of them,
-	// as the plan's backend is.
-	prog *nft.Program
-	ipt  *ipt.Program
-	// why says how backend auto chose.
-	why string
-	// flavour is the iptables flavour ipt was lowered for and is applied
-	// with: --iptables, or the one `iptables` is; "" when that could not
-	// be told (no iptables here: apply then says what is missing).
-	flavour  string
+	*apply.Compiled
+	res      *policy.Resolved
 	loader   *source.Loader
 	duration time.Duration
 }
 
-// compile reads, resolves and compiles the policy; no kernel is touched.
+// compile reads, resolves and compiles the policy; no kernel is touched
+// (backend auto probes in a scratch namespace).
 func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error) {
 	t0 := time.Now()
 	pol, err := policy.Load(f.policy)
@@ -72,38 +62,20 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
-	why, err := resolveBackend(res.Input, f.backend)
+	o := apply.CompileOptions{Host: doctor.Pick, IPTables: f.iptables, Logger: g.logger}
+	if f.backend != "" {
+		if o.Backend, err = plan.ParseBackend(f.backend); err != nil {
+			return nil, fmt.Errorf("--backend: %w", err)
+		}
+	}
+	c, err := apply.Compile(res.Input, o)
 	if err != nil {
 		return nil, err
-	}
-	p, err := plan.Compile(res.Input, plan.Options{})
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range p.Warnings {
-		g.logger.Warn(w)
 	}
 	for _, cs := range pol.CrowdSec {
 		g.logger.Info("crowdsec source: ipfence daemon follows its decisions (as bans); this command does not", "source", cs.Name)
 	}
-	c := &compiled{res: res, plan: p, why: why, loader: l}
-	if p.Backend == plan.NFTables {
-		c.prog = nft.FromPlan(p, nft.Bans{})
-	} else {
-		// The flavour sizes the split layout; without iptables here
-		// (compile on another machine) it is legacy's, and apply says
-		// what is missing.
-		fl, err := ipt.ResolveFlavour(f.iptables)
-		if errors.Is(err, ipt.ErrFlavour) {
-			return nil, err
-		}
-		c.flavour = fl
-		if c.ipt, err = ipt.FromPlan(p, ipt.LowerOptions{RejectMark: pol.RejectMark, Flavour: fl}); err != nil {
-			return nil, err
-		}
-	}
-	c.duration = time.Since(t0)
-	return c, nil
+	return &compiled{Compiled: c, res: res, loader: l, duration: time.Since(t0)}, nil
 }
 
 func newCompileCmd(g *globals) *cobra.Command {
@@ -134,11 +106,11 @@ layout chosen, its levels and element counts, and the cost model's estimate.`,
 			if g.json {
 				return writeJSON(w, planJSON(c))
 			}
-			if c.ipt != nil {
-				_, err = io.WriteString(w, iptScript(c.ipt))
+			if c.IPT != nil {
+				_, err = io.WriteString(w, iptScript(c.IPT))
 				return err
 			}
-			_, err = io.WriteString(w, nft.Render(c.prog))
+			_, err = io.WriteString(w, nft.Render(c.NFT))
 			return err
 		},
 	}
@@ -167,32 +139,15 @@ type sourceSummary struct {
 }
 
 func planJSON(c *compiled) planSummary {
-	s := planSummary{Plan: c.plan, Sources: map[string]sourceSummary{}, CompileMillis: c.duration.Milliseconds()}
+	s := planSummary{Plan: c.Plan, Sources: map[string]sourceSummary{}, CompileMillis: c.duration.Milliseconds()}
 	for name, src := range c.res.Sources {
 		v4, v6 := src.Prefixes()
 		stale, _ := src.Stale()
 		s.Sources[name] = sourceSummary{Format: src.Format(), PrefixesV4: v4, PrefixesV6: v6, Stale: stale}
 	}
-	s.Sets, s.Elements, s.Chains = progCounts(c)
-	s.BackendWhy = c.why
+	s.Sets, s.Elements, s.Chains = c.Counts()
+	s.BackendWhy = c.BackendWhy
 	return s
-}
-
-// progCounts counts the sets, elements and chains of c's program.
-func progCounts(c *compiled) (sets, elems, chains int) {
-	if c.ipt != nil {
-		for _, s := range c.ipt.Sets {
-			elems += len(s.Elems)
-		}
-		for _, t := range c.ipt.Tables {
-			chains += len(t.Raw)
-		}
-		return len(c.ipt.Sets), elems, chains
-	}
-	for _, s := range c.prog.Sets {
-		elems += len(s.Elems)
-	}
-	return len(c.prog.Sets), elems, len(c.prog.Chains)
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -227,68 +182,38 @@ ipfence exits; 'ipfence flush' detaches it.`,
 			if err != nil {
 				return err
 			}
-			if err := hostaddr.CheckPlan(c.plan, netns); err != nil {
-				return err
-			}
-			st := statedir.Dir{Path: pf.stateDir}
-			prev, _ := st.LoadApplied(netns) // no previous apply: everything is new
-			cur := statedir.Summarize(c.plan)
-			diff := statedir.Compare(prev, cur)
-			rep := applyReport{NetNS: netns, DryRun: dry, Changes: diff, CompileMillis: c.duration.Milliseconds()}
-			rep.Sets, rep.Elements, rep.Chains = progCounts(c)
-			rep.Backend, rep.BackendWhy = c.plan.Backend, c.why
-			if !dry && c.ipt != nil {
-				unlock, err := st.Lock()
+			t := &apply.Target{NetNS: netns, State: statedir.Dir{Path: pf.stateDir}, XDP: xf.options(), Logger: g.logger}
+			rep := applyReport{NetNS: netns, DryRun: dry, CompileMillis: c.duration.Milliseconds(),
+				Report: &apply.Report{Backend: c.Plan.Backend}, BackendWhy: c.BackendWhy}
+			rep.Sets, rep.Elements, rep.Chains = c.Counts()
+			if dry {
+				if err := hostaddr.CheckPlan(c.Plan, netns); err != nil {
+					return err
+				}
+				rep.Changes = statedir.Compare(t.Previous(), statedir.Summarize(c.Plan))
+			} else {
+				unlock, err := t.State.Lock()
 				if err != nil {
 					return err
 				}
 				defer unlock()
-				if rep.IPTables, err = handover.ToIPT(ctx, c.ipt, ipt.Options{NetNS: netns, Flavour: c.flavour}, prev, xf.options(netns, nil)); err != nil {
-					return err
-				}
-				rep.LoadMillis = rep.IPTables.Load.Milliseconds()
-			}
-			if !dry && c.ipt == nil {
-				unlock, err := st.Lock()
+				// Bans stay: the new ruleset holds them with their time left.
+				bans, err := t.OpenBans(ctx, c.Plan.Table, false)
 				if err != nil {
 					return err
 				}
-				defer unlock()
-				// Bans stay: the new table holds them with their time left.
-				kf := kernelFlags{netns: netns, stateDir: pf.stateDir, table: c.plan.Table}
-				bc, closeBans, err := openBans(ctx, &kf, false)
+				defer bans.Close()
+				r, err := t.Apply(ctx, c.Compiled, bans.Controller, apply.Options{})
+				if r != nil {
+					rep.Report = r
+				}
 				if err != nil {
 					return err
 				}
-				defer closeBans()
-				heads := nft.Heads(c.plan)
-				var r nft.ApplyResult
-				nftApply := func() error {
-					err := bc.Load(heads, c.plan.Priority, func(bans nft.Bans) (err error) {
-						r, err = applyRetrying(ctx, nft.WithBans(c.prog, heads, c.plan.Priority, bans), netns, g)
-						return err
-					})
-					if err != nil {
-						return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
-					}
-					return nil
-				}
-				if rep.XDP, err = applyWithXDP(c, netns, prev, &xf, nftApply); err != nil {
-					return err
-				}
-				rep.LoadMillis = (r.Build + r.Flush).Milliseconds()
-				if err := handover.FromIPT(ctx, c.plan.Table, netns, prev); err != nil {
-					return err
-				}
-			}
-			if !dry {
 				for _, src := range c.res.Sources {
 					if err := c.loader.Commit(src); err != nil {
 						g.logger.Warn("recording last good source", "source", src.Name(), "err", err)
 					}
-				}
-				if err := st.SaveApplied(netns, cur); err != nil {
-					g.logger.Warn("recording what was applied", "err", err)
 				}
 			}
 			if g.json {
@@ -306,33 +231,15 @@ ipfence exits; 'ipfence flush' detaches it.`,
 	return c
 }
 
-// applyRetrying applies p; when another program changed the ruleset
-// between reading its generation and committing (the kernel refused the
-// whole batch), it tries again, up to 3 times.
-func applyRetrying(ctx context.Context, p *nft.Program, netns string, g *globals) (nft.ApplyResult, error) {
-	for try := 1; ; try++ {
-		r, err := nft.Apply(ctx, p, nft.ApplyOptions{NetNS: netns})
-		var cc *nft.ConcurrentChangeError
-		if !errors.As(err, &cc) || try == 3 {
-			return r, err
-		}
-		g.logger.Warn("the ruleset changed while applying; trying again", "try", try)
-	}
-}
-
 type applyReport struct {
-	NetNS         string            `json:"netns,omitempty"`
-	DryRun        bool              `json:"dry_run"`
-	Changes       []statedir.Change `json:"changes"`
-	Sets          int               `json:"nft_sets"`
-	Elements      int               `json:"nft_elements"`
-	Chains        int               `json:"nft_chains"`
-	CompileMillis int64             `json:"compile_ms"`
-	LoadMillis    int64             `json:"load_ms"`
-	XDP           *xdp.Report       `json:"xdp,omitempty"`
-	Backend       plan.Backend      `json:"backend"`
-	BackendWhy    string            `json:"backend_why,omitempty"`
-	IPTables      *ipt.Result       `json:"iptables,omitempty"`
+	NetNS  string `json:"netns,omitempty"`
+	DryRun bool   `json:"dry_run"`
+	*apply.Report
+	Sets          int    `json:"nft_sets"`
+	Elements      int    `json:"nft_elements"`
+	Chains        int    `json:"nft_chains"`
+	CompileMillis int64  `json:"compile_ms"`
+	BackendWhy    string `json:"backend_why,omitempty"`
 }
 
 func printApply(w io.Writer, c *compiled, rep applyReport) {
@@ -344,22 +251,22 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 	if rep.NetNS != "" {
 		where = "network namespace " + rep.NetNS
 	}
-	what, sets := "table inet "+c.plan.Table, "maps/sets"
-	if c.ipt != nil {
-		what, sets = "backend "+string(c.plan.Backend), "ipsets"
+	what, sets := "table inet "+c.Plan.Table, "maps/sets"
+	if c.IPT != nil {
+		what, sets = "backend "+string(c.Plan.Backend), "ipsets"
 		if rep.IPTables != nil {
 			what += " (" + rep.IPTables.Flavour + " flavour)"
 		}
 	}
 	fmt.Fprintf(w, "%s %s in %s: %d rules, %d %s, %d elements, %d chains (compile %d ms, load %d ms)\n",
-		verb, what, where, len(c.plan.Rules), rep.Sets, sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
-	if c.why != "" {
-		fmt.Fprintf(w, "backend auto chose %s: %s\n", c.plan.Backend, c.why)
+		verb, what, where, len(c.Plan.Rules), rep.Sets, sets, rep.Elements, rep.Chains, rep.CompileMillis, rep.LoadMillis)
+	if c.BackendWhy != "" {
+		fmt.Fprintf(w, "backend auto chose %s: %s\n", c.Plan.Backend, c.BackendWhy)
 	}
-	for _, r := range c.plan.Rules {
+	for _, r := range c.Plan.Rules {
 		if r.Backend == plan.XDP {
 			fmt.Fprintf(w, "  rule %-16s %-10s XDP on %s: %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action,
-				strings.Join(c.plan.Interfaces, ", "), r.V4.Prefixes, r.V6.Prefixes)
+				strings.Join(c.Plan.Interfaces, ", "), r.V4.Prefixes, r.V6.Prefixes)
 			continue
 		}
 		fmt.Fprintf(w, "  rule %-16s %-10s ipv4 %s; ipv6 %s\n", r.Name, r.Action, describeLayout(r.V4), describeLayout(r.V6))
@@ -395,6 +302,11 @@ func describeLayout(l *plan.Layout) string {
 // kernel side (no policy).
 type kernelFlags struct{ netns, stateDir, table string }
 
+// target is the namespace and state folder the flags name.
+func (f *kernelFlags) target() *apply.Target {
+	return &apply.Target{NetNS: f.netns, State: statedir.Dir{Path: f.stateDir}}
+}
+
 func (f *kernelFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.netns, "netns", "", "network namespace (as listed by `ip netns list`; default: the current one)")
 	c.Flags().StringVar(&f.stateDir, "state", statedir.DefaultDir, "state folder")
@@ -410,20 +322,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Show ipfence's table in the kernel: rules, counters, what was applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ts, err := nft.Status(cmd.Context(), kf.table, kf.netns)
+			t := kf.target()
+			t.XDP = xf.options()
+			st, err := t.Status(cmd.Context(), kf.table)
 			if err != nil {
 				return fmt.Errorf("reading status: %w", err)
-			}
-			applied, _ := statedir.Dir{Path: kf.stateDir}.LoadApplied(kf.netns)
-			xs, err := readXDPStatus(kf.netns, &xf, applied)
-			if err != nil {
-				return err
-			}
-			var is *ipt.Status
-			if applied != nil && applied.IPTables() {
-				if is, err = ipt.ReadStatus(cmd.Context(), kf.table, ipt.Options{NetNS: kf.netns}); err != nil {
-					return fmt.Errorf("reading the iptables status: %w", err)
-				}
 			}
 			var ds *api.Status
 			if _, err := viaDaemon(socket, func(cl *api.Client) (err error) {
@@ -434,19 +337,16 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
-					Kernel   nft.TableStatus   `json:"kernel"`
-					XDP      *xdpStatus        `json:"xdp,omitempty"`
-					IPTables *ipt.Status       `json:"iptables,omitempty"`
-					Applied  *statedir.Applied `json:"applied,omitempty"`
-					Daemon   *api.Status       `json:"daemon,omitempty"`
-				}{ts, xs, is, applied, ds})
+					*apply.Status
+					Daemon *api.Status `json:"daemon,omitempty"`
+				}{st, ds})
 			}
-			if is != nil {
-				printIPTStatus(cmd.OutOrStdout(), is, applied)
+			if st.IPTables != nil {
+				printIPTStatus(cmd.OutOrStdout(), st.IPTables, st.Applied)
 			} else {
-				printStatus(cmd.OutOrStdout(), ts, applied)
+				printStatus(cmd.OutOrStdout(), st.Kernel, st.Applied)
 			}
-			printXDPStatus(cmd.OutOrStdout(), xs)
+			printXDPStatus(cmd.OutOrStdout(), st.XDP)
 			if ds != nil {
 				printDaemonStatus(cmd.OutOrStdout(), ds)
 			}
@@ -543,26 +443,18 @@ func newFlushCmd(g *globals) *cobra.Command {
 		Short: "Remove ipfence's table, XDP program, iptables chains and ipsets (nothing else)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			unlock, err := statedir.Dir{Path: kf.stateDir}.Lock()
+			t := kf.target()
+			t.XDP, t.Logger = xf.options(), g.logger
+			unlock, err := t.State.Lock()
 			if err != nil {
 				return err
 			}
 			defer unlock()
-			existed, err := nft.Flush(cmd.Context(), kf.table, kf.netns)
+			r, err := t.Flush(cmd.Context(), kf.table)
 			if err != nil {
-				return fmt.Errorf("flushing: %w", err)
+				return err
 			}
-			detached, err := xdp.Flush(xf.options(kf.netns, nil))
-			if err != nil {
-				return fmt.Errorf("flushing XDP: %w", err)
-			}
-			chains, err := ipt.Flush(cmd.Context(), kf.table, ipt.Options{NetNS: kf.netns})
-			if err != nil {
-				return fmt.Errorf("flushing the iptables chains and ipsets: %w", err)
-			}
-			if err := (statedir.Dir{Path: kf.stateDir}).ForgetApplied(kf.netns); err != nil {
-				g.logger.Warn("forgetting what was applied", "err", err)
-			}
+			existed, detached, chains := r.Table, r.XDP, r.IPTables
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed, "xdp_detached": detached, "iptables_removed": chains})
 			}
@@ -639,8 +531,8 @@ type ruleExplain struct {
 }
 
 func explain(c *compiled, pkt plan.Packet) explanation {
-	ex := explanation{Addr: pkt.Src.String(), Decision: c.plan.Verdict(pkt), Protected: c.plan.Protected(pkt.Src)}
-	for _, r := range c.plan.Rules {
+	ex := explanation{Addr: pkt.Src.String(), Decision: c.Plan.Verdict(pkt), Protected: c.Plan.Protected(pkt.Src)}
+	for _, r := range c.Plan.Rules {
 		l := r.V4
 		if !pkt.Src.Is4() {
 			l = r.V6

@@ -52,7 +52,7 @@ rules:
 func xdpSources(c *compiled) []netip.Addr {
 	r := rand.New(rand.NewPCG(9, 9))
 	var srcs []netip.Addr
-	for _, rule := range c.plan.Rules {
+	for _, rule := range c.Plan.Rules {
 		srcs = append(srcs, demo.Sample(r, rule.Set, 5000)...)
 	}
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "9.9.9.9", "5.1.2.3", "2001:db8::1"} {
@@ -95,12 +95,12 @@ func TestApplyXDPVerdicts(t *testing.T) {
 		t.Errorf("apply does not report 2 XDP rules attached natively:\n%s", out)
 	}
 	c := compileFor(t, pol, dir)
-	if got := len(c.plan.XDPRules()); got != 2 || c.plan.Rules[2].Backend != plan.NFTables || c.plan.Rules[2].BackendNote == "" {
+	if got := len(c.Plan.XDPRules()); got != 2 || c.Plan.Rules[2].Backend != plan.NFTables || c.Plan.Rules[2].BackendNote == "" {
 		t.Fatalf("XDP rules %d, third rule %s (%q): want 2 in XDP and the ported one in nftables with a note",
-			got, c.plan.Rules[2].Backend, c.plan.Rules[2].BackendNote)
+			got, c.Plan.Rules[2].Backend, c.Plan.Rules[2].BackendNote)
 	}
 	srcs := xdpSources(c)
-	checkVerdicts(t, lab, c.plan, srcs)
+	checkVerdicts(t, lab, c.Plan, srcs)
 	passedXDP, err := pktgen.Check(lab, srcs, 9999)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestApplyXDPVerdicts(t *testing.T) {
 	status()
 	want := map[string]uint64{}
 	for _, a := range srcs {
-		if d := c.plan.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9999}); d.Rule == "feeds" || d.Rule == "europe" {
+		if d := c.Plan.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9999}); d.Rule == "feeds" || d.Rule == "europe" {
 			want[d.Rule] += 2
 		}
 	}
@@ -184,7 +184,7 @@ func TestApplyXDPVerdicts(t *testing.T) {
 		t.Errorf("swap: link %d → %d, program %d → %d: want the same link with a new program", linkBefore, linkAfter, progBefore, st.XDP.Program)
 	}
 	c = compileFor(t, pol, dir)
-	checkVerdicts(t, lab, c.plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")))
+	checkVerdicts(t, lab, c.Plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")))
 
 	out, err = run(t, append([]string{"flush"}, args...)...)
 	if err != nil || !strings.Contains(out, "detached the XDP program") {

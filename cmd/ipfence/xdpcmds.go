@@ -1,16 +1,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
-	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // xdpFlags are the flags of commands that touch the XDP backend.
@@ -26,22 +24,10 @@ func (f *xdpFlags) register(c *cobra.Command, attach bool) {
 	}
 }
 
-func (f *xdpFlags) options(netns string, ifs []string) xdp.Options {
-	return xdp.Options{NetNS: netns, Interfaces: ifs, PinDir: f.pinDir, Generic: f.generic}
-}
-
-// applyWithXDP applies c: the XDP rules through xdp.Apply, the others
-// through nftApply.
-func applyWithXDP(c *compiled, netns string, prev *statedir.Applied, xf *xdpFlags, nftApply func() error) (*xdp.Report, error) {
-	var before []string
-	if prev != nil {
-		for _, r := range prev.Rules {
-			if r.Backend == plan.XDP {
-				before = append(before, r.Name)
-			}
-		}
-	}
-	return xdp.Apply(c.plan, xf.options(netns, c.plan.Interfaces), before, nftApply)
+// options are the XDP options of the flags (the namespace and interfaces
+// are the apply target's and the policy's).
+func (f *xdpFlags) options() xdp.Options {
+	return xdp.Options{PinDir: f.pinDir, Generic: f.generic}
 }
 
 func printXDPApply(w io.Writer, rep *xdp.Report) {
@@ -60,48 +46,7 @@ func printXDPApply(w io.Writer, rep *xdp.Report) {
 		rep.Rules, strings.Join(ifs, ", "), float64(rep.MemoryBytes)/(1<<20), rep.BuildMillis, rep.LoadMillis, rep.AttachMillis)
 }
 
-// xdpStatus is the XDP part of `ipfence status`: nil when no program is
-// pinned.
-type xdpStatus struct {
-	xdp.Status
-	Rules []xdpRuleStatus `json:"rules"`
-}
-
-type xdpRuleStatus struct {
-	Name    string         `json:"name"` // "" for class 0: passed
-	Total   xdp.Counters   `json:"total"`
-	PerCPU  []xdp.Counters `json:"per_cpu"`
-	Dropped bool           `json:"dropped"`
-}
-
-func readXDPStatus(netns string, xf *xdpFlags, a *statedir.Applied) (*xdpStatus, error) {
-	var names []string
-	if a != nil {
-		for _, r := range a.Rules {
-			if r.Backend == plan.XDP {
-				names = append(names, r.Name)
-			}
-		}
-	}
-	st, err := xdp.ReadStatus(xf.options(netns, nil), len(names))
-	if errors.Is(err, xdp.ErrNotLoaded) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the XDP status: %w", err)
-	}
-	out := &xdpStatus{Status: st}
-	for c, per := range st.Counters {
-		rs := xdpRuleStatus{Total: xdp.Sum(per), PerCPU: per, Dropped: c > 0}
-		if c > 0 {
-			rs.Name = names[c-1]
-		}
-		out.Rules = append(out.Rules, rs)
-	}
-	return out, nil
-}
-
-func printXDPStatus(w io.Writer, s *xdpStatus) {
+func printXDPStatus(w io.Writer, s *apply.XDPStatus) {
 	if s == nil {
 		return
 	}

@@ -1,12 +1,17 @@
-// Package bansets applies bans (package ban) to ipfence's nftables table in
-// one namespace and keeps them on disk: the one place where a ban goes
-// from a request to the kernel, used by `ipfence ban` and the daemon.
+// Package bansets keeps the kernel's ban sets in step with ipfence's bans
+// (package ban) in one namespace, and keeps the bans on disk: the one
+// place where a ban goes from a request to the kernel, whoever asks (the
+// daemon's API, `ipfence ban` without a daemon, fleet, fail2ban,
+// CrowdSec) and whichever backend holds the sets.
 //
 // The desired state is a ban.Set, stored in a ban.Store. What the kernel
 // holds is never read back (listing a million elements takes a minute):
 // the Controller remembers the elements it put there, and each change
-// sends only the difference, in one transaction with the base-chain rules
-// that look the ban sets up (present only while a set is non-empty).
+// sends only the difference to the backend's Sink, in one transaction:
+// NFTSink (ipfence's table, with the base-chain rules that look the ban
+// sets up, present only while a set is non-empty) or IPSetSink (the ipset
+// backend's ban sets). The guard (protected and own addresses), the TTL
+// limits and origins are checked here, for every sink alike.
 package bansets
 
 import (
@@ -17,20 +22,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
 )
 
 // Config says where a Controller works.
 type Config struct {
-	// NetNS is the target namespace ("" = current), as nft.ApplyOptions.
-	NetNS string
-	// Table is ipfence's table ("ipfence").
-	Table string
-	// Heads and Priority describe the loaded policy's base chain (see
-	// nft.BaseChain), which ban updates rewrite.
-	Heads    []nft.RuleHead
-	Priority int32
+	// Sink is the backend's ban sets; the Controller closes it.
+	Sink Sink
 	// Guard refuses bans of protected networks and own addresses.
 	Guard ban.Guard
 	// Store keeps the bans; the Controller does not close it.
@@ -70,55 +68,19 @@ type Controller struct {
 	// set (an element each; addrs counts them per family), and nets.
 	addrs [2]int
 	nets  [2][]ban.Element
-	up    *nft.Updater // the open netlink connection, nil until used
 }
 
-// apply sends u on the Controller's connection, opening it when needed
-// and dropping it after an error (the next call opens a fresh one).
-// Called with c.mu held.
-func (c *Controller) apply(ctx context.Context, u *nft.Update) error {
-	if c.up == nil {
-		up, err := nft.NewUpdater(c.cfg.NetNS)
-		if err != nil {
-			return err
-		}
-		c.up = up
-	}
-	if _, err := c.up.Apply(ctx, u); err != nil {
-		c.up.Close()
-		c.up = nil
-		return err
-	}
-	return nil
-}
-
-// Close closes the Controller's netlink connection (not the Store).
+// Close closes the Controller's sink (not the Store).
 func (c *Controller) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.up != nil {
-		c.up.Close()
-		c.up = nil
-	}
+	c.cfg.Sink.Close()
 }
 
-// Snapshot is what the four ban sets hold (in the order of nft.BanSets),
-// with absolute expiries.
+// Snapshot is what the four ban sets hold (in the order of nft.BanSets:
+// IPv4 and IPv6 addresses, then IPv4 and IPv6 prefix pieces), with
+// absolute expiries.
 type Snapshot [4][]ban.Element
-
-// Nft is s as set elements with their time left at now; elements with
-// less than a millisecond left (the kernel's unit) are left out.
-func (s Snapshot) Nft(now time.Time) nft.Bans {
-	var out [4][]nft.Elem
-	for i, es := range s {
-		for _, e := range es {
-			if el, ok := elem(e, now); ok {
-				out[i] = append(out[i], el)
-			}
-		}
-	}
-	return nft.Bans{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
-}
 
 // Open loads the stored bans and drops expired ones. It assumes the
 // kernel holds what the store says (as after a successful change or an
@@ -151,22 +113,35 @@ func (c *Controller) assume(s Snapshot) {
 	c.nets = [2][]ban.Element{s[2], s[3]}
 }
 
-// Load runs a full load of the table: load gets the bans in force now
-// (for nft.FromPlan or nft.SetBans) and loads the table with them, for a
-// policy with these base-chain heads and priority. No ban or unban runs
-// meanwhile (one made between reading the bans and loading them would be
-// lost from the kernel). If load fails, nothing is recorded.
-func (c *Controller) Load(heads []nft.RuleHead, priority int32, load func(nft.Bans) error) error {
+// Load runs a full load: load gets the bans in force at now and puts
+// them in the kernel with everything else of the load (the nftables
+// table with its ban sets, or the ipset backend's sets), then sink
+// becomes the Controller's sink (nil: the one it has). No ban or unban
+// runs meanwhile (one made between reading the bans and loading them
+// would be lost from the kernel). If load fails, nothing is recorded and
+// the sink stays.
+func (c *Controller) Load(sink Sink, load func(s Snapshot, now time.Time) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
 	s := c.desired(now)
-	if err := load(s.Nft(now)); err != nil {
+	if err := load(s, now); err != nil {
 		return err
 	}
 	c.assume(s)
-	c.cfg.Heads, c.cfg.Priority = heads, priority
+	if sink != nil && sink != c.cfg.Sink {
+		c.cfg.Sink.Close()
+		c.cfg.Sink = sink
+	}
 	return nil
+}
+
+// SetGuard replaces the guard (a policy loaded with other protected
+// prefixes); bans in force are not checked again.
+func (c *Controller) SetGuard(g ban.Guard) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.Guard = g
 }
 
 // Set exposes the bans for reading (List, Counts); callers must not
@@ -452,7 +427,7 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 		newNets = c.netPieces(now)
 	}
 	// Per ban set: the elements to add and to delete.
-	var add, del [4][]ban.Element
+	var add, del Snapshot
 	for f := range 2 {
 		add[f], del[f] = ch.add[f], ch.del[f]
 		add[2+f], del[2+f] = ban.Diff(oldNets[f], newNets[f])
@@ -460,21 +435,10 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	present := func(a [2]int, n [2][]ban.Element) [4]bool {
 		return [4]bool{a[0] > 0, a[1] > 0, len(n[0]) > 0, len(n[1]) > 0}
 	}
-	update := func(add, del [4][]ban.Element, p [4]bool, chain bool) *nft.Update {
-		u := &nft.Update{Table: c.cfg.Table}
-		for i, s := range nft.BanSets() {
-			u.Sets = append(u.Sets, nft.SetChange{Set: s, Add: elems(add[i], now), Del: elems(del[i], time.Time{})})
-		}
-		if chain {
-			u.Chains = []*nft.Chain{nft.BaseChain(c.cfg.Heads, c.cfg.Priority, presence(p))}
-		}
-		return u
-	}
-	chain := present(oldAddrs, oldNets) != present(newAddrs, newNets)
-	u := update(add, del, present(newAddrs, newNets), chain)
+	before, after := present(oldAddrs, oldNets), present(newAddrs, newNets)
 	saved := make(chan error, 1)
 	go func() { saved <- save() }()
-	kerr := c.apply(ctx, u)
+	kerr := c.cfg.Sink.Send(ctx, Change{Now: now, Add: add, Del: del, Present: after, Was: before})
 	serr := <-saved
 	switch {
 	case kerr != nil && serr == nil && unsave != nil:
@@ -485,47 +449,14 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	case kerr != nil:
 		return fmt.Errorf("updating the ban sets: %w", kerr)
 	case serr != nil:
-		back := update(del, add, present(oldAddrs, oldNets), chain)
-		if uerr := c.apply(ctx, back); uerr != nil {
+		back := Change{Now: now, Add: del, Del: add, Present: before, Was: after}
+		if uerr := c.cfg.Sink.Send(ctx, back); uerr != nil {
 			return errors.Join(serr, fmt.Errorf("and putting the kernel back failed: %w", uerr))
 		}
 		return serr
 	}
 	c.addrs, c.nets = newAddrs, newNets
 	return nil
-}
-
-// presence is a Bans value whose sets are non-empty where p says so: what
-// BaseChain needs to know.
-func presence(p [4]bool) nft.Bans {
-	one := []nft.Elem{{}}
-	var b nft.Bans
-	if p[0] {
-		b.Addrs4 = one
-	}
-	if p[1] {
-		b.Addrs6 = one
-	}
-	if p[2] {
-		b.Nets4 = one
-	}
-	if p[3] {
-		b.Nets6 = one
-	}
-	return b
-}
-
-// elems turns ban elements into set elements with their time left at now
-// (a zero now: no timeouts, for deletes, which match on the key alone).
-// Elements with less than a millisecond left are dropped.
-func elems(es []ban.Element, now time.Time) []nft.Elem {
-	out := make([]nft.Elem, 0, len(es))
-	for _, e := range es {
-		if el, ok := elem(e, now); ok {
-			out = append(out, el)
-		}
-	}
-	return out
 }
 
 // desired is what the ban sets must hold at now.
@@ -550,17 +481,6 @@ func (c *Controller) netPieces(now time.Time) [2][]ban.Element {
 	return out
 }
 
-// elem turns a ban element into a set element with its time left at now;
-// false when less than a millisecond is left. A zero now gives elements
-// without timeouts (for deletes, which match on the key).
-func elem(e ban.Element, now time.Time) (nft.Elem, bool) {
-	if e.Expires.IsZero() || now.IsZero() {
-		return nft.Elem{Key: e.Prefix}, true
-	}
-	left := e.Expires.Sub(now)
-	return nft.Elem{Key: e.Prefix, Timeout: left}, left >= time.Millisecond
-}
-
 func prefixes(bs []ban.Ban) []netip.Prefix {
 	ps := make([]netip.Prefix, len(bs))
 	for i, b := range bs {
@@ -570,14 +490,17 @@ func prefixes(bs []ban.Ban) []netip.Prefix {
 }
 
 // Verify checks the kernel's ban sets against what the Controller put
-// there and repairs the difference: up to sample single-address bans
-// must be there (a different sample each time, asked for key by key,
-// since dumping a big set costs the kernel time quadratic in its size),
-// and the prefix pieces, read back whole (they are few), must be exactly
-// what was sent. It returns how many elements it added or removed.
+// there and repairs the difference, where the sink can (a Verifier): up
+// to sample single-address bans must be there (a different sample each
+// time), and the prefix pieces must be exactly what was sent. It returns
+// how many elements it added or removed.
 func (c *Controller) Verify(ctx context.Context, sample int) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	v, ok := c.cfg.Sink.(Verifier)
+	if !ok {
+		return 0, nil
+	}
 	now := c.cfg.Now()
 	var probe [2][]ban.Element
 	n := 0
@@ -592,65 +515,5 @@ func (c *Controller) Verify(ctx context.Context, sample int) (int, error) {
 		}
 		return n < sample
 	})
-	sets := nft.BanSets()
-	u := &nft.Update{Table: c.cfg.Table}
-	repaired := 0
-	for f := range 2 {
-		keys := make([]netip.Addr, len(probe[f]))
-		for i, e := range probe[f] {
-			keys[i] = e.Prefix.Addr()
-		}
-		present, err := nft.Present(ctx, c.cfg.Table, c.cfg.NetNS, sets[f].Name, keys)
-		if err != nil {
-			return 0, err
-		}
-		var add []ban.Element
-		for i, ok := range present {
-			if !ok {
-				add = append(add, probe[f][i])
-			}
-		}
-		repaired += len(add)
-		u.Sets = append(u.Sets, nft.SetChange{Set: sets[f], Add: elems(add, now)})
-	}
-	for f := range 2 {
-		rs, err := nft.ReadSet(ctx, c.cfg.Table, c.cfg.NetNS, sets[2+f].Name)
-		if err != nil {
-			return 0, err
-		}
-		have := make(map[netip.Prefix]bool, len(rs))
-		var del []ban.Element
-		want := make(map[netip.Prefix]bool, len(c.nets[f]))
-		for _, e := range c.nets[f] {
-			want[e.Prefix] = true
-		}
-		for _, r := range rs {
-			p, ok := r.Prefix()
-			switch {
-			case !ok: // not one of ours: every piece is a prefix
-				for _, q := range r.Prefixes() {
-					del = append(del, ban.Element{Prefix: q})
-				}
-			case !want[p]:
-				del = append(del, ban.Element{Prefix: p})
-			default:
-				have[p] = true
-			}
-		}
-		var add []ban.Element
-		for _, e := range c.nets[f] {
-			if !have[e.Prefix] && (e.Expires.IsZero() || e.Expires.Sub(now) > time.Second) {
-				add = append(add, e)
-			}
-		}
-		repaired += len(add) + len(del)
-		u.Sets = append(u.Sets, nft.SetChange{Set: sets[2+f], Add: elems(add, now), Del: elems(del, time.Time{})})
-	}
-	if repaired == 0 {
-		return 0, nil
-	}
-	if err := c.apply(ctx, u); err != nil {
-		return 0, fmt.Errorf("repairing the ban sets: %w", err)
-	}
-	return repaired, nil
+	return v.Verify(ctx, now, probe, c.nets)
 }

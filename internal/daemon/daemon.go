@@ -8,8 +8,10 @@
 // replaces the table in one transaction; a feed refresh sends only what
 // changed (nft.Diff) and never touches the ban sets; bans are transactions
 // of their own on the ban sets (package bansets). The XDP program is
-// rebuilt and swapped in one step (xdp.Apply) only when its rules'
-// sets, or the rules themselves, change.
+// rebuilt and swapped in one step only when its rules' sets, or the rules
+// themselves, change. Every load goes through the apply layer (package
+// apply), which also runs the ipset and iptables-split backends: there a
+// change is a full load (sets swapped in, chains in one commit).
 package daemon
 
 import (
@@ -19,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,7 +31,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
-	"github.com/ipfence/ipfence/internal/backend/handover"
+	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
@@ -39,10 +42,6 @@ import (
 	"github.com/ipfence/ipfence/internal/source"
 	"github.com/ipfence/ipfence/internal/statedir"
 )
-
-// ErrBackend is returned for a policy whose rules run in an iptables
-// backend: the daemon keeps nftables (and XDP) policies loaded.
-var ErrBackend = errors.New("the daemon runs the nftables and xdp backends only")
 
 // Config configures a Daemon.
 type Config struct {
@@ -70,6 +69,12 @@ type Config struct {
 	// XDP says where XDP programs are pinned and how they attach; its
 	// namespace and interfaces are the daemon's and the policy's.
 	XDP xdp.Options
+	// Backend overrides the policy's backend ("" keeps it); Host
+	// resolves backend auto (nil: nftables); IPTables is the iptables
+	// flavour of the iptables backends (see apply.CompileOptions).
+	Backend  plan.Backend
+	Host     func() (plan.Backend, string, error)
+	IPTables string
 }
 
 // Daemon is a running `ipfence daemon`. Create it with New; Run runs it.
@@ -87,7 +92,10 @@ type Daemon struct {
 	pol      *policy.Policy
 	res      *policy.Resolved
 	plan     *plan.Plan
-	prog     *nft.Program // as loaded, ban sets empty
+	prog     *nft.Program // as loaded, ban sets empty (nil on iptables backends)
+	ac       *apply.Compiled
+	target   *apply.Target
+	own      []netip.Addr // the namespace's addresses, as at start
 	applied  time.Time
 	sources  map[string]*sourceState
 	ctl      *bansets.Controller
@@ -130,6 +138,7 @@ func New(cfg Config) *Daemon {
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}, ready: make(chan struct{}),
 		followers: map[string]*follower{}}
+	d.target = &apply.Target{NetNS: cfg.NetNS, State: statedir.Dir{Path: cfg.StateDir}, XDP: cfg.XDP, Logger: cfg.Logger}
 	d.metrics = newMetrics(d)
 	d.bans = newBanQueue(d)
 	return d
@@ -140,17 +149,13 @@ func New(cfg Config) *Daemon {
 // firewall must not open when its daemon stops.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.started = time.Now()
-	st := statedir.Dir{Path: d.cfg.StateDir}
-	unlock, err := st.Lock()
+	unlock, err := d.target.State.Lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
 
-	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, "bans"), 0o700); err != nil {
-		return fmt.Errorf("creating the ban folder: %w", err)
-	}
-	store, err := ban.Open(BanStorePath(d.cfg.StateDir, d.cfg.NetNS))
+	store, err := d.target.OpenStore()
 	if err != nil {
 		return err
 	}
@@ -268,36 +273,22 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	own, err := hostaddr.List(d.cfg.NetNS)
-	if err != nil {
+	if d.own, err = hostaddr.List(d.cfg.NetNS); err != nil {
 		return err
 	}
-	ctl, err := bansets.Open(bansets.Config{NetNS: d.cfg.NetNS, Table: c.plan.Table, Heads: nft.Heads(c.plan),
-		Priority: c.plan.Priority, Guard: ban.Guard{Protected: c.plan.ProtectSet(), Own: own}, Store: d.store})
+	// The sink is the backend's, from the first load on.
+	ctl, err := bansets.Open(bansets.Config{Sink: bansets.NoSink{}, Guard: d.guard(c.plan), Store: d.store})
 	if err != nil {
 		return err
 	}
 	d.ctl = ctl
-	// The rules the last apply ran in XDP, to switch in the safe order.
-	var before []string
-	prev, _ := (statedir.Dir{Path: d.cfg.StateDir}).LoadApplied(d.cfg.NetNS) // none: nothing to switch from
-	if prev != nil {
-		for _, r := range prev.Rules {
-			if r.Backend == plan.XDP {
-				before = append(before, r.Name)
-			}
-		}
-	}
-	if err := d.loadFull(ctx, c, before); err != nil {
-		return err
-	}
-	// The last apply ran in iptables: its chains and sets go, now that
-	// the table is in force (if that fails they stay, and only duplicate
-	// what the table does).
-	if err := handover.FromIPT(ctx, c.plan.Table, d.cfg.NetNS, prev); err != nil {
-		d.log.Warn("switching from iptables", "err", err)
-	}
-	return nil
+	return d.loadFull(ctx, c)
+}
+
+// guard is the ban guard for p: its protected prefixes and the
+// namespace's own addresses.
+func (d *Daemon) guard(p *plan.Plan) ban.Guard {
+	return ban.Guard{Protected: p.ProtectSet(), Own: d.own}
 }
 
 // compiled is a policy resolved and compiled, not yet loaded.
@@ -305,7 +296,8 @@ type compiled struct {
 	pol  *policy.Policy
 	res  *policy.Resolved
 	plan *plan.Plan
-	prog *nft.Program
+	prog *nft.Program // nil on iptables backends
+	ac   *apply.Compiled
 }
 
 // compile reads the policy and its sources and compiles it; it records
@@ -341,23 +333,14 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 
 // compileInput compiles what pol resolved to.
 func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compiled, error) {
-	if res.Input.Backend.IPTables() {
-		return nil, fmt.Errorf("%w: the policy says backend %s; load it with `ipfence apply` (e.g. from a systemd timer)", ErrBackend, res.Input.Backend)
-	}
-	if res.Input.Backend == plan.Auto {
-		res.Input.Backend = plan.NFTables // the daemon runs nftables; it fails to load where there is none
-	}
-	p, err := plan.Compile(res.Input, plan.Options{})
+	ac, err := apply.Compile(res.Input, apply.CompileOptions{Backend: d.cfg.Backend, Host: d.cfg.Host, IPTables: d.cfg.IPTables, Logger: d.log})
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range p.Warnings {
-		d.log.Warn(w)
-	}
-	if err := hostaddr.CheckPlan(p, d.cfg.NetNS); err != nil {
+	if err := hostaddr.CheckPlan(ac.Plan, d.cfg.NetNS); err != nil {
 		return nil, err
 	}
-	return &compiled{pol: pol, res: res, plan: p, prog: nft.FromPlan(p, nft.Bans{})}, nil
+	return &compiled{pol: pol, res: res, plan: ac.Plan, prog: ac.NFT, ac: ac}, nil
 }
 
 // sourceFailed records err against the source it names (every source
@@ -373,54 +356,42 @@ func (d *Daemon) sourceFailed(pol *policy.Policy, err error) {
 	}
 }
 
-// loadFull replaces the table with c and the current bans in one
-// transaction, and ipfence's XDP program with c's (before: the rules that
-// ran in XDP), then records c as loaded. Called with d.mu held.
-func (d *Daemon) loadFull(ctx context.Context, c *compiled, before []string) error {
-	if err := d.apply(c, before, "full", time.Now(), func() error { return d.loadTable(ctx, c) }); err != nil {
+// loadFull loads c whole with the current bans (the table, or the
+// iptables backend's chains and sets, in one transaction each) and
+// ipfence's XDP program unless the one in force is c's already. Called
+// with d.mu held.
+func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
+	if _, err := d.load(ctx, c, "full", time.Now(), apply.Options{KeepXDP: d.plan != nil && d.xdpCurrent(c.plan)}); err != nil {
 		return fmt.Errorf("loading the policy: %w", err)
 	}
 	return nil
 }
 
-// apply runs table, the transaction that puts c's nftables part in the
-// kernel, and around it c's XDP rules unless the XDP program in force is
-// c's already (before: the rules that ran in XDP); see xdp.Apply. Once
-// the table is in, c is recorded as loaded, even if XDP then failed (the
-// next reload tries XDP again). kind and t0 are for the apply metric.
-// Called with d.mu held.
-func (d *Daemon) apply(c *compiled, before []string, kind string, t0 time.Time, table func() error) error {
-	tableDone := false
-	run := func() error {
-		err := table()
-		tableDone = err == nil
-		return err
-	}
-	var err error
-	if d.plan != nil && d.xdpCurrent(c.plan) {
-		err = run()
-	} else {
-		err = d.applyXDP(c.plan, before, run)
-	}
-	if tableDone {
+// load applies c through the apply layer (see apply.Target.Apply). Once
+// the table (or iptables) part is in, c is recorded as loaded, even if
+// XDP then failed (xdpPlan lags, so the next reload or drift check tries
+// XDP again). kind is for the apply metric ("" : not observed). Called
+// with d.mu held.
+func (d *Daemon) load(ctx context.Context, c *compiled, kind string, t0 time.Time, o apply.Options) (*apply.Report, error) {
+	rep, err := d.target.Apply(ctx, c.ac, d.ctl, o)
+	if rep != nil && rep.Loaded {
 		d.loaded(c)
+		if err == nil && !o.KeepXDP {
+			d.xdpSwapped(c.plan, rep.XDP)
+		}
 	}
 	if err != nil {
 		d.lastErr = err.Error()
-		return err
+		return rep, err
 	}
-	d.metrics.applySeconds.WithLabelValues(kind).Observe(time.Since(t0).Seconds())
-	return nil
+	if kind != "" {
+		d.metrics.applySeconds.WithLabelValues(kind).Observe(time.Since(t0).Seconds())
+	}
+	return rep, nil
 }
 
-// applyXDP runs p's XDP rules through xdp.Apply, with other as the
-// nftables transaction; without XDP rules it runs other and detaches a
-// previous program.
-func (d *Daemon) applyXDP(p *plan.Plan, before []string, other func() error) error {
-	rep, err := xdp.Apply(p, d.xdpOptions(p), before, other)
-	if err != nil {
-		return err
-	}
+// xdpSwapped records that p's XDP program (or none) is in force.
+func (d *Daemon) xdpSwapped(p *plan.Plan, rep *xdp.Report) {
 	d.xdpPlan = nil
 	if len(p.XDPRules()) > 0 {
 		d.xdpPlan = p
@@ -433,39 +404,16 @@ func (d *Daemon) applyXDP(p *plan.Plan, before []string, other func() error) err
 		d.log.Info("XDP program swapped", "rules", rep.Rules, "interfaces", p.Interfaces, "memory_bytes", rep.MemoryBytes,
 			"build_ms", rep.BuildMillis, "load_ms", rep.LoadMillis, "attach_ms", rep.AttachMillis)
 	}
-	return nil
-}
-
-// loadTable replaces the table with c and the current bans in one
-// transaction.
-func (d *Daemon) loadTable(ctx context.Context, c *compiled) error {
-	heads := nft.Heads(c.plan)
-	return d.ctl.Load(heads, c.plan.Priority, func(bans nft.Bans) error {
-		prog := nft.WithBans(c.prog, heads, c.plan.Priority, bans)
-		var err error
-		for try := 0; try < 3; try++ {
-			if _, err = nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: d.cfg.NetNS}); err == nil {
-				return nil
-			}
-			var cc *nft.ConcurrentChangeError
-			if !errors.As(err, &cc) {
-				return err
-			}
-		}
-		return err
-	})
 }
 
 // loaded records c as what the kernel holds: sources committed as last
 // good, state saved. Called with d.mu held.
 func (d *Daemon) loaded(c *compiled) {
-	d.pol, d.res, d.plan, d.prog = c.pol, c.res, c.plan, c.prog
+	d.pol, d.res, d.plan, d.prog, d.ac = c.pol, c.res, c.plan, c.prog, c.ac
+	d.ctl.SetGuard(d.guard(c.plan))
 	d.applied = time.Now()
 	d.lastErr = ""
-	d.elements = 0
-	for _, s := range c.prog.Sets {
-		d.elements += len(s.Elems)
-	}
+	_, d.elements, _ = c.ac.Counts()
 	for name, src := range c.res.Sources {
 		if err := d.loader.Commit(src); err != nil {
 			d.log.Warn("recording last good source", "source", name, "err", err)
@@ -475,9 +423,6 @@ func (d *Daemon) loaded(c *compiled) {
 			ss.stale, _ = src.Stale()
 			ss.v4, ss.v6 = src.Prefixes()
 		}
-	}
-	if err := (statedir.Dir{Path: d.cfg.StateDir}).SaveApplied(d.cfg.NetNS, statedir.Summarize(c.plan)); err != nil {
-		d.log.Warn("recording what was applied", "err", err)
 	}
 	d.syncFollowers()
 }
@@ -496,31 +441,39 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 		return ReloadResult{}, err
 	}
 	res := ReloadResult{Mode: "none"}
-	before := xdpNames(d.xdpPlan)
+	keepXDP := d.xdpCurrent(c.plan)
+	if c.prog == nil || d.prog == nil {
+		// An iptables backend, or a switch: loaded whole (sets filled
+		// beside the live ones and swapped in) unless nothing changed.
+		if d.ac.IPT != nil && c.ac.IPT != nil && d.ac.Flavour == c.ac.Flavour && reflect.DeepEqual(d.ac.IPT, c.ac.IPT) {
+			d.loaded(c)
+		} else {
+			res.Mode = "full"
+			if _, err := d.load(ctx, c, "full", t0, apply.Options{KeepXDP: keepXDP}); err != nil {
+				return res, fmt.Errorf("loading the policy: %w", err)
+			}
+		}
+		res.Duration = time.Since(t0)
+		res.Changed = res.Mode != "none"
+		return res, nil
+	}
 	u, err := nft.DiffKeeping(d.prog, c.prog, isBanSet)
 	switch {
 	case errors.Is(err, nft.ErrNeedsReload) || (err == nil && !sameHeads(d.plan, c.plan)):
 		res.Mode = "full"
-		if err := d.loadFull(ctx, c, before); err != nil {
+		if err := d.loadFull(ctx, c); err != nil {
 			return res, err
 		}
 	case err != nil:
 		return res, err
-	case emptyUpdate(u) && d.xdpCurrent(c.plan):
+	case u.Empty() && keepXDP:
 		d.loaded(c)
 	default:
 		res.Mode = "update"
-		err := d.apply(c, before, "update", t0, func() error {
-			if emptyUpdate(u) {
-				return nil
-			}
-			ur, err := nft.ApplyUpdate(ctx, u, nft.ApplyOptions{NetNS: d.cfg.NetNS})
-			if err != nil {
-				return fmt.Errorf("updating the ruleset: %w", err)
-			}
-			res.Added, res.Deleted = ur.Added, ur.Deleted
-			return nil
-		})
+		rep, err := d.load(ctx, c, "update", t0, apply.Options{Update: u, KeepXDP: keepXDP})
+		if rep != nil {
+			res.Added, res.Deleted = rep.Added, rep.Deleted
+		}
 		if err != nil {
 			return res, err
 		}
@@ -528,19 +481,6 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 	res.Duration = time.Since(t0)
 	res.Changed = res.Mode != "none"
 	return res, nil
-}
-
-// emptyUpdate reports whether u changes nothing.
-func emptyUpdate(u *nft.Update) bool {
-	if len(u.Chains) > 0 || len(u.NewSets) > 0 || len(u.NewChains) > 0 || len(u.DelSets) > 0 || len(u.DelChains) > 0 {
-		return false
-	}
-	for _, sc := range u.Sets {
-		if len(sc.Add) > 0 || len(sc.Del) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // ReloadResult says what a Reload did.
@@ -558,14 +498,6 @@ func isBanSet(name string) bool {
 		}
 	}
 	return false
-}
-
-// xdpOptions are the XDP options for p's interfaces in the daemon's
-// namespace.
-func (d *Daemon) xdpOptions(p *plan.Plan) xdp.Options {
-	opt := d.cfg.XDP
-	opt.NetNS, opt.Interfaces = d.cfg.NetNS, p.Interfaces
-	return opt
 }
 
 // xdpCurrent reports whether the XDP program in force is p's.
@@ -648,11 +580,17 @@ const verifySample = 2000
 func (d *Daemon) checkDrift(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return errors.Join(d.checkTable(ctx), d.checkXDP())
+	return errors.Join(d.checkTable(ctx), d.checkXDP(ctx))
 }
 
 // checkTable is checkDrift for the table. Called with d.mu held.
 func (d *Daemon) checkTable(ctx context.Context) error {
+	if d.prog == nil {
+		// iptables backends: the ban sets are checked where their sink
+		// can (the ipset backend's refresh their own timeouts).
+		_, err := d.ctl.Verify(ctx, verifySample)
+		return err
+	}
 	ts, err := nft.Status(ctx, d.plan.Table, d.cfg.NetNS)
 	if err != nil {
 		return err
@@ -692,8 +630,7 @@ func (d *Daemon) checkTable(ctx context.Context) error {
 	d.drift++
 	d.metrics.drift.Inc()
 	d.log.Warn("the kernel's ipfence table differs from what was loaded; loading it again", "exists", ts.Exists)
-	if err := d.loadTable(ctx, &compiled{pol: d.pol, res: d.res, plan: d.plan, prog: d.prog}); err != nil {
-		d.lastErr = err.Error()
+	if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{KeepXDP: true}); err != nil {
 		return fmt.Errorf("loading the table again: %w", err)
 	}
 	return nil
@@ -703,11 +640,13 @@ func (d *Daemon) checkTable(ctx context.Context) error {
 // the plan and attaches the pinned program again where it does not (an
 // interface made again, a link pin removed); it builds the program again
 // when none is pinned or the last swap failed. Called with d.mu held.
-func (d *Daemon) checkXDP() error {
+func (d *Daemon) checkXDP(ctx context.Context) error {
 	if len(d.plan.XDPRules()) == 0 {
 		return nil
 	}
-	fixed, err := xdp.Reattach(d.xdpOptions(d.plan))
+	opt := d.cfg.XDP
+	opt.NetNS, opt.Interfaces = d.cfg.NetNS, d.plan.Interfaces
+	fixed, err := xdp.Reattach(opt)
 	if d.xdpCurrent(d.plan) && err == nil {
 		if len(fixed) > 0 {
 			d.drift++
@@ -722,8 +661,7 @@ func (d *Daemon) checkXDP() error {
 	}
 	// The program in force is not the plan's (no program, or a swap that
 	// failed): build it.
-	if err := d.applyXDP(d.plan, xdpNames(d.xdpPlan), func() error { return nil }); err != nil {
-		d.lastErr = err.Error()
+	if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{}); err != nil {
 		return fmt.Errorf("loading the XDP program again: %w", err)
 	}
 	d.drift++
@@ -732,12 +670,9 @@ func (d *Daemon) checkXDP() error {
 	return nil
 }
 
-// BanStorePath is where the bans of a namespace are kept.
-func BanStorePath(stateDir, netns string) string {
-	if netns == "" {
-		netns = "_current"
-	}
-	return filepath.Join(stateDir, "bans", filepath.Base(netns)+".db")
+// current is the policy as loaded. Called with d.mu held.
+func (d *Daemon) current() *compiled {
+	return &compiled{pol: d.pol, res: d.res, plan: d.plan, prog: d.prog, ac: d.ac}
 }
 
 // listenUnix listens on a root-only Unix socket at path, replacing a

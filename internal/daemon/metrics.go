@@ -103,7 +103,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	d.mu.Lock()
 	table, netns := d.plan.Table, d.cfg.NetNS
-	xdpRules, xdpOpt := xdpNames(d.plan), d.xdpOptions(d.plan)
+	xdpRules, xdpOpt := xdpNames(d.plan), d.cfg.XDP
+	xdpOpt.NetNS = d.cfg.NetNS
 	hit := map[string]string{nft.BanChain: "ban"}
 	for _, r := range d.plan.Rules {
 		ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(r.V4.Prefixes), r.Name, "ipv4")

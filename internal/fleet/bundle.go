@@ -93,7 +93,7 @@ func (b *Bundle) Input() (*plan.Input, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: protected prefixes: %v", ErrBundle, err)
 	}
-	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect}
+	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect, RejectMark: b.RejectMark}
 	for _, r := range b.Rules {
 		set, err := parseLines(r.Prefixes)
 		if err != nil {

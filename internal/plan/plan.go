@@ -131,6 +131,9 @@ type Input struct {
 	Backend Backend
 	// Interfaces are where XDP rules are attached.
 	Interfaces []string
+	// RejectMark is the packet mark bit of the iptables backends' reject
+	// rules (0: their default).
+	RejectMark uint32
 }
 
 // Builtin returns the prefixes that are protected in every plan: loopback,

@@ -572,7 +572,7 @@ func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, erro
 		}
 		res.Sources[sd.Spec.Name] = src
 	}
-	in := &plan.Input{Table: p.Table, Priority: p.Priority, Backend: p.Backend, Interfaces: p.Interfaces}
+	in := &plan.Input{Table: p.Table, Priority: p.Priority, Backend: p.Backend, Interfaces: p.Interfaces, RejectMark: p.RejectMark}
 	var pb prefix.Builder
 	for _, e := range p.Protect {
 		pb.AddRange(e.Range)

@@ -1,6 +1,17 @@
-// Package statedir keeps what ipfence applied, so that the next apply can say
-// what changed without reading big sets back from the kernel (listing
-// 400k elements takes tens of seconds).
+// Package statedir owns the state folder's layout and keeps what ipfence
+// applied, so that the next apply can say what changed, and bans and
+// status know what is loaded, without reading big sets back from the
+// kernel (listing 400k elements takes tens of seconds).
+//
+// The layout of a state folder, NS being the network namespace's name
+// (_current for the namespace ipfence runs in):
+//
+//	lock                  the folder's lock (Lock)
+//	applied/NS.json       what was loaded in NS (Applied)
+//	bans/NS.db            the bans of NS (a ban.Store)
+//	fleet/NS/             a fleet agent's revisions for NS
+//	sources/NAME.json     a source's last good load (package source)
+//	cache/NAME/           a source's downloads (package source)
 //
 // Files are written atomically (temporary file, fsync, rename). A missing
 // or unreadable file means "nothing known": callers treat everything as
@@ -19,6 +30,7 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
+	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -40,6 +52,28 @@ type Applied struct {
 	// Backend is where the rules that do not run in XDP ran ("" in
 	// state written before there was a choice: nftables).
 	Backend plan.Backend `json:"backend,omitempty"`
+	// Heads are the nftables base chain's rule heads as loaded (rules
+	// that run in XDP or iptables have heads of no family): ban updates
+	// rewrite that chain from them. Records written before they were
+	// kept have none (see RuleHeads).
+	Heads []nft.RuleHead `json:"heads,omitempty"`
+	// Flavour is the iptables flavour the iptables backends were loaded
+	// with ("legacy" or "nft"; "" for nftables).
+	Flavour string `json:"iptables_flavour,omitempty"`
+}
+
+// RuleHeads are the base chain's heads as loaded: Heads, or for a record
+// written before they were kept, its nftables rules' heads.
+func (a *Applied) RuleHeads() []nft.RuleHead {
+	if a.Heads != nil || len(a.Rules) == 0 {
+		return a.Heads
+	}
+	hs := make([]nft.RuleHead, len(a.Rules))
+	for i, r := range a.Rules {
+		on := r.backend() == plan.NFTables && !a.IPTables()
+		hs[i] = nft.RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, V4: on && r.PrefixesV4 > 0, V6: on && r.PrefixesV6 > 0}
+	}
+	return hs
 }
 
 // HasXDP reports whether some rule ran in XDP.
@@ -75,9 +109,13 @@ func (r RuleApplied) backend() plan.Backend {
 	return r.Backend
 }
 
-// Summarize records a plan's rules.
+// Summarize records a plan's rules, and the base chain's heads the
+// nftables backend loads for it.
 func Summarize(p *plan.Plan) *Applied {
 	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend}
+	if !p.Backend.IPTables() {
+		a.Heads = nft.Heads(p)
+	}
 	for _, r := range p.Rules {
 		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, Backend: r.Backend, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
 		if r.V4.Kind == plan.KindEmpty {
@@ -184,11 +222,36 @@ func toSet(ps []string) *netipx.IPSet {
 	return s
 }
 
-func (d Dir) appliedPath(netns string) string {
+// Key is the name a namespace's files have in the state folder: its
+// name, or _current for the namespace ipfence runs in ("").
+func Key(netns string) string {
 	if netns == "" {
-		netns = "_current"
+		return "_current"
 	}
-	return filepath.Join(d.Path, "applied", filepath.Base(netns)+".json")
+	return filepath.Base(netns)
+}
+
+func (d Dir) appliedPath(netns string) string {
+	return filepath.Join(d.Path, "applied", Key(netns)+".json")
+}
+
+// BansPath is where netns's bans are kept (a ban.Store); its folder is
+// made, root-only, by OpenBans' callers through MkdirBans.
+func (d Dir) BansPath(netns string) string {
+	return filepath.Join(d.Path, "bans", Key(netns)+".db")
+}
+
+// MkdirBans makes the bans folder (mode 0700).
+func (d Dir) MkdirBans() error {
+	if err := os.MkdirAll(filepath.Join(d.Path, "bans"), 0o700); err != nil {
+		return fmt.Errorf("creating the ban folder: %w", err)
+	}
+	return nil
+}
+
+// FleetDir is where a fleet agent for netns keeps its revisions.
+func (d Dir) FleetDir(netns string) string {
+	return filepath.Join(d.Path, "fleet", Key(netns))
 }
 
 // LoadApplied reads what was applied in netns ("" = current namespace).

@@ -315,8 +315,8 @@ type BanEntry struct {
 	TTL    time.Duration
 }
 
-// Ban adds bans to the ban sets of prefix's program, replacing the time
-// left of those already there, and lifts the bans of lift, in one ipset
+// Ban lifts the bans of lift, then adds bans to the ban sets of prefix's
+// program, replacing the time left of those already there, in one ipset
 // restore. The kernel lets each ban go when its time is up. Protected and
 // own addresses are the caller's to refuse.
 func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []netip.Prefix) error {
@@ -327,6 +327,10 @@ func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []n
 		}
 		return banSet(prefix, IPv6)
 	}
+	// Lifts first: a ban replaced in one call is lifted and added again.
+	for _, p := range lift {
+		fmt.Fprintf(&b, "del %s %s\n", set(p), p)
+	}
 	for _, e := range add {
 		secs := 0 // until lifted
 		if e.TTL > 0 {
@@ -334,9 +338,6 @@ func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []n
 			secs = max(secs, 1)
 		}
 		fmt.Fprintf(&b, "add %s %s timeout %d\n", set(e.Prefix), e.Prefix, secs)
-	}
-	for _, p := range lift {
-		fmt.Fprintf(&b, "del %s %s\n", set(p), p)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -114,10 +114,12 @@ func WithBans(prog *Program, heads []RuleHead, priority int32, b Bans) *Program 
 
 // RuleHead is what the base chain needs to know of a policy rule.
 type RuleHead struct {
-	Name   string
-	Action plan.Action
-	Ports  []plan.Port
-	V4, V6 bool // the rule has prefixes of the family
+	Name   string      `json:"name"`
+	Action plan.Action `json:"action"`
+	Ports  []plan.Port `json:"ports,omitempty"`
+	// V4 and V6: the base chain jumps to the rule's chains of the family.
+	V4 bool `json:"ipv4,omitempty"`
+	V6 bool `json:"ipv6,omitempty"`
 }
 
 // Heads returns the rule heads of a plan. Rules that run in XDP have

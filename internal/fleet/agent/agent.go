@@ -1,7 +1,8 @@
 // Package agent is `ipfence agent`: a daemon (package daemon) whose
 // policy is its group's signed revision in the fleet's JetStream
-// (package broker), not a local file; on hosts that run iptables, an engine
-// that loads each revision with ipset and iptables-restore (ipt.go).
+// (package broker), not a local file, loaded on this host's backend
+// (nftables with the policy's XDP rules, ipset or iptables-split) through
+// the apply layer (package apply).
 //
 // The agent watches the group's pointer, verifies it against the
 // configured public key, fetches the bundle it names (after a random
@@ -30,6 +31,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/daemon"
 	"github.com/ipfence/ipfence/internal/daemon/api"
@@ -73,7 +75,7 @@ type Agent struct {
 	cfg    Config
 	log    *slog.Logger
 	broker *broker.Hub
-	d      engine
+	d      *daemon.Daemon
 	dir    string // where the last good revision is kept
 	start  time.Time
 
@@ -99,7 +101,6 @@ type revision struct {
 	Digest  string    `json:"digest"`
 	Applied time.Time `json:"applied"`
 	in      *plan.Input
-	mark    uint32 // the iptables backends' reject mark
 }
 
 // New returns an agent for cfg (nothing is started).
@@ -147,14 +148,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.NATS.Name == "" {
 		cfg.NATS.Name = "ipfence agent " + cfg.Name
 	}
-	ns := cfg.Daemon.NetNS
-	if ns == "" {
-		ns = "_current"
-	}
-	a := &Agent{cfg: cfg, log: cfg.Daemon.Logger, dir: filepath.Join(cfg.Daemon.StateDir, "fleet", filepath.Base(ns)),
+	a := &Agent{cfg: cfg, log: cfg.Daemon.Logger, dir: statedir.Dir{Path: cfg.Daemon.StateDir}.FleetDir(cfg.Daemon.NetNS),
 		bans: make(chan *fleet.Ban, 4096), banSeen: map[netip.Prefix]time.Time{}}
 	a.cfg.Daemon.Policy = fmt.Sprintf("fleet group %s", cfg.Group)
 	a.cfg.Daemon.Input = a.input
+	a.cfg.Daemon.IPTables = cfg.IPTables
 	return a, nil
 }
 
@@ -163,14 +161,7 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) input(context.Context) (*plan.Input, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return forHost(a.applying().in, a.cfg.Backend), nil
-}
-
-// mark is the reject mark of the revision input gives.
-func (a *Agent) mark() uint32 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.applying().mark
+	return apply.ForHost(a.applying().in, a.cfg.Backend), nil
 }
 
 // applying is the revision being applied, else the one in force (a.mu
@@ -209,11 +200,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if a.cfg.Backend.IPTables() {
-		a.d = newIPTEngine(a.cfg.Daemon, a.cfg.Backend, a.cfg.IPTables, a.mark)
-	} else {
-		a.d = daemon.New(a.cfg.Daemon)
-	}
+	a.d = daemon.New(a.cfg.Daemon)
 	errc := make(chan error, 1)
 	wg.Go(func() { errc <- a.d.Run(ctx) })
 	select {
@@ -301,7 +288,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	}
 	t := p.For(a.cfg.Name)
 	if cur != nil && t.Digest == cur.Digest {
-		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: cur.in, mark: cur.mark}, p.Seq, nil
+		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: cur.in}, p.Seq, nil
 	}
 	if a.cfg.Jitter > 0 {
 		select {
@@ -325,7 +312,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	if err := a.save(raw, &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest}, "candidate"); err != nil {
 		return nil, p.Seq, err
 	}
-	return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: in, mark: b.RejectMark}, p.Seq, nil
+	return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: in}, p.Seq, nil
 }
 
 // followPointer applies every new pointer of the group: on the watch's
@@ -591,7 +578,6 @@ func (a *Agent) loadSaved() (*revision, error) {
 	if rev.in, err = b.Input(); err != nil {
 		return nil, err
 	}
-	rev.mark = b.RejectMark
 	return &rev, nil
 }
 

@@ -1,0 +1,440 @@
+// Package apply is the one way a policy reaches the kernel, whoever
+// loads it (`ipfence apply`, the daemon, a fleet agent): compile (pure:
+// plan and lowering, no kernel touched) → host checks → every backend's
+// part loaded in the order that never leaves a rule unenforced, one
+// transaction per backend, what was in force put back when a later part
+// fails → a record of exactly what was loaded (statedir.Applied, base
+// chain heads included), from which bans, status and flush work without
+// deriving anything again.
+//
+// The backends are a small sealed set behind Backend: nftables, XDP,
+// ipset and iptables-split.
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/ipfence/ipfence/internal/backend/ipt"
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
+	"github.com/ipfence/ipfence/internal/bansets"
+	"github.com/ipfence/ipfence/internal/hostaddr"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/statedir"
+)
+
+// CompileOptions say how Compile resolves what the policy leaves open.
+type CompileOptions struct {
+	// Backend overrides the policy's backend ("" keeps it).
+	Backend plan.Backend
+	// Host says what backend auto is on this host, and why (the doctor's
+	// probe); nil takes nftables.
+	Host func() (plan.Backend, string, error)
+	// IPTables is the iptables flavour the iptables backends are lowered
+	// for and loaded with: "legacy", "nft", or "" for the one `iptables`
+	// is (legacy's sizes where there is no iptables: apply then says what
+	// is missing).
+	IPTables string
+	// Logger gets the plan's warnings (slog.Default when nil).
+	Logger *slog.Logger
+}
+
+// Compiled is a policy compiled for one backend, not loaded: pure data.
+type Compiled struct {
+	Plan *plan.Plan
+	// NFT is the nftables table (backends nftables and xdp), its ban
+	// sets empty; IPT the iptables program (ipset, iptables-split).
+	NFT *nft.Program
+	IPT *ipt.Program
+	// Flavour is the iptables flavour IPT was lowered for ("" for nft).
+	Flavour string
+	// BackendWhy says how backend auto chose ("" when it did not).
+	BackendWhy string
+}
+
+// Compile compiles in (its Backend resolved: o.Backend, and auto through
+// o.Host) into the program of its backend. No kernel is touched, except
+// by o.Host's probes.
+func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
+	if o.Backend != "" {
+		cp := *in
+		cp.Backend = o.Backend
+		in = &cp
+	}
+	c := &Compiled{}
+	if in.Backend == plan.Auto {
+		b, why := plan.NFTables, "nftables: the default"
+		if o.Host != nil {
+			var err error
+			if b, why, err = o.Host(); err != nil {
+				return nil, fmt.Errorf("backend auto: %w", err)
+			}
+		}
+		cp := *in
+		cp.Backend = b
+		in, c.BackendWhy = &cp, why
+	}
+	p, err := plan.Compile(in, plan.Options{})
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, w := range p.Warnings {
+		log.Warn(w)
+	}
+	c.Plan = p
+	if !p.Backend.IPTables() {
+		c.NFT = nft.FromPlan(p, nft.Bans{})
+		return c, nil
+	}
+	fl, err := ipt.ResolveFlavour(o.IPTables)
+	if errors.Is(err, ipt.ErrFlavour) {
+		return nil, err
+	}
+	c.Flavour = fl
+	// The ipset backend always has its ban sets: bans work wherever it
+	// runs (iptables-split has no sets, and says so to a ban).
+	if c.IPT, err = ipt.FromPlan(p, ipt.LowerOptions{RejectMark: in.RejectMark, Flavour: fl, Bans: p.Backend == plan.IPSet}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ForHost returns in as a host whose backend is b runs it (a fleet
+// agent's revision on its host). With an iptables backend the whole
+// policy runs there (rules that ask for XDP too, which has no place
+// beside iptables); with nftables a policy written for an iptables
+// backend runs in nftables, and XDP rules stay.
+func ForHost(in *plan.Input, b plan.Backend) *plan.Input {
+	out := *in
+	switch {
+	case b.IPTables():
+		out.Backend = b
+		out.Rules = slices.Clone(in.Rules)
+		for i := range out.Rules {
+			out.Rules[i].Backend = ""
+		}
+	case in.Backend.IPTables() || in.Backend == plan.Auto:
+		out.Backend = plan.NFTables
+	}
+	return &out
+}
+
+// Counts are a compiled program's sets, elements and chains.
+func (c *Compiled) Counts() (sets, elems, chains int) {
+	if c.IPT != nil {
+		for _, s := range c.IPT.Sets {
+			elems += len(s.Elems)
+		}
+		for _, t := range c.IPT.Tables {
+			chains += len(t.Raw)
+		}
+		return len(c.IPT.Sets), elems, chains
+	}
+	for _, s := range c.NFT.Sets {
+		elems += len(s.Elems)
+	}
+	return len(c.NFT.Sets), elems, len(c.NFT.Chains)
+}
+
+// Target is one namespace's kernel side and its state folder.
+type Target struct {
+	NetNS string // "" = the current namespace
+	State statedir.Dir
+	// XDP says where XDP programs are pinned and how they attach; its
+	// namespace is NetNS and its interfaces the plan's.
+	XDP    xdp.Options
+	Logger *slog.Logger
+}
+
+func (t *Target) log() *slog.Logger {
+	if t.Logger == nil {
+		return slog.Default()
+	}
+	return t.Logger
+}
+
+// backend returns the Backend of kind k in t (flavour: the iptables
+// flavour, for ipset and iptables-split).
+func (t *Target) backend(k plan.Backend, flavour string) Backend {
+	switch k {
+	case plan.XDP:
+		o := t.XDP
+		o.NetNS = t.NetNS
+		return &xdpBackend{opt: o}
+	case plan.IPSet, plan.IPTablesSplit:
+		return &iptBackend{kind: k, netns: t.NetNS, flavour: flavour}
+	}
+	return &nftBackend{netns: t.NetNS, log: t.log()}
+}
+
+// main is c's backend for the rules that do not run in XDP.
+func (t *Target) main(c *Compiled) Backend {
+	if c.Plan.Backend.IPTables() {
+		return t.backend(c.Plan.Backend, c.Flavour)
+	}
+	return t.backend(plan.NFTables, "")
+}
+
+// Report says what an apply did.
+type Report struct {
+	Backend plan.Backend `json:"backend"`
+	// Changes are the differences against the last apply's record.
+	Changes    []statedir.Change `json:"changes"`
+	LoadMillis int64             `json:"load_ms"`
+	XDP        *xdp.Report       `json:"xdp,omitempty"`
+	IPTables   *ipt.Result       `json:"iptables,omitempty"`
+	// Added and Deleted count the elements an update sent.
+	Added   int `json:"-"`
+	Deleted int `json:"-"`
+	// Loaded: the rules that do not run in XDP are in force (also when
+	// Apply then failed on XDP) and c is recorded as applied.
+	Loaded bool `json:"-"`
+	// Applied is the record written.
+	Applied *statedir.Applied `json:"-"`
+}
+
+// Options change what Apply does.
+type Options struct {
+	// Update, when set, is sent in place of a full load of the nftables
+	// table: the difference between what was loaded and c (the daemon's
+	// refresh; see nft.DiffKeeping). The ban sets are not touched.
+	Update *nft.Update
+	// KeepXDP leaves the XDP program as it is: it is c's already.
+	KeepXDP bool
+}
+
+// Previous is what the last apply in t recorded (nil: none, or none
+// readable: everything counts as new).
+func (t *Target) Previous() *statedir.Applied {
+	prev, _ := t.State.LoadApplied(t.NetNS)
+	return prev
+}
+
+// Apply loads c into t's namespace with the bans of bans (whose sink
+// becomes c's backend's), after checking that no rule blocks one of the
+// namespace's own addresses. The parts are loaded in the order that
+// never leaves a rule unenforced: when rules move into XDP, or XDP only
+// changes, the XDP program switches first and the table (or iptables)
+// second; when rules leave XDP, the table takes them first. Everything
+// that can fail before a switch (compiling, loading programs and maps)
+// is done first; if the second part fails, the first is put back where
+// the backend can (XDP's previous program). A backend the last apply
+// used and c does not is emptied only once c's are in force. Then c is
+// recorded as applied. The caller holds the state folder's lock.
+func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controller, o Options) (*Report, error) {
+	if err := hostaddr.CheckPlan(c.Plan, t.NetNS); err != nil {
+		return nil, err
+	}
+	prev := t.Previous()
+	cur := statedir.Summarize(c.Plan)
+	cur.Flavour = c.Flavour
+	rep := &Report{Backend: c.Plan.Backend, Changes: statedir.Compare(prev, cur), Applied: cur}
+
+	main := t.main(c)
+	ms, err := main.Prepare(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if ns, ok := ms.(*nftStage); ok {
+		ns.update = o.Update
+	}
+	stages := []Stage{ms}
+	xdpFirst := false
+	var xs Stage
+	hasXDP := len(c.Plan.XDPRules()) > 0
+	if !o.KeepXDP && main.Kind() == plan.NFTables {
+		// Without XDP rules the stage detaches a program left by an
+		// earlier apply (the record may be lost: it looks anyway).
+		if xs, err = t.backend(plan.XDP, "").Prepare(ctx, c); err != nil {
+			return nil, err
+		}
+		defer xs.Close()
+		xdpFirst = hasXDP && stillXDP(prev, c.Plan)
+		if xdpFirst {
+			stages = []Stage{xs, ms}
+		} else {
+			stages = append(stages, xs)
+		}
+	}
+	for _, s := range stages {
+		if err := s.Commit(ctx, bans); err != nil {
+			if !rep.Loaded {
+				return nil, err // nothing changed: XDP's Close puts its previous program back
+			}
+			t.report(rep, ms, nil)
+			t.save(cur)
+			if hasXDP {
+				return rep, fmt.Errorf("the other rules are applied, but XDP kept its previous program: %w", err)
+			}
+			return rep, err
+		}
+		rep.Loaded = rep.Loaded || s == ms
+	}
+	for _, s := range stages {
+		if err := s.Keep(); err != nil {
+			return rep, err
+		}
+	}
+	t.report(rep, ms, xs)
+	// The backend of the last apply, if another, goes now that c's rules
+	// are in force (if that fails its rules stay, and only duplicate c's).
+	if err := t.handOver(ctx, prev, c, main); err != nil {
+		return rep, err
+	}
+	t.save(cur)
+	return rep, nil
+}
+
+// save records a as applied in t (a failure is logged: the next apply
+// then counts everything as new).
+func (t *Target) save(a *statedir.Applied) {
+	if err := t.State.SaveApplied(t.NetNS, a); err != nil {
+		t.log().Warn("recording what was applied", "err", err)
+	}
+}
+
+// report fills rep from the stages that ran.
+func (t *Target) report(rep *Report, ms, xs Stage) {
+	switch s := ms.(type) {
+	case *nftStage:
+		rep.LoadMillis = (s.result.Build + s.result.Flush).Milliseconds()
+		rep.Added, rep.Deleted = s.added, s.gone
+	case *iptStage:
+		r := s.result
+		rep.IPTables, rep.LoadMillis = &r, r.Load.Milliseconds()
+	}
+	switch s := xs.(type) {
+	case *xdpStage:
+		rep.XDP = s.rep
+	case *xdpDetach:
+		if s.detached {
+			rep.XDP = &xdp.Report{Detached: true}
+		}
+	}
+}
+
+// handOver empties the backend the last apply (prev) ran its rules in,
+// when c runs them in another.
+func (t *Target) handOver(ctx context.Context, prev *statedir.Applied, c *Compiled, main Backend) error {
+	table := c.Plan.Table
+	var old Backend
+	switch {
+	case main.Kind() != plan.NFTables:
+		// Whatever an nftables apply left (a record may be lost: the
+		// table is looked for anyway).
+		old = t.backend(plan.NFTables, "")
+		if prev != nil && prev.HasXDP() {
+			if _, err := t.backend(plan.XDP, "").Flush(ctx, table); err != nil {
+				return fmt.Errorf("the %s rules are in force, but detaching the XDP program of the last apply failed: %w", main.Kind(), err)
+			}
+		}
+	case prev != nil && prev.IPTables():
+		old = t.backend(prev.Backend, prev.Flavour)
+	default:
+		return nil
+	}
+	if _, err := old.Flush(ctx, table); err != nil {
+		return fmt.Errorf("the %s rules are in force, but removing the %s rules of the last apply failed: %w", main.Kind(), old.Kind(), err)
+	}
+	return nil
+}
+
+// stillXDP reports whether no rule that ran in XDP at the last apply
+// (prev) runs in nftables in p (rules gone from p need enforcing
+// nowhere): then XDP switches first. When rules leave XDP and others
+// enter it in one apply, the ones entering are unenforced between the
+// two switches (milliseconds: both parts are built beforehand).
+func stillXDP(prev *statedir.Applied, p *plan.Plan) bool {
+	if prev == nil {
+		return true
+	}
+	for _, r := range p.Rules {
+		if r.Backend == plan.XDP {
+			continue
+		}
+		for _, pr := range prev.Rules {
+			if pr.Name == r.Name && pr.Backend == plan.XDP {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FlushReport says what Flush removed.
+type FlushReport struct {
+	Table    bool `json:"removed"`
+	XDP      bool `json:"xdp_detached"`
+	IPTables bool `json:"iptables_removed"`
+}
+
+// Flush removes everything ipfence made in t's namespace under table
+// (every backend's part, whatever the record says) and forgets the
+// record. The caller holds the state folder's lock.
+func (t *Target) Flush(ctx context.Context, table string) (FlushReport, error) {
+	var r FlushReport
+	var err error
+	if r.Table, err = t.backend(plan.NFTables, "").Flush(ctx, table); err != nil {
+		return r, fmt.Errorf("flushing: %w", err)
+	}
+	if r.XDP, err = t.backend(plan.XDP, "").Flush(ctx, table); err != nil {
+		return r, fmt.Errorf("flushing XDP: %w", err)
+	}
+	if r.IPTables, err = t.backend(plan.IPSet, "").Flush(ctx, table); err != nil {
+		return r, fmt.Errorf("flushing the iptables chains and ipsets: %w", err)
+	}
+	if err := t.State.ForgetApplied(t.NetNS); err != nil {
+		t.log().Warn("forgetting what was applied", "err", err)
+	}
+	return r, nil
+}
+
+// Status is what the kernel holds of ipfence in one namespace.
+type Status struct {
+	// Kernel is the nftables table (Exists false when there is none).
+	Kernel   nft.TableStatus   `json:"kernel"`
+	XDP      *XDPStatus        `json:"xdp,omitempty"`
+	IPTables *ipt.Status       `json:"iptables,omitempty"`
+	Applied  *statedir.Applied `json:"applied,omitempty"`
+}
+
+// XDPStatus is the XDP part of the status: the pinned program, its
+// interfaces, and per rule what it dropped.
+type XDPStatus struct {
+	xdp.Status
+	Rules []XDPRuleStatus `json:"rules"`
+}
+
+// XDPRuleStatus is one class of the XDP program's counters.
+type XDPRuleStatus struct {
+	Name    string         `json:"name"` // "" for class 0: passed
+	Total   xdp.Counters   `json:"total"`
+	PerCPU  []xdp.Counters `json:"per_cpu"`
+	Dropped bool           `json:"dropped"`
+}
+
+// Status reads every backend's part that the record says is loaded
+// (nftables' table always, as it may hold bans).
+func (t *Target) Status(ctx context.Context, table string) (*Status, error) {
+	s := &Status{Applied: t.Previous()}
+	if err := t.backend(plan.NFTables, "").Status(ctx, table, s); err != nil {
+		return nil, err
+	}
+	if err := t.backend(plan.XDP, "").Status(ctx, table, s); err != nil {
+		return nil, err
+	}
+	if s.Applied != nil && s.Applied.IPTables() {
+		if err := t.backend(s.Applied.Backend, s.Applied.Flavour).Status(ctx, table, s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,321 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/backend/ipt"
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
+	"github.com/ipfence/ipfence/internal/bansets"
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// Backend is one of ipfence's kernel backends in one namespace: it loads
+// its part of a compiled policy, holds (or refuses) the ban sets, reports
+// its status and removes what ipfence made there. The set is sealed
+// (nftables, XDP, ipset, iptables-split); a behaviour every backend must
+// have is added here, once per backend.
+type Backend interface {
+	// Kind names the backend.
+	Kind() plan.Backend
+	// Prepare does everything of loading c's part that can fail before
+	// anything in force changes (compiling, loading programs and maps);
+	// the Stage puts it in force. A backend with nothing to load for c
+	// returns a Stage that removes what an earlier load left.
+	Prepare(ctx context.Context, c *Compiled) (Stage, error)
+	// Sink is the backend's ban sets (bansets.NoSink when it has none).
+	Sink(c *Compiled) bansets.Sink
+	// Flush removes what ipfence made in this backend (table, program,
+	// chains and sets); false when there was nothing.
+	Flush(ctx context.Context, table string) (bool, error)
+	// Status reads the backend's part of the kernel into s.
+	Status(ctx context.Context, table string, s *Status) error
+
+	isBackend()
+}
+
+// Stage is a prepared load.
+type Stage interface {
+	// Commit puts the load in force, in one step (one transaction, one
+	// link update), with the Controller's bans where the backend holds
+	// ban sets; if it fails, what was in force stays.
+	Commit(ctx context.Context, bans *bansets.Controller) error
+	// Keep makes a committed load the one that stays (XDP: pins it).
+	Keep() error
+	// Close releases the stage; before Keep it puts back what Commit
+	// replaced, where the backend can (XDP's previous program).
+	Close()
+}
+
+var (
+	_ Backend = (*nftBackend)(nil)
+	_ Backend = (*xdpBackend)(nil)
+	_ Backend = (*iptBackend)(nil)
+)
+
+// nftBackend is ipfence's nftables table: the rules that do not run in
+// XDP, and the ban sets.
+type nftBackend struct {
+	netns string
+	log   *slog.Logger
+}
+
+func (*nftBackend) isBackend()         {}
+func (*nftBackend) Kind() plan.Backend { return plan.NFTables }
+
+func (b *nftBackend) Sink(c *Compiled) bansets.Sink {
+	return &bansets.NFTSink{NetNS: b.netns, Table: c.Plan.Table, Heads: nft.Heads(c.Plan), Priority: c.Plan.Priority}
+}
+
+func (b *nftBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
+	return &nftStage{b: b, c: c}, nil
+}
+
+func (b *nftBackend) Flush(ctx context.Context, table string) (bool, error) {
+	return nft.Flush(ctx, table, b.netns)
+}
+
+func (b *nftBackend) Status(ctx context.Context, table string, s *Status) error {
+	ts, err := nft.Status(ctx, table, b.netns)
+	if err != nil {
+		return fmt.Errorf("reading the nftables table: %w", err)
+	}
+	s.Kernel = ts
+	return nil
+}
+
+// nftStage loads the whole table with the bans in force, or sends the
+// difference Update (the daemon's refresh).
+type nftStage struct {
+	b      *nftBackend
+	c      *Compiled
+	update *nft.Update
+	result nft.ApplyResult
+	added  int
+	gone   int
+}
+
+func (s *nftStage) Commit(ctx context.Context, bans *bansets.Controller) error {
+	if s.update != nil {
+		if s.update.Empty() {
+			return nil
+		}
+		r, err := nft.ApplyUpdate(ctx, s.update, nft.ApplyOptions{NetNS: s.b.netns})
+		if err != nil {
+			return fmt.Errorf("updating the ruleset: %w", err)
+		}
+		s.added, s.gone, s.result.Flush = r.Added, r.Deleted, r.Flush
+		return nil
+	}
+	p := s.c.Plan
+	heads := nft.Heads(p)
+	err := bans.Load(s.b.Sink(s.c), func(snap bansets.Snapshot, now time.Time) (err error) {
+		s.result, err = applyRetrying(ctx, nft.WithBans(s.c.NFT, heads, p.Priority, snap.Nft(now)), s.b.netns, s.b.log)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("applying to the kernel (nothing was changed): %w", err)
+	}
+	return nil
+}
+
+func (*nftStage) Keep() error { return nil }
+func (*nftStage) Close()      {}
+
+// applyRetrying applies p; when another program changed the ruleset
+// between reading its generation and committing (the kernel refused the
+// whole batch), it tries again, up to 3 times.
+func applyRetrying(ctx context.Context, p *nft.Program, netns string, log *slog.Logger) (nft.ApplyResult, error) {
+	for try := 1; ; try++ {
+		r, err := nft.Apply(ctx, p, nft.ApplyOptions{NetNS: netns})
+		var cc *nft.ConcurrentChangeError
+		if !errors.As(err, &cc) || try == 3 {
+			return r, err
+		}
+		log.Warn("the ruleset changed while applying; trying again", "try", try)
+	}
+}
+
+// xdpBackend is ipfence's XDP program on the policy's interfaces: the
+// leading rules that can run there. It holds no ban sets (bans are in
+// the nftables table, right behind it).
+type xdpBackend struct {
+	opt xdp.Options // NetNS, PinDir, Generic; Interfaces come from the plan
+}
+
+func (*xdpBackend) isBackend()                  {}
+func (*xdpBackend) Kind() plan.Backend          { return plan.XDP }
+func (*xdpBackend) Sink(*Compiled) bansets.Sink { return bansets.NoSink{} }
+func (b *xdpBackend) options(p *plan.Plan) xdp.Options {
+	o := b.opt
+	o.Interfaces = p.Interfaces
+	return o
+}
+
+// Prepare builds the program and its tables and loads them beside the
+// one in force; without XDP rules the stage detaches ipfence's program.
+func (b *xdpBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
+	rules := xdp.FromPlan(c.Plan)
+	if len(rules) == 0 {
+		return &xdpDetach{b: b}, nil
+	}
+	opt := b.options(c.Plan)
+	if err := xdp.Check(opt); err != nil {
+		return nil, err
+	}
+	rep := &xdp.Report{Rules: len(rules)}
+	t0 := time.Now()
+	l, err := xdp.BuildLayout(rules)
+	if err != nil {
+		return nil, fmt.Errorf("compiling the XDP rules: %w", err)
+	}
+	rep.BuildMillis, rep.MemoryBytes = time.Since(t0).Milliseconds(), l.Memory()
+	swap, err := xdp.Prepare(l, opt)
+	if err != nil {
+		return nil, err
+	}
+	rep.LoadMillis = swap.Load.Milliseconds()
+	return &xdpStage{swap: swap, rep: rep}, nil
+}
+
+func (b *xdpBackend) Flush(_ context.Context, _ string) (bool, error) {
+	return xdp.Flush(b.opt)
+}
+
+// Status reads the pinned program's interfaces and per-rule counters;
+// classes come from s.Applied's XDP rules.
+func (b *xdpBackend) Status(_ context.Context, _ string, s *Status) error {
+	var names []string
+	if s.Applied != nil {
+		for _, r := range s.Applied.Rules {
+			if r.Backend == plan.XDP {
+				names = append(names, r.Name)
+			}
+		}
+	}
+	st, err := xdp.ReadStatus(b.opt, len(names))
+	if errors.Is(err, xdp.ErrNotLoaded) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the XDP status: %w", err)
+	}
+	out := &XDPStatus{Status: st}
+	for c, per := range st.Counters {
+		rs := XDPRuleStatus{Total: xdp.Sum(per), PerCPU: per, Dropped: c > 0}
+		if c > 0 && c <= len(names) {
+			rs.Name = names[c-1]
+		}
+		out.Rules = append(out.Rules, rs)
+	}
+	s.XDP = out
+	return nil
+}
+
+// xdpStage switches the interfaces to a prepared program.
+type xdpStage struct {
+	swap *xdp.Swap
+	rep  *xdp.Report
+}
+
+func (s *xdpStage) Commit(context.Context, *bansets.Controller) error {
+	t := time.Now()
+	err := s.swap.Attach()
+	s.rep.AttachMillis = time.Since(t).Milliseconds()
+	return err
+}
+
+func (s *xdpStage) Keep() error {
+	s.rep.Interfaces = s.swap.Interfaces()
+	if err := s.swap.Commit(); err != nil {
+		return fmt.Errorf("the XDP program runs, but pinning it failed (`ipfence status` may not show it): %w", err)
+	}
+	return nil
+}
+
+func (s *xdpStage) Close() { s.swap.Close() }
+
+// xdpDetach removes ipfence's XDP program once the rules it ran are in
+// force elsewhere.
+type xdpDetach struct {
+	b        *xdpBackend
+	detached bool
+}
+
+func (s *xdpDetach) Commit(context.Context, *bansets.Controller) (err error) {
+	if s.detached, err = xdp.Flush(s.b.opt); err != nil {
+		return fmt.Errorf("the other rules are applied, but removing the previous XDP program failed: %w", err)
+	}
+	return nil
+}
+
+func (*xdpDetach) Keep() error { return nil }
+func (*xdpDetach) Close()      {}
+
+// iptBackend is the ipset or iptables-split backend: ipfence's chains in
+// the raw table (and filter, for rejects) of iptables and ip6tables, and
+// for ipset its sets, with the ban sets.
+type iptBackend struct {
+	kind    plan.Backend
+	netns   string
+	flavour string
+}
+
+func (*iptBackend) isBackend()           {}
+func (b *iptBackend) Kind() plan.Backend { return b.kind }
+
+func (b *iptBackend) options() ipt.Options { return ipt.Options{NetNS: b.netns, Flavour: b.flavour} }
+
+func (b *iptBackend) Sink(c *Compiled) bansets.Sink {
+	if b.kind != plan.IPSet {
+		return bansets.NoSink{}
+	}
+	return &bansets.IPSetSink{NetNS: b.netns, Prefix: c.Plan.Table}
+}
+
+func (b *iptBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
+	return &iptStage{b: b, c: c}, nil
+}
+
+func (b *iptBackend) Flush(ctx context.Context, table string) (bool, error) {
+	return ipt.Flush(ctx, table, ipt.Options{NetNS: b.netns})
+}
+
+func (b *iptBackend) Status(ctx context.Context, table string, s *Status) error {
+	is, err := ipt.ReadStatus(ctx, table, ipt.Options{NetNS: b.netns})
+	if err != nil {
+		return fmt.Errorf("reading the iptables status: %w", err)
+	}
+	s.IPTables = is
+	return nil
+}
+
+// iptStage loads the program (sets swapped in, each family's chains in
+// one iptables-restore commit; see ipt.Apply) and fills the ban sets.
+type iptStage struct {
+	b      *iptBackend
+	c      *Compiled
+	result ipt.Result
+}
+
+func (s *iptStage) Commit(ctx context.Context, bans *bansets.Controller) error {
+	sink := s.b.Sink(s.c)
+	return bans.Load(sink, func(snap bansets.Snapshot, now time.Time) (err error) {
+		if s.result, err = ipt.Apply(ctx, s.c.IPT, s.b.options()); err != nil {
+			return fmt.Errorf("applying to the kernel: %w", err)
+		}
+		if is, ok := sink.(*bansets.IPSetSink); ok {
+			if err := is.Fill(ctx, snap, now); err != nil {
+				return fmt.Errorf("the rules are in force, but filling the ban sets failed: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+func (*iptStage) Keep() error { return nil }
+func (*iptStage) Close()      {}

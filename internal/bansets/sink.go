@@ -1,0 +1,270 @@
+package bansets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/backend/ipt"
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/ban"
+)
+
+// Sink is a backend's ban sets in the kernel. The Controller calls it
+// with its lock held, one call at a time.
+type Sink interface {
+	// Send makes one change in one transaction, or none of it.
+	Send(ctx context.Context, ch Change) error
+	// Close releases what the sink holds open (a netlink connection).
+	Close()
+}
+
+// Verifier is a Sink that can check the kernel's sets against what was
+// sent and repair them (see Controller.Verify).
+type Verifier interface {
+	// Verify makes sure the single-address bans of probe (per family) are
+	// in the kernel and that the prefix sets hold exactly nets; it
+	// returns how many elements it added or removed.
+	Verify(ctx context.Context, now time.Time, probe, nets [2][]ban.Element) (int, error)
+}
+
+// Change is what one transaction does to the ban sets, per set in
+// Snapshot's order: the elements to add (with their time left at Now)
+// and to delete; Present says which sets hold anything afterwards, Was
+// which held anything before.
+type Change struct {
+	Now          time.Time
+	Add, Del     Snapshot
+	Present, Was [4]bool
+}
+
+// ErrNoBanSets is returned for bans on a backend that has no ban sets
+// (iptables-split: chains only).
+var ErrNoBanSets = errors.New("this backend has no ban sets: bans need nftables (backend nftables or xdp) or ipset (backend ipset); iptables-split has chains only")
+
+// NoSink is the sink of a backend without ban sets: every change is
+// refused with ErrNoBanSets, and bans never reach the store.
+type NoSink struct{}
+
+// Send refuses.
+func (NoSink) Send(context.Context, Change) error { return ErrNoBanSets }
+
+// Close does nothing.
+func (NoSink) Close() {}
+
+// NFTSink is ipfence's nftables table's ban sets (nft.BanSets) and the
+// base chain's lookups of them.
+type NFTSink struct {
+	NetNS string // "" = current
+	Table string
+	// Heads and Priority describe the loaded policy's base chain (see
+	// nft.BaseChain), which is rewritten when a ban set becomes empty or
+	// non-empty.
+	Heads    []nft.RuleHead
+	Priority int32
+	up       *nft.Updater // the open netlink connection, nil until used
+}
+
+var (
+	_ Sink     = (*NFTSink)(nil)
+	_ Verifier = (*NFTSink)(nil)
+	_ Sink     = (*IPSetSink)(nil)
+	_ Sink     = NoSink{}
+)
+
+// Send sends ch as one nftables transaction.
+func (s *NFTSink) Send(ctx context.Context, ch Change) error {
+	u := &nft.Update{Table: s.Table}
+	for i, set := range nft.BanSets() {
+		u.Sets = append(u.Sets, nft.SetChange{Set: set, Add: elems(ch.Add[i], ch.Now), Del: elems(ch.Del[i], time.Time{})})
+	}
+	if ch.Present != ch.Was {
+		u.Chains = []*nft.Chain{nft.BaseChain(s.Heads, s.Priority, presence(ch.Present))}
+	}
+	return s.apply(ctx, u)
+}
+
+// apply sends u on the sink's connection, opening it when needed and
+// dropping it after an error (the next call opens a fresh one).
+func (s *NFTSink) apply(ctx context.Context, u *nft.Update) error {
+	if s.up == nil {
+		up, err := nft.NewUpdater(s.NetNS)
+		if err != nil {
+			return err
+		}
+		s.up = up
+	}
+	if _, err := s.up.Apply(ctx, u); err != nil {
+		s.up.Close()
+		s.up = nil
+		return err
+	}
+	return nil
+}
+
+// Close closes the netlink connection.
+func (s *NFTSink) Close() {
+	if s.up != nil {
+		s.up.Close()
+		s.up = nil
+	}
+}
+
+// Verify asks the kernel for the probed addresses key by key (dumping a
+// big set costs the kernel time quadratic in its size) and reads the
+// prefix sets back whole (they are few), then adds what is missing and
+// deletes what is not ours, in one transaction.
+func (s *NFTSink) Verify(ctx context.Context, now time.Time, probe, nets [2][]ban.Element) (int, error) {
+	sets := nft.BanSets()
+	u := &nft.Update{Table: s.Table}
+	repaired := 0
+	for f := range 2 {
+		keys := make([]netip.Addr, len(probe[f]))
+		for i, e := range probe[f] {
+			keys[i] = e.Prefix.Addr()
+		}
+		present, err := nft.Present(ctx, s.Table, s.NetNS, sets[f].Name, keys)
+		if err != nil {
+			return 0, err
+		}
+		var add []ban.Element
+		for i, ok := range present {
+			if !ok {
+				add = append(add, probe[f][i])
+			}
+		}
+		repaired += len(add)
+		u.Sets = append(u.Sets, nft.SetChange{Set: sets[f], Add: elems(add, now)})
+	}
+	for f := range 2 {
+		rs, err := nft.ReadSet(ctx, s.Table, s.NetNS, sets[2+f].Name)
+		if err != nil {
+			return 0, err
+		}
+		have := make(map[netip.Prefix]bool, len(rs))
+		var del []ban.Element
+		want := make(map[netip.Prefix]bool, len(nets[f]))
+		for _, e := range nets[f] {
+			want[e.Prefix] = true
+		}
+		for _, r := range rs {
+			p, ok := r.Prefix()
+			switch {
+			case !ok: // not one of ours: every piece is a prefix
+				for _, q := range r.Prefixes() {
+					del = append(del, ban.Element{Prefix: q})
+				}
+			case !want[p]:
+				del = append(del, ban.Element{Prefix: p})
+			default:
+				have[p] = true
+			}
+		}
+		var add []ban.Element
+		for _, e := range nets[f] {
+			if !have[e.Prefix] && (e.Expires.IsZero() || e.Expires.Sub(now) > time.Second) {
+				add = append(add, e)
+			}
+		}
+		repaired += len(add) + len(del)
+		u.Sets = append(u.Sets, nft.SetChange{Set: sets[2+f], Add: elems(add, now), Del: elems(del, time.Time{})})
+	}
+	if repaired == 0 {
+		return 0, nil
+	}
+	if err := s.apply(ctx, u); err != nil {
+		return 0, fmt.Errorf("repairing the ban sets: %w", err)
+	}
+	return repaired, nil
+}
+
+// Nft is s as set elements with their time left at now, for a full load
+// of the table (nft.FromPlan, nft.WithBans); elements with less than a
+// millisecond left (the kernel's unit) are left out.
+func (s Snapshot) Nft(now time.Time) nft.Bans {
+	var out [4][]nft.Elem
+	for i, es := range s {
+		out[i] = elems(es, now)
+	}
+	return nft.Bans{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
+}
+
+// presence is a Bans value whose sets are non-empty where p says so: what
+// BaseChain needs to know.
+func presence(p [4]bool) nft.Bans {
+	one := []nft.Elem{{}}
+	var b nft.Bans
+	if p[0] {
+		b.Addrs4 = one
+	}
+	if p[1] {
+		b.Addrs6 = one
+	}
+	if p[2] {
+		b.Nets4 = one
+	}
+	if p[3] {
+		b.Nets6 = one
+	}
+	return b
+}
+
+// elems turns ban elements into set elements with their time left at now
+// (a zero now: no timeouts, for deletes, which match on the key alone).
+// Elements with less than a millisecond left are dropped.
+func elems(es []ban.Element, now time.Time) []nft.Elem {
+	out := make([]nft.Elem, 0, len(es))
+	for _, e := range es {
+		if e.Expires.IsZero() || now.IsZero() {
+			out = append(out, nft.Elem{Key: e.Prefix})
+			continue
+		}
+		if left := e.Expires.Sub(now); left >= time.Millisecond {
+			out = append(out, nft.Elem{Key: e.Prefix, Timeout: left})
+		}
+	}
+	return out
+}
+
+// IPSetSink is the ipset backend's ban sets (ipt.Program.BanSet): one
+// hash:net set per family holding address bans and prefix pieces alike,
+// each element with its own timeout. The iptables rule that looks them
+// up is always there, so presence needs no rule change.
+type IPSetSink struct {
+	NetNS string // "" = current
+	// Prefix is the program's name prefix (the policy's table).
+	Prefix string
+}
+
+// Send sends ch as one `ipset restore`.
+func (s *IPSetSink) Send(ctx context.Context, ch Change) error {
+	var add []ipt.BanEntry
+	var del []netip.Prefix
+	for i := range ch.Add {
+		for _, e := range ch.Add[i] {
+			be := ipt.BanEntry{Prefix: e.Prefix}
+			if !e.Expires.IsZero() {
+				if be.TTL = e.Expires.Sub(ch.Now); be.TTL < time.Millisecond {
+					continue
+				}
+			}
+			add = append(add, be)
+		}
+		for _, e := range ch.Del[i] {
+			del = append(del, e.Prefix)
+		}
+	}
+	return ipt.Ban(ctx, s.Prefix, ipt.Options{NetNS: s.NetNS}, add, del)
+}
+
+// Close does nothing: every change is a process of its own.
+func (s *IPSetSink) Close() {}
+
+// Fill puts a whole snapshot into the ban sets (after a load created
+// them, or a reboot emptied them): present elements get their time left
+// again, missing ones are added.
+func (s *IPSetSink) Fill(ctx context.Context, snap Snapshot, now time.Time) error {
+	return s.Send(ctx, Change{Now: now, Add: snap})
+}
