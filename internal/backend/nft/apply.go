@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	"github.com/mdlayher/netlink/nltest"
 	"golang.org/x/sys/unix"
 )
 
@@ -193,11 +194,19 @@ func nsPath(netns string) string {
 	return filepath.Join("/run/netns", netns)
 }
 
+// testDial, when set by a test, stands in for the kernel on every
+// connection dial opens (nftables.WithTestDial): it sees each netlink
+// request and returns the replies.
+var testDial nltest.Func
+
 // dial opens a lasting nftables connection in the namespace netns. The
 // returned fd (-1 for the current namespace) stays valid until closeConn.
 func dial(netns string) (c *nftables.Conn, closeConn func(), nsfd int, err error) {
 	nsfd = -1
 	opts := []nftables.ConnOption{nftables.AsLasting()}
+	if testDial != nil {
+		opts = append(opts, nftables.WithTestDial(testDial))
+	}
 	if path := nsPath(netns); path != "" {
 		nsfd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
