@@ -112,7 +112,8 @@ func (lv *Level) find(hi, lo uint64) Entry {
 // Lookup returns the class of a, an IPv6 address, reading the tables the
 // way the BPF program does: the model its verdicts are tested against.
 func (t *V6) Lookup(a netip.Addr) Class {
-	hi, lo := halves(a)
+	u := prefix.U128From(a)
+	hi, lo := u.Hi, u.Lo
 	e := t.L1[hi>>48]
 	for e.Kind() == NextLevel {
 		def := e.defaultClass()
@@ -132,15 +133,6 @@ type p6 struct {
 	addr  prefix.U128
 	bits  int
 	class Class
-}
-
-func halves(a netip.Addr) (hi, lo uint64) {
-	b := a.As16()
-	for i := range 8 {
-		hi = hi<<8 | uint64(b[i])
-		lo = lo<<8 | uint64(b[8+i])
-	}
-	return hi, lo
 }
 
 // v6Builder collects the entries of each level while the tree is built.
