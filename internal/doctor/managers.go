@@ -3,6 +3,7 @@ package doctor
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -87,12 +88,11 @@ func ReadRuleset(ns string) (*Ruleset, error) {
 		if _, err := exec.LookPath(save); err != nil {
 			continue
 		}
-		var out []byte
-		if ns != "" {
-			out, err = netns.Exec(ns, save)
-		} else {
-			out, err = exec.Command(save).Output()
+		cmd, err := netns.Command(context.Background(), ns, save)
+		if err != nil {
+			return nil, err
 		}
+		out, err := cmd.Output()
 		if err != nil {
 			continue // no legacy tables here (module not loaded)
 		}

@@ -8,8 +8,8 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
+	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -73,14 +73,12 @@ func ownAddrs(ns string) ([]ownAddr, error) {
 	return out, nil
 }
 
+// netlinkHandle returns a netlink handle whose sockets are in ns.
 func netlinkHandle(ns string) (*netlink.Handle, error) {
-	if ns == "" {
-		return netlink.NewHandle()
-	}
-	nsh, err := netns.GetFromName(ns)
-	if err != nil {
-		return nil, fmt.Errorf("opening network namespace %s (see `ip netns list`): %w", ns, err)
-	}
-	defer nsh.Close()
-	return netlink.NewHandleAt(nsh)
+	var h *netlink.Handle
+	err := netns.Do(ns, func() (err error) {
+		h, err = netlink.NewHandle()
+		return err
+	})
+	return h, err
 }

@@ -2,6 +2,11 @@
 // builds the two-namespace test lab ("fw" and "gen" joined by a veth pair)
 // that every kernel test, the demo and the benchmarks use.
 //
+// It is ipfence's one way into a namespace: Do runs Go code in one, Open
+// opens its file (for netlink connections made from outside it), and
+// Command and Exec run a program in it. Everywhere a namespace is a name,
+// "" meaning the current one.
+//
 // Named namespaces live where iproute2 keeps them, /run/netns/NAME, so
 // `ip netns exec NAME ...` and an `--netns NAME` flag can target them. This
 // package never changes the namespace the process was started in: all
@@ -13,6 +18,7 @@
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -53,53 +59,64 @@ func checkName(name string) error {
 	return nil
 }
 
-// Open returns the namespace file of the named network namespace, for
-// setns(2) or nftables.WithNetNSFd(int(f.Fd())). The caller closes it; the
-// namespace stays alive at least as long as the file is open.
+// Open returns the file of network namespace ns, for setns(2) or
+// nftables.WithNetNSFd(int(f.Fd())): a name as `ip netns add` makes
+// (RunDir/NAME), or an absolute path to a namespace file such as
+// /proc/PID/ns/net. The caller closes it; the namespace stays alive at
+// least as long as the file is open.
 //
-// It fails with an error wrapping ErrNotFound when /run/netns/NAME does not
-// exist or is not a mounted namespace.
-func Open(name string) (*os.File, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
+// It fails with an error wrapping ErrNotFound (and fs.ErrNotExist when
+// there is no such file) when ns names no mounted namespace.
+func Open(ns string) (*os.File, error) {
+	path := ns
+	if !filepath.IsAbs(ns) {
+		if err := checkName(ns); err != nil {
+			return nil, err
+		}
+		path = Path(ns)
 	}
-	f, err := os.OpenFile(Path(name), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: network namespace %s not found; list them with `ip netns list`", ErrNotFound, name)
+		return nil, fmt.Errorf("%w: network namespace %s not found; list them with `ip netns list`: %w", ErrNotFound, ns, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening network namespace %s: %w", name, err)
+		return nil, fmt.Errorf("opening network namespace %s: %w", ns, err)
 	}
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("opening network namespace %s: %w", name, err)
+		return nil, fmt.Errorf("opening network namespace %s: %w", ns, err)
 	}
 	if st.Type != nsfsMagic {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s is not a mounted network namespace (stale file?); list them with `ip netns list`", ErrNotFound, Path(name))
+		return nil, fmt.Errorf("%w: %s is not a mounted network namespace (stale file?); list them with `ip netns list`", ErrNotFound, path)
 	}
 	return f, nil
 }
 
-// Do runs fn on a locked OS thread switched into the named network
-// namespace and returns fn's error. Sockets and netlink handles fn creates
-// belong to that namespace and stay usable from any goroutine afterwards;
-// goroutines fn starts do NOT run in the namespace.
+// Do runs fn in network namespace ns (see Open; "" is the current one) and
+// returns fn's error.
 //
-// fn runs on a goroutine of its own: a panic in fn is re-raised in the
-// caller, but fn must not call runtime.Goexit (t.FailNow, t.Fatal): that is
-// reported as an error. If the thread cannot be switched back to its
-// original namespace, the error says so and the thread is left locked, so
-// the runtime terminates it instead of reusing it.
-func Do(name string, fn func() error) error {
-	f, err := Open(name)
+// For "" it simply calls fn. Otherwise fn runs on a locked OS thread
+// switched into ns: sockets and netlink handles fn creates belong to that
+// namespace and stay usable from any goroutine afterwards; goroutines fn
+// starts do NOT run in the namespace. fn runs on a goroutine of its own: a
+// panic in fn is re-raised in the caller, but fn must not call
+// runtime.Goexit (t.FailNow, t.Fatal): that is reported as an error. If the
+// thread cannot be switched back to its original namespace, the error says
+// so and the thread is left locked, so the runtime terminates it instead of
+// reusing it.
+func Do(ns string, fn func() error) error {
+	if ns == "" {
+		return fn()
+	}
+	f, err := Open(ns)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	if err := doFile(f, fn); err != nil {
-		return fmt.Errorf("in network namespace %s: %w", name, err)
+		return fmt.Errorf("in network namespace %s: %w", ns, err)
 	}
 	return nil
 }
@@ -172,19 +189,37 @@ func onThread(enter, fn func() error) error {
 	return res.err
 }
 
-// Exec runs argv inside the named namespace with `ip netns exec` and returns
-// its combined output. A non-zero exit is an error that includes the output.
-func Exec(name string, argv ...string) ([]byte, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
+// Command returns the command that runs argv in network namespace ns: as
+// is for "" (the current namespace), under `ip netns exec NS` otherwise.
+// It fails if argv is empty or ns is not a namespace name.
+func Command(ctx context.Context, ns string, argv ...string) (*exec.Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("exec in network namespace: no command")
 	}
-	args := append([]string{"netns", "exec", name}, argv...)
-	out, err := exec.Command("ip", args...).CombinedOutput()
+	if ns != "" {
+		if err := checkName(ns); err != nil {
+			return nil, err
+		}
+		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	return exec.CommandContext(ctx, argv[0], argv[1:]...), nil
+}
+
+// Exec runs argv in network namespace ns ("" is the current one; see
+// Command) and returns its combined output. A non-zero exit is an error
+// that includes the output.
+func Exec(ns string, argv ...string) ([]byte, error) {
+	cmd, err := Command(context.Background(), ns, argv...)
 	if err != nil {
-		return out, fmt.Errorf("running %q in network namespace %s: %w: %s", strings.Join(argv, " "), name, err, strings.TrimSpace(string(out)))
+		return nil, err
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		where := "the current network namespace"
+		if ns != "" {
+			where = "network namespace " + ns
+		}
+		return out, fmt.Errorf("running %q in %s: %w: %s", strings.Join(argv, " "), where, err, strings.TrimSpace(string(out)))
 	}
 	return out, nil
 }

@@ -1,8 +1,10 @@
 package netns_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -60,6 +62,42 @@ func TestOpenNotFound(t *testing.T) {
 	if err := netns.Do("ipf-does-not-exist-42", func() error { return nil }); !errors.Is(err, netns.ErrNotFound) {
 		t.Errorf("Do in a missing namespace: got %v, want ErrNotFound", err)
 	}
+	if _, err := netns.Open("/proc/self/ns/does-not-exist"); !errors.Is(err, netns.ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open of a missing path: got %v, want ErrNotFound and fs.ErrNotExist", err)
+	}
+	if _, err := netns.Open("/proc/self/status"); !errors.Is(err, netns.ErrNotFound) {
+		t.Errorf("Open of a file that is no namespace: got %v, want ErrNotFound", err)
+	}
+}
+
+// TestCurrent checks that "" is the current namespace throughout, and that
+// a path opens as a name does.
+func TestCurrent(t *testing.T) {
+	ran := false
+	if err := netns.Do("", func() error { ran = true; return nil }); err != nil || !ran {
+		t.Errorf(`Do(""): ran %v, error %v`, ran, err)
+	}
+	want := errors.New("fn's error")
+	if err := netns.Do("", func() error { return want }); err != want {
+		t.Errorf(`Do("") returned %v, want fn's error`, err)
+	}
+	if out, err := netns.Exec("", "echo", "hi"); err != nil || string(out) != "hi\n" {
+		t.Errorf(`Exec("", echo hi) = %q, %v`, out, err)
+	}
+	cmd, err := netns.Command(context.Background(), "ipf-x", "nft", "list", "ruleset")
+	if err != nil || !slices.Equal(cmd.Args, []string{"ip", "netns", "exec", "ipf-x", "nft", "list", "ruleset"}) {
+		t.Errorf("Command in ipf-x: %v, %v", cmd, err)
+	}
+	for _, bad := range [][]string{{"a/b", "true"}, {"ipf-x"}} {
+		if _, err := netns.Command(context.Background(), bad[0], bad[1:]...); err == nil {
+			t.Errorf("Command(%q) succeeded, want an error", bad)
+		}
+	}
+	f, err := netns.Open("/proc/self/ns/net")
+	if err != nil {
+		t.Fatalf("Open of /proc/self/ns/net: %v", err)
+	}
+	f.Close()
 }
 
 func TestLabUpAndDown(t *testing.T) {

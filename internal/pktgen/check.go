@@ -81,6 +81,31 @@ func Check(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, error) {
 	return checkSources(lab, srcs, dport)
 }
 
+// checkFrames returns a UDP frame from gen to fw for each source, from
+// CheckSrcPort to dport and to the address dst gives for the source
+// (unmapped), carrying the check payload: magic, nonce and the source's
+// index. The frames share one buffer.
+func checkFrames(lab *netns.Lab, srcs []netip.Addr, dport uint16, nonce uint32, dst func(src netip.Addr) netip.Addr) ([][]byte, error) {
+	frames := make([][]byte, len(srcs))
+	buf := make([]byte, 0, len(srcs)*FrameLen(netip.IPv6Unspecified(), UDPLen, checkPayload))
+	h := Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, SrcPort: CheckSrcPort, DstPort: dport}
+	var payload [checkPayload]byte
+	binary.BigEndian.PutUint32(payload[0:], checkMagic)
+	binary.BigEndian.PutUint32(payload[4:], nonce)
+	for i, a := range srcs {
+		h.Src = a.Unmap()
+		h.Dst = dst(h.Src)
+		binary.BigEndian.PutUint32(payload[8:], uint32(i))
+		start := len(buf)
+		var err error
+		if buf, err = AppendUDP(buf, &h, uint16(i), payload[:]); err != nil {
+			return nil, fmt.Errorf("building a frame from %s: %w", h.Src, err)
+		}
+		frames[i] = buf[start:len(buf):len(buf)]
+	}
+	return frames, nil
+}
+
 // checkSources is Check without the test for testable sources.
 func checkSources(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, error) {
 	passed := make([]bool, len(srcs))
@@ -95,24 +120,14 @@ func checkSources(lab *netns.Lab, srcs []netip.Addr, dport uint16) ([]bool, erro
 	}
 	need4, need6 := n4 > 0, n4 < uint64(len(srcs))
 	nonce := rand.Uint32()
-	frames := make([][]byte, len(srcs))
-	buf := make([]byte, 0, len(srcs)*FrameLen(netip.IPv6Unspecified(), UDPLen, checkPayload))
-	h := Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, SrcPort: CheckSrcPort, DstPort: dport}
-	var payload [checkPayload]byte
-	binary.BigEndian.PutUint32(payload[0:], checkMagic)
-	binary.BigEndian.PutUint32(payload[4:], nonce)
-	for i, a := range srcs {
-		h.Src, h.Dst = a.Unmap(), lab.FWAddr6.Addr()
-		if h.Src.Is4() {
-			h.Dst = lab.FWAddr4.Addr()
+	frames, err := checkFrames(lab, srcs, dport, nonce, func(src netip.Addr) netip.Addr {
+		if src.Is4() {
+			return lab.FWAddr4.Addr()
 		}
-		binary.BigEndian.PutUint32(payload[8:], uint32(i))
-		start := len(buf)
-		var err error
-		if buf, err = AppendUDP(buf, &h, uint16(i), payload[:]); err != nil {
-			return nil, fmt.Errorf("checking source %s: %w", a, err)
-		}
-		frames[i] = buf[start:len(buf):len(buf)]
+		return lab.FWAddr6.Addr()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checking sources: %w", err)
 	}
 
 	rx, err := listen(lab, dport, need4, need6)

@@ -1,7 +1,6 @@
 package pktgen
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -103,29 +102,19 @@ func MeasureWith(lab *netns.Lab, srcs []netip.Addr, n int, o MeasureOptions) (Re
 	if n <= 0 || len(srcs) == 0 {
 		return Result{}, errors.New("measuring: need n > 0 and at least one source")
 	}
-	frames := make([][]byte, min(len(srcs), n))
-	buf := make([]byte, 0, len(frames)*FrameLen(netip.IPv6Unspecified(), UDPLen, checkPayload))
-	h := Header{SrcMAC: lab.GenMAC, DstMAC: lab.FWMAC, SrcPort: CheckSrcPort, DstPort: MeasureDstPort}
-	var payload [checkPayload]byte
-	binary.BigEndian.PutUint32(payload[0:], checkMagic)
-	for i := range frames {
-		a := srcs[i].Unmap()
-		h.Src, h.Dst = a, lab.Sink6
+	frames, err := checkFrames(lab, srcs[:min(len(srcs), n)], MeasureDstPort, 0, func(src netip.Addr) netip.Addr {
 		switch {
-		case a.Is4() && o.Local:
-			h.Dst = lab.FWAddr4.Addr()
-		case a.Is4():
-			h.Dst = lab.Sink4
+		case src.Is4() && o.Local:
+			return lab.FWAddr4.Addr()
+		case src.Is4():
+			return lab.Sink4
 		case o.Local:
-			h.Dst = lab.FWAddr6.Addr()
+			return lab.FWAddr6.Addr()
 		}
-		binary.BigEndian.PutUint32(payload[8:], uint32(i))
-		start := len(buf)
-		var err error
-		if buf, err = AppendUDP(buf, &h, uint16(i), payload[:]); err != nil {
-			return Result{}, fmt.Errorf("measuring with source %s: %w", a, err)
-		}
-		frames[i] = buf[start:len(buf):len(buf)]
+		return lab.Sink6
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("measuring: %w", err)
 	}
 	stats, err := openStats(lab)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // randomSet builds a random set of n prefixes of one family, with lengths
@@ -17,20 +19,20 @@ import (
 func randomSet(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
 	var b netipx.IPSetBuilder
 	w := familyBits(is4)
-	var base u128
+	var base prefix.U128
 	for i := 0; i < n; i++ {
-		var a u128
+		var a prefix.U128
 		if i%3 == 0 || i == 0 {
-			a = u128{hi: r.Uint64(), lo: r.Uint64()}
+			a = prefix.U128{Hi: r.Uint64(), Lo: r.Uint64()}
 			if is4 {
-				a = u128{lo: uint64(r.Uint32())}
+				a = prefix.U128{Lo: uint64(r.Uint32())}
 			}
 			base = a
 		} else { // near the previous cluster
-			a = base.addShift(uint64(r.IntN(1<<12)), r.IntN(8))
+			a = base.Add(prefix.U128{Lo: uint64(r.IntN(1 << 12))}.Shl(r.IntN(8)))
 			if is4 {
-				a.lo &= 0xffffffff
-				a.hi = 0
+				a.Lo &= 0xffffffff
+				a.Hi = 0
 			}
 		}
 		var l int
@@ -39,7 +41,7 @@ func randomSet(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
 		} else {
 			l = 8 + r.IntN(121)
 		}
-		p := netip.PrefixFrom(a.addr(w), l).Masked()
+		p := netip.PrefixFrom(a.Addr(w), l).Masked()
 		if r.IntN(4) == 0 {
 			b.RemovePrefix(p)
 		} else {
@@ -71,7 +73,7 @@ func probes(r *rand.Rand, s *netipx.IPSet, is4 bool, random int) []netip.Addr {
 	}
 	w := familyBits(is4)
 	for i := 0; i < random; i++ {
-		add(u128{hi: r.Uint64(), lo: r.Uint64() & (1<<uint(min(w, 64)) - 1 | -(uint64(w) >> 7))}.addr(w))
+		add(prefix.U128{Hi: r.Uint64(), Lo: r.Uint64() & (1<<uint(min(w, 64)) - 1 | -(uint64(w) >> 7))}.Addr(w))
 	}
 	return out
 }
@@ -165,7 +167,7 @@ func TestChooseSingleAddresses(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var b netipx.IPSetBuilder
 	for i := 0; i < 5000; i++ {
-		b.Add(u128{lo: uint64(r.Uint32())}.addr(32))
+		b.Add(prefix.U128{Lo: uint64(r.Uint32())}.Addr(32))
 	}
 	s, _ := b.IPSet()
 	l, err := Build(s, true, Options{})

@@ -2,9 +2,12 @@ package plan
 
 import (
 	"math"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sort"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // The layout chooser. A mixed bucket (a prefix of the address space that
@@ -35,7 +38,7 @@ type dpBucket struct {
 type chooser struct {
 	w      int
 	pieces []piece
-	addr   []u128
+	addr   []prefix.U128
 	in     []bool // pieces[i].in, kept dense: evaluate reads it for every piece
 	plen   []uint8
 	cpl    []uint8
@@ -44,7 +47,7 @@ type chooser struct {
 	wrand  []float64 // prefix sums of random-traffic weight
 	// inU are prefix sums of the in pieces' sizes (addresses, modulo
 	// 2**128): with sums they count a bucket's uniform children in O(1).
-	inU    []u128
+	inU    []prefix.U128
 	maxLen int
 	cands  []int // candidate lengths, increasing, ending at maxLen
 	// forced: when set, a bucket at cands[k] may only use cands[k+1].
@@ -61,18 +64,18 @@ type chooser struct {
 // elements), their elements and their in addresses.
 type childSum struct {
 	cost, elems float64
-	in          u128
+	in          prefix.U128
 }
 
 func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 	w := familyBits(is4)
 	n := len(pieces)
-	c := &chooser{w: w, pieces: pieces, addr: make([]u128, n), in: make([]bool, n), plen: make([]uint8, n), cpl: make([]uint8, n),
-		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1), inU: make([]u128, n+1)}
+	c := &chooser{w: w, pieces: pieces, addr: make([]prefix.U128, n), in: make([]bool, n), plen: make([]uint8, n), cpl: make([]uint8, n),
+		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1), inU: make([]prefix.U128, n+1)}
 	var passAddr, passCnt, randTot float64
 	size := make([]float64, n)
 	rsize := make([]float64, n)
-	global := u128{hi: 0x2000 << 48}
+	global := prefix.U128{Hi: 0x2000 << 48}
 	for i, p := range pieces {
 		c.addr[i] = p.addr
 		c.in[i] = p.in
@@ -109,7 +112,7 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 		c.wsum[i+1] = c.wsum[i] + 0.9*pass + 0.1*r
 		c.inU[i+1] = c.inU[i]
 		if p.in {
-			c.inU[i+1] = c.inU[i].add(unit(w - int(c.plen[i])))
+			c.inU[i+1] = c.inU[i].Add(prefix.Pow2(w - int(c.plen[i])))
 		}
 	}
 	if forced != nil {
@@ -209,7 +212,7 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 			sums[bi+1] = childSum{
 				cost:  sums[bi].cost + c.wsum[b.end] - c.wsum[b.start] + cost,
 				elems: sums[bi].elems + elems,
-				in:    sums[bi].in.add(c.inU[b.end].sub(c.inU[b.start])),
+				in:    sums[bi].in.Add(c.inU[b.end].Sub(c.inU[b.start])),
 			}
 		}
 		c.buckets[l], c.sums[l] = bs, sums
@@ -237,7 +240,7 @@ func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int) (c
 	s1, s2 := c.sums[o][k1], c.sums[o][k2]
 	nMixed := float64(k2 - k1)
 	// The pieces up to /o: their in addresses, counted in /o blocks.
-	full := c.inU[b.end].sub(c.inU[b.start]).sub(s2.in.sub(s1.in)).shr(c.w - o).float()
+	full := c.inU[b.end].Sub(c.inU[b.start]).Sub(s2.in.Sub(s1.in)).Shr(c.w - o).Float64()
 	empty := pow2[o-l] - nMixed - full
 	own := min(full, empty) + nMixed
 	return s2.cost - s1.cost + price*own, s2.elems - s1.elems + own, full > empty, k1 == k2
@@ -290,15 +293,15 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 				n := uint64(1) << (o - l)
 				t.left -= int(n)
 				for k := uint64(0); k < n; k++ {
-					a := c.addr[i].addShift(k, c.w-o)
-					lv.Entries = append(lv.Entries, Entry{Key: netip.PrefixFrom(a.addr(c.w), o), Kind: kind})
+					a := c.addr[i].Add(prefix.U128{Lo: k}.Shl(c.w - o))
+					lv.Entries = append(lv.Entries, Entry{Key: netip.PrefixFrom(a.Addr(c.w), o), Kind: kind})
 				}
 			}
 			i++
 			continue
 		}
 		ch := c.bucketAt(o, i)
-		key := netip.PrefixFrom(p.addr.addr(c.w), o).Masked()
+		key := netip.PrefixFrom(p.addr.Addr(c.w), o).Masked()
 		t.left--
 		t.pass += c.wpass[ch.end] - c.wpass[ch.start]
 		t.random += c.wrand[ch.end] - c.wrand[ch.start]
@@ -374,6 +377,17 @@ func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxE
 		return true
 	}
 	return false
+}
+
+// cpl is the common prefix length of a and b as addresses of width w.
+func cpl(a, b prefix.U128, w int) int {
+	if w == 32 {
+		return bits.LeadingZeros32(uint32(a.Lo ^ b.Lo))
+	}
+	if x := a.Hi ^ b.Hi; x != 0 {
+		return bits.LeadingZeros64(x)
+	}
+	return 64 + bits.LeadingZeros64(a.Lo^b.Lo)
 }
 
 // pow2[k] is 2**k.

@@ -173,9 +173,9 @@ func (b *Builder) fail(format string, args ...any) {
 func add(v4 []uint64, v6 []span, r netipx.IPRange) ([]uint64, []span) {
 	from, to := r.From(), r.To()
 	if from.Is4() {
-		return append(v4, fromAddr(from).lo<<32|fromAddr(to).lo), v6
+		return append(v4, U128From(from).Lo<<32|U128From(to).Lo), v6
 	}
-	return v4, append(v6, span{fromAddr(from), fromAddr(to)})
+	return v4, append(v6, span{U128From(from), U128From(to)})
 }
 
 // merge4 sorts packed IPv4 ranges and merges them into a minimal sorted
@@ -200,7 +200,7 @@ func merge4(v []uint64) []span {
 	}
 	out := make([]span, n+1)
 	for i, x := range v[:n+1] {
-		out[i] = span{u128{0, x >> 32}, u128{0, x & (1<<32 - 1)}}
+		out[i] = span{U128{0, x >> 32}, U128{0, x & (1<<32 - 1)}}
 	}
 	return out
 }
@@ -213,7 +213,7 @@ func sort4(v []uint64) { radixsort.Sort(v, 32) }
 // pack4 appends IPv4 spans to dst in Builder's packed form.
 func pack4(dst []uint64, ss []span) []uint64 {
 	for _, s := range ss {
-		dst = append(dst, s.lo.lo<<32|s.hi.lo)
+		dst = append(dst, s.lo.Lo<<32|s.hi.Lo)
 	}
 	return dst
 }

@@ -161,12 +161,12 @@ func TestBuilderVsNetipx(t *testing.T) {
 // netipx normalizes again when making the set).
 func TestMerge(t *testing.T) {
 	v4 := merge4([]uint64{9<<32 | 12, 1<<32 | 4, 5<<32 | 5, 13<<32 | 13, 6<<32 | 7, 0xffff_fffe<<32 | 0xffff_fffe, 0xffff_ffff<<32 | 0xffff_ffff})
-	want4 := []span{{u128{0, 1}, u128{0, 7}}, {u128{0, 9}, u128{0, 13}}, {u128{0, 0xffff_fffe}, u128{0, 0xffff_ffff}}}
+	want4 := []span{{U128{0, 1}, U128{0, 7}}, {U128{0, 9}, U128{0, 13}}, {U128{0, 0xffff_fffe}, U128{0, 0xffff_ffff}}}
 	if !slices.Equal(v4, want4) {
 		t.Errorf("merge4 = %v, want %v", v4, want4)
 	}
-	v6 := merge([]span{{u128{0, 5}, u128{0, 5}}, {u128{0, 0}, u128{0, 4}}, {u128{1, 0}, max6}, {u128{0, ^uint64(0)}, u128{0, ^uint64(0)}}})
-	want6 := []span{{u128{0, 0}, u128{0, 5}}, {u128{0, ^uint64(0)}, max6}}
+	v6 := merge([]span{{U128{0, 5}, U128{0, 5}}, {U128{0, 0}, U128{0, 4}}, {U128{1, 0}, max6}, {U128{0, ^uint64(0)}, U128{0, ^uint64(0)}}})
+	want6 := []span{{U128{0, 0}, U128{0, 5}}, {U128{0, ^uint64(0)}, max6}}
 	if !slices.Equal(v6, want6) {
 		t.Errorf("merge = %v, want %v", v6, want6)
 	}

@@ -19,26 +19,26 @@ const windowBits = 12
 type window struct {
 	name  string
 	is4   bool
-	first u128
+	first U128
 }
 
 // windows sit at both ends of each family's space (where off-by-one and
 // overflow bugs live) and in the middle.
 var windows = []window{
-	{"0.0.0.0", true, u128{}},
-	{"10.1.0.0", true, u128{0, 10<<24 | 1<<16}},
-	{"255.255.240.0", true, u128{0, 1<<32 - 1<<windowBits}},
-	{"::", false, u128{}},
-	{"2001:db8::", false, u128{0x2001_0db8_0000_0000, 0}},
-	{"ffff:...:f000", false, u128{^uint64(0), 1<<64 - 1<<windowBits}},
+	{"0.0.0.0", true, U128{}},
+	{"10.1.0.0", true, U128{0, 10<<24 | 1<<16}},
+	{"255.255.240.0", true, U128{0, 1<<32 - 1<<windowBits}},
+	{"::", false, U128{}},
+	{"2001:db8::", false, U128{0x2001_0db8_0000_0000, 0}},
+	{"ffff:...:f000", false, U128{^uint64(0), 1<<64 - 1<<windowBits}},
 }
 
 func (w window) addr(off uint64) netip.Addr {
-	a := u128{w.first.hi, w.first.lo + off}
+	a := U128{w.first.Hi, w.first.Lo + off}
 	if w.is4 {
-		return addr4(a)
+		return a.Addr(32)
 	}
-	return addr6(a)
+	return a.Addr(128)
 }
 
 // randomRange returns a random entry inside w, as offsets: a single
@@ -178,7 +178,7 @@ func checkSet(t *testing.T, w window, s *netipx.IPSet, model []bool, rest bool) 
 	}
 	var got [1 << windowBits]bool
 	ps := Prefixes(s)
-	wlo, whi := w.first, u128{w.first.hi, w.first.lo + 1<<windowBits - 1}
+	wlo, whi := w.first, U128{w.first.Hi, w.first.Lo + 1<<windowBits - 1}
 	for i, p := range ps {
 		if p.Addr().Is4() != w.is4 {
 			t.Errorf("prefix %v of the wrong family", p)
@@ -197,18 +197,18 @@ func checkSet(t *testing.T, w window, s *netipx.IPSet, model []bool, rest bool) 
 			}
 		}
 		r := netipx.RangeOfPrefix(p)
-		lo, hi := fromAddr(r.From()), fromAddr(r.To())
-		if (lo.less(wlo) || whi.less(hi)) && !rest {
+		lo, hi := U128From(r.From()), U128From(r.To())
+		if (lo.Less(wlo) || whi.Less(hi)) && !rest {
 			t.Errorf("prefix %v leaves the window %s", p, w.name)
 		}
-		if lo.less(wlo) {
+		if lo.Less(wlo) {
 			lo = wlo
 		}
-		if whi.less(hi) {
+		if whi.Less(hi) {
 			hi = whi
 		}
-		for a := lo; !hi.less(a); a = a.add1() {
-			got[a.sub(wlo).lo] = true
+		for a := lo; !hi.Less(a); a = a.Add64(1) {
+			got[a.Sub(wlo).Lo] = true
 			if a == hi {
 				break
 			}
@@ -285,7 +285,7 @@ func familyLast(is4 bool) netip.Addr {
 	if is4 {
 		return netip.AddrFrom4([4]byte{255, 255, 255, 255})
 	}
-	return addr6(max6)
+	return max6.Addr(128)
 }
 
 // TestEdges checks whole-space and one-off-the-edge sets by hand.
@@ -378,7 +378,7 @@ func TestForEachCIDRCount(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 1000 {
 		n := rng.Uint64N(1<<32 - 1)
-		if got, want := countCIDRs(u128{}, u128{0, n}, 32), bits.OnesCount64(n+1); got != want {
+		if got, want := countCIDRs(U128{}, U128{0, n}, 32), bits.OnesCount64(n+1); got != want {
 			t.Fatalf("countCIDRs(0, %d) = %d, want %d", n, got, want)
 		}
 	}

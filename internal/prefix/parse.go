@@ -64,9 +64,9 @@ type entry struct {
 
 func (e entry) ipRange() netipx.IPRange {
 	if e.is4 {
-		return netipx.IPRangeFrom(addr4(e.lo), addr4(e.hi))
+		return netipx.IPRangeFrom(e.lo.Addr(32), e.hi.Addr(32))
 	}
-	return netipx.IPRangeFrom(addr6(e.lo), addr6(e.hi))
+	return netipx.IPRangeFrom(e.lo.Addr(128), e.hi.Addr(128))
 }
 
 // parseLine is ParseLine for a string or a []byte, giving an entry.
@@ -136,7 +136,7 @@ func parseRange[T text](s T, dash int) (entry, error) {
 		return entry{}, errors.New("range mixes IPv4 and IPv6")
 	}
 	e := entry{span{first.lo, last.hi}, first.is4}
-	if e.hi.less(e.lo) {
+	if e.hi.Less(e.lo) {
 		r := entry{span{e.hi, e.lo}, e.is4}.ipRange()
 		return entry{}, fmt.Errorf("range ends at %v, before its start %v", r.From(), r.To())
 	}
@@ -158,7 +158,7 @@ func parseEndpoint[T text](s T) (entry, error) {
 		addr = s[:slash]
 	}
 	if v, ok := parse4(addr); ok {
-		a := u128{0, uint64(v)}
+		a := U128{0, uint64(v)}
 		if slash < 0 {
 			return entry{span{a, a}, true}, nil
 		}
@@ -184,9 +184,9 @@ func parseEndpoint[T text](s T) (entry, error) {
 
 // prefixSpan returns the addresses of the network of a with n of width
 // bits.
-func prefixSpan(a u128, n, width int) span {
-	host := max6.shr(n + 128 - width) // the low width-n bits
-	return span{u128{a.hi &^ host.hi, a.lo &^ host.lo}, u128{a.hi | host.hi, a.lo | host.lo}}
+func prefixSpan(a U128, n, width int) span {
+	host := max6.Shr(n + 128 - width) // the low width-n bits
+	return span{U128{a.Hi &^ host.Hi, a.Lo &^ host.Lo}, U128{a.Hi | host.Hi, a.Lo | host.Lo}}
 }
 
 // parseFast4 parses the common IPv4 lines in one pass: "A", "A/N" or
@@ -218,7 +218,7 @@ func parseFast4[T text](s T) (e entry, ok bool) {
 	if i < len(s) && s[i] != '#' && s[i] != ';' {
 		return entry{}, false
 	}
-	return entry{span{u128{0, uint64(lo)}, u128{0, uint64(hi)}}, true}, true
+	return entry{span{U128{0, uint64(lo)}, U128{0, uint64(hi)}}, true}, true
 }
 
 // scan4 parses a dotted quad at s[i:] strictly (four decimal octets 0-255,
@@ -289,7 +289,7 @@ func parse4[T text](s T) (uint32, bool) {
 
 // parse6 parses anything that is not a valid dotted quad: an IPv6 address,
 // or else explains what is wrong with the text.
-func parse6[T text](s T) (u128, error) {
+func parse6[T text](s T) (U128, error) {
 	isV6 := false
 	for i := 0; i < len(s); i++ {
 		if s[i] == ':' {
@@ -298,16 +298,16 @@ func parse6[T text](s T) (u128, error) {
 		}
 	}
 	if !isV6 {
-		return u128{}, why4(string(s))
+		return U128{}, why4(string(s))
 	}
 	a, err := netip.ParseAddr(string(s))
 	if err != nil || !a.Is6() {
-		return u128{}, fmt.Errorf("%q is not an IPv6 address", s)
+		return U128{}, fmt.Errorf("%q is not an IPv6 address", s)
 	}
 	if a.Zone() != "" {
-		return u128{}, fmt.Errorf("%q has an IPv6 zone, which a list cannot use", s)
+		return U128{}, fmt.Errorf("%q has an IPv6 zone, which a list cannot use", s)
 	}
-	return fromAddr(a), nil
+	return U128From(a), nil
 }
 
 // why4 explains why s, which has no ':', is not an IPv4 address.

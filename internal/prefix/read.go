@@ -69,7 +69,7 @@ func ReadSet(r io.Reader, file string) (*netipx.IPSet, error) {
 func (b *Builder) Read(r io.Reader, file string) error {
 	return read(r, file, func(e entry, _ int) {
 		if e.is4 {
-			b.in4 = append(b.in4, e.lo.lo<<32|e.hi.lo)
+			b.in4 = append(b.in4, e.lo.Lo<<32|e.hi.Lo)
 		} else {
 			b.in6 = append(b.in6, e.span)
 		}

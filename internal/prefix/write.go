@@ -80,7 +80,7 @@ func appendCIDRs(b []byte, r netipx.IPRange, before, after string) []byte {
 	if is4 {
 		width = 32
 	}
-	forEachCIDR(fromAddr(r.From()), fromAddr(r.To()), width, func(a u128, bits int) {
+	forEachCIDR(U128From(r.From()), U128From(r.To()), width, func(a U128, bits int) {
 		b = append(b, before...)
 		b = appendAddr(b, a, is4)
 		b = append(b, '/')
@@ -103,11 +103,11 @@ func appendRange(b []byte, r netipx.IPRange, before, after string) []byte {
 }
 
 // appendAddr appends the text of a (an IPv4 address when is4).
-func appendAddr(b []byte, a u128, is4 bool) []byte {
+func appendAddr(b []byte, a U128, is4 bool) []byte {
 	if !is4 {
-		return addr6(a).AppendTo(b)
+		return a.Addr(128).AppendTo(b)
 	}
-	v := uint32(a.lo)
+	v := uint32(a.Lo)
 	b = append(b, decimal[v>>24]...)
 	b = append(b, '.')
 	b = append(b, decimal[v>>16&0xff]...)
@@ -131,9 +131,9 @@ var decimal = func() (d [256]string) {
 func Count(s *netipx.IPSet) (v4, v6 int) {
 	for _, r := range rangesOf(s) {
 		if r.From().Is4() {
-			v4 += countCIDRs(fromAddr(r.From()), fromAddr(r.To()), 32)
+			v4 += countCIDRs(U128From(r.From()), U128From(r.To()), 32)
 		} else {
-			v6 += countCIDRs(fromAddr(r.From()), fromAddr(r.To()), 128)
+			v6 += countCIDRs(U128From(r.From()), U128From(r.To()), 128)
 		}
 	}
 	return v4, v6
@@ -147,14 +147,14 @@ func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
 	var n big.Int
 	var b [16]byte
 	for _, r := range rangesOf(s) {
-		lo, hi := fromAddr(r.From()), fromAddr(r.To())
+		lo, hi := U128From(r.From()), U128From(r.To())
 		if r.From().Is4() {
-			v4 += hi.lo - lo.lo + 1
+			v4 += hi.Lo - lo.Lo + 1
 			continue
 		}
-		d := hi.sub(lo) // one less than the size, which may be 2^128
-		binary.BigEndian.PutUint64(b[:8], d.hi)
-		binary.BigEndian.PutUint64(b[8:], d.lo)
+		d := hi.Sub(lo) // one less than the size, which may be 2^128
+		binary.BigEndian.PutUint64(b[:8], d.Hi)
+		binary.BigEndian.PutUint64(b[8:], d.Lo)
 		v6.Add(v6, n.SetBytes(b[:]))
 		v6.Add(v6, one)
 	}
@@ -183,16 +183,12 @@ func Complement(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
 func Prefixes(s *netipx.IPSet) []netip.Prefix {
 	var out []netip.Prefix
 	for _, r := range rangesOf(s) {
-		is4, width := r.From().Is4(), 128
-		if is4 {
+		width := 128
+		if r.From().Is4() {
 			width = 32
 		}
-		forEachCIDR(fromAddr(r.From()), fromAddr(r.To()), width, func(a u128, bits int) {
-			if is4 {
-				out = append(out, netip.PrefixFrom(addr4(a), bits))
-			} else {
-				out = append(out, netip.PrefixFrom(addr6(a), bits))
-			}
+		forEachCIDR(U128From(r.From()), U128From(r.To()), width, func(a U128, bits int) {
+			out = append(out, netip.PrefixFrom(a.Addr(width), bits))
 		})
 	}
 	return out
@@ -203,16 +199,16 @@ func Prefixes(s *netipx.IPSet) []netip.Prefix {
 // family, in saying which: the prefixes tile the family's address space.
 func Partition(s *netipx.IPSet, is4 bool, fn func(p netip.Prefix, in bool)) {
 	s4, s6 := spansOf(s)
-	ss, top, width, addr := s6, max6, 128, addr6
+	ss, top, width := s6, max6, 128
 	if is4 {
-		ss, top, width, addr = s4, max4, 32, addr4
+		ss, top, width = s4, max4, 32
 	}
 	emit := func(sp span, in bool) {
-		forEachCIDR(sp.lo, sp.hi, width, func(a u128, bits int) { fn(netip.PrefixFrom(addr(a), bits), in) })
+		forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(netip.PrefixFrom(a.Addr(width), bits), in) })
 	}
 	gaps := complement(ss, top)
 	for len(ss) > 0 || len(gaps) > 0 {
-		if len(gaps) == 0 || len(ss) > 0 && ss[0].lo.less(gaps[0].lo) {
+		if len(gaps) == 0 || len(ss) > 0 && ss[0].lo.Less(gaps[0].lo) {
 			emit(ss[0], true)
 			ss = ss[1:]
 		} else {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
 )
 
 // Flavours of iptables: the legacy x_tables, or iptables-nft, which puts
@@ -67,10 +69,11 @@ func tool(f Family, fl, what string) string {
 
 // run runs argv in namespace ns with stdin.
 func run(ctx context.Context, ns, stdin string, argv ...string) ([]byte, error) {
-	if ns != "" {
-		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	cmd, err := netns.Command(ctx, ns, argv...)
+	if err != nil {
+		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	argv = cmd.Args
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

@@ -5,15 +5,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path/filepath"
+	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nltest"
 	"golang.org/x/sys/unix"
+
+	"github.com/ipfence/ipfence/internal/netns"
 )
 
 // ApplyOptions tell Apply where to load a Program.
@@ -182,49 +183,38 @@ func Flush(ctx context.Context, table, netns string) (existed bool, err error) {
 	return true, nil
 }
 
-// nsPath returns the file of a network namespace given as in
-// ApplyOptions.NetNS, or "" for the current namespace.
-func nsPath(netns string) string {
-	switch {
-	case netns == "":
-		return ""
-	case strings.ContainsRune(netns, '/'):
-		return netns
-	}
-	return filepath.Join("/run/netns", netns)
-}
-
 // testDial, when set by a test, stands in for the kernel on every
 // connection dial opens (nftables.WithTestDial): it sees each netlink
 // request and returns the replies.
 var testDial nltest.Func
 
-// dial opens a lasting nftables connection in the namespace netns. The
+// dial opens a lasting nftables connection in the namespace ns. The
 // returned fd (-1 for the current namespace) stays valid until closeConn.
-func dial(netns string) (c *nftables.Conn, closeConn func(), nsfd int, err error) {
+func dial(ns string) (c *nftables.Conn, closeConn func(), nsfd int, err error) {
 	nsfd = -1
 	opts := []nftables.ConnOption{nftables.AsLasting()}
 	if testDial != nil {
 		opts = append(opts, nftables.WithTestDial(testDial))
 	}
-	if path := nsPath(netns); path != "" {
-		nsfd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, nil, -1, fmt.Errorf("opening network namespace %s: %w", path, err)
+	var f *os.File
+	if ns != "" {
+		if f, err = netns.Open(ns); err != nil {
+			return nil, nil, -1, err
 		}
+		nsfd = int(f.Fd())
 		opts = append(opts, nftables.WithNetNSFd(nsfd))
 	}
 	c, err = nftables.New(opts...)
 	if err != nil {
-		if nsfd >= 0 {
-			unix.Close(nsfd)
+		if f != nil {
+			f.Close()
 		}
 		return nil, nil, -1, fmt.Errorf("connecting to nftables: %w", err)
 	}
 	return c, func() {
 		_ = c.CloseLasting()
-		if nsfd >= 0 {
-			unix.Close(nsfd)
+		if f != nil {
+			f.Close()
 		}
 	}, nsfd, nil
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/ipfence/ipfence/internal/netns"
 )
 
 // requireKernel skips t unless it runs as root with nft and ip installed;
@@ -616,7 +618,7 @@ func TestMissingInterface(t *testing.T) {
 func TestMissingNamespace(t *testing.T) {
 	requireKernel(t)
 	_, err := Apply(context.Background(), minimalProgram(), ApplyOptions{NetNS: "ipf-nft-does-not-exist"})
-	if err == nil || !strings.Contains(err.Error(), "opening network namespace /run/netns/ipf-nft-does-not-exist") {
+	if !errors.Is(err, netns.ErrNotFound) || !strings.Contains(err.Error(), "ipf-nft-does-not-exist") {
 		t.Fatalf("Apply = %v, want a missing-namespace error", err)
 	}
 }

@@ -46,14 +46,23 @@ func (b *batch) queue(p *Program) error {
 	}
 
 	for _, ch := range p.Chains {
-		for i := range ch.Rules {
-			exprs, err := b.ruleExprs(&ch.Rules[i])
-			if err != nil {
-				return fmt.Errorf("encoding chain %s rule %d: %w", ch.Name, i, err)
-			}
-			b.c.AddRule(ruleMessage(b.table, chains[ch.Name], &ch.Rules[i], exprs))
-			b.res.Rules++
+		if err := b.addRules(chains[ch.Name], ch); err != nil {
+			return err
 		}
+		b.res.Rules += len(ch.Rules)
+	}
+	return nil
+}
+
+// addRules queues the rules of ch, appended to c, with the anonymous sets
+// they use.
+func (b *batch) addRules(c *nftables.Chain, ch *Chain) error {
+	for i := range ch.Rules {
+		exprs, err := b.ruleExprs(&ch.Rules[i])
+		if err != nil {
+			return fmt.Errorf("encoding chain %s rule %d: %w", ch.Name, i, err)
+		}
+		b.c.AddRule(ruleMessage(b.table, c, &ch.Rules[i], exprs))
 	}
 	return nil
 }

@@ -217,14 +217,10 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 	}
 	for _, chs := range [][]*Chain{u.NewChains, u.Chains} {
 		for _, ch := range chs {
-			for i := range ch.Rules {
-				exprs, err := b.ruleExprs(&ch.Rules[i])
-				if err != nil {
-					return fmt.Errorf("encoding chain %s rule %d: %w", ch.Name, i, err)
-				}
-				b.c.AddRule(ruleMessage(b.table, chains[ch.Name], &ch.Rules[i], exprs))
-				res.Rules++
+			if err := b.addRules(chains[ch.Name], ch); err != nil {
+				return err
 			}
+			res.Rules += len(ch.Rules)
 		}
 	}
 	for _, name := range u.DelChains {

@@ -145,7 +145,7 @@ func resolve(opt Options) (dir string, ifs []Interface, err error) {
 	if dir, err = pinDir(opt); err != nil {
 		return "", nil, err
 	}
-	err = inNetNS(opt.NetNS, func() error {
+	err = netns.Do(opt.NetNS, func() error {
 		for _, name := range opt.Interfaces {
 			nl, err := netlink.LinkByName(name)
 			if err != nil {
@@ -182,7 +182,7 @@ func Reattach(opt Options) ([]string, error) {
 	id, _ := info.ID()
 	s := &Swap{opt: opt, dir: dir, objs: &Objects{Program: prog}}
 	var fixed []string
-	err = inNetNS(opt.NetNS, func() error {
+	err = netns.Do(opt.NetNS, func() error {
 		for i := range ifs {
 			_, running, err := attached(ifs[i].Index)
 			if err != nil {
@@ -222,7 +222,7 @@ func loadHint(err error) error {
 // others get a new link, natively where the driver can and generic
 // otherwise. On error every interface is put back as it was.
 func (s *Swap) Attach() error {
-	err := inNetNS(s.opt.NetNS, func() error {
+	err := netns.Do(s.opt.NetNS, func() error {
 		for i := range s.ifs {
 			if err := s.attach(&s.ifs[i]); err != nil {
 				return fmt.Errorf("attaching XDP to %s: %w", s.ifs[i].Name, err)
@@ -461,7 +461,7 @@ func ReadStatus(opt Options, classes int) (Status, error) {
 	if err != nil {
 		return st, err
 	}
-	err = inNetNS(opt.NetNS, func() error {
+	err = netns.Do(opt.NetNS, func() error {
 		for _, e := range entries {
 			name, ok := strings.CutPrefix(e.Name(), "link_")
 			if !ok {
@@ -547,14 +547,6 @@ func ensureBPFFS(dir string) error {
 		return fmt.Errorf("mounting the bpf filesystem at %s (needed to keep XDP programs across restarts): %w", dir, err)
 	}
 	return nil
-}
-
-// inNetNS runs fn in the named namespace ("" is the current one).
-func inNetNS(name string, fn func() error) error {
-	if name == "" {
-		return fn()
-	}
-	return netns.Do(name, fn)
 }
 
 func nsName(name string) string {

@@ -2,10 +2,11 @@ package xdp
 
 import (
 	"fmt"
-	"math/bits"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // V6 is the IPv6 layout: a direct-indexed table for the first 16 bits,
@@ -111,7 +112,8 @@ func (lv *Level) find(hi, lo uint64) Entry {
 // Lookup returns the class of a, an IPv6 address, reading the tables the
 // way the BPF program does: the model its verdicts are tested against.
 func (t *V6) Lookup(a netip.Addr) Class {
-	hi, lo := halves(a)
+	u := prefix.U128From(a)
+	hi, lo := u.Hi, u.Lo
 	e := t.L1[hi>>48]
 	for e.Kind() == NextLevel {
 		def := e.defaultClass()
@@ -126,20 +128,11 @@ func (t *V6) Lookup(a netip.Addr) Class {
 // rounded up to 8 bytes as array maps store them.
 func (t *V6) Memory() int { return 8*len(t.L1) + 16*t.NarrowSlots + 24*t.WideSlots }
 
-// p6 is a prefix of a V6 layout: its address in halves, length and class.
+// p6 is a prefix of a V6 layout: its address, length and class.
 type p6 struct {
-	hi, lo uint64
-	bits   int
-	class  Class
-}
-
-func halves(a netip.Addr) (hi, lo uint64) {
-	b := a.As16()
-	for i := range 8 {
-		hi = hi<<8 | uint64(b[i])
-		lo = lo<<8 | uint64(b[8+i])
-	}
-	return hi, lo
+	addr  prefix.U128
+	bits  int
+	class Class
 }
 
 // v6Builder collects the entries of each level while the tree is built.
@@ -164,60 +157,19 @@ func buildV6(ps []ClassPrefix) (*V6, error) {
 		if !p.Prefix.Addr().Is6() {
 			continue
 		}
-		hi, lo := halves(p.Prefix.Addr())
-		all = append(all, p6{hi, lo, p.Prefix.Bits(), p.Class})
+		all = append(all, p6{prefix.U128From(p.Prefix.Addr()), p.Prefix.Bits(), p.Class})
 	}
 	b := &v6Builder{levels: map[int]int{}, first: map[int]int{}, t: &V6{}}
-	b.fill(l1Level, 16, all, 0, 0, u128{}, u128{lo: 1<<16 - 1})
+	b.fill(l1Level, 16, all, 0, 0, prefix.U128{}, prefix.U128{Lo: 1<<16 - 1})
 	return b.t, b.finish()
 }
 
 // l1Level stands for V6.L1 where fill takes a level.
 const l1Level = -1
 
-// u128 is a key of a level: the first bits of an address, right-aligned.
-type u128 struct{ hi, lo uint64 }
-
-func (a u128) shr(n int) u128 {
-	switch {
-	case n >= 128:
-		return u128{}
-	case n >= 64:
-		return u128{0, a.hi >> (n - 64)}
-	case n == 0:
-		return a
-	}
-	return u128{a.hi >> n, a.lo>>n | a.hi<<(64-n)}
-}
-
-// orLow sets the low n bits.
-func (a u128) orLow(n int) u128 {
-	switch {
-	case n >= 128:
-		return u128{^uint64(0), ^uint64(0)}
-	case n >= 64:
-		return u128{a.hi | (1<<(n-64) - 1), ^uint64(0)}
-	}
-	return u128{a.hi, a.lo | (1<<n - 1)}
-}
-
-func (a u128) add(n uint64) u128 {
-	lo, carry := bits.Add64(a.lo, n, 0)
-	return u128{a.hi + carry, lo}
-}
-
-func (a u128) sub1() u128 {
-	lo, borrow := bits.Sub64(a.lo, 1, 0)
-	return u128{a.hi - borrow, lo}
-}
-
-func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
-
-func (p *p6) addr() u128 { return u128{p.hi, p.lo} }
-
 // contains reports whether p contains q.
 func (p *p6) contains(q *p6) bool {
-	return q.bits >= p.bits && p.addr().shr(128-p.bits) == q.addr().shr(128-p.bits)
+	return q.bits >= p.bits && p.addr.Shr(128-p.bits) == q.addr.Shr(128-p.bits)
 }
 
 // fill adds the entries of level lv (keys of at bits) for the keys from
@@ -225,24 +177,24 @@ func (p *p6) contains(q *p6) bool {
 // a key absent from the level reads as nodeDef. A prefix no longer than at
 // decides its keys (those of its own inner prefixes aside); prefixes
 // longer than at that share a key make a node of the next level.
-func (b *v6Builder) fill(lv, at int, ps []p6, cur, nodeDef Class, from, to u128) {
+func (b *v6Builder) fill(lv, at int, ps []p6, cur, nodeDef Class, from, to prefix.U128) {
 	pos := from
 	for i := 0; i < len(ps); {
 		p := &ps[i]
-		ks := p.addr().shr(128 - at)
+		ks := p.addr.Shr(128 - at)
 		ke := ks
 		if p.bits <= at {
-			ke = ks.add(1<<(at-p.bits) - 1)
+			ke = ks.Add64(1<<(at-p.bits) - 1)
 		}
-		if pos.less(ks) {
-			b.decide(lv, at, pos, ks.sub1(), cur, nodeDef)
+		if pos.Less(ks) {
+			b.decide(lv, at, pos, ks.Sub64(1), cur, nodeDef)
 		}
 		j := i + 1
 		for j < len(ps) && p.contains(&ps[j]) {
 			j++
 		}
 		if p.bits > at {
-			for j < len(ps) && ps[j].addr().shr(128-at) == ks {
+			for j < len(ps) && ps[j].addr.Shr(128-at) == ks {
 				j++
 			}
 			b.put(lv, at, ks, b.node(at, ps[i:j], cur))
@@ -253,18 +205,18 @@ func (b *v6Builder) fill(lv, at int, ps []p6, cur, nodeDef Class, from, to u128)
 		if ke == to {
 			return
 		}
-		pos = ke.add(1)
+		pos = ke.Add64(1)
 	}
 	b.decide(lv, at, pos, to, cur, nodeDef)
 }
 
 // decide adds the keys from through to as class c, unless c is what
 // absent keys read as.
-func (b *v6Builder) decide(lv, at int, from, to u128, c, nodeDef Class) {
+func (b *v6Builder) decide(lv, at int, from, to prefix.U128, c, nodeDef Class) {
 	if c == nodeDef {
 		return
 	}
-	for k := from; ; k = k.add(1) {
+	for k := from; ; k = k.Add64(1) {
 		b.put(lv, at, k, entry(Decide, int(c)))
 		if k == to {
 			return
@@ -273,9 +225,9 @@ func (b *v6Builder) decide(lv, at int, from, to u128, c, nodeDef Class) {
 }
 
 // put adds key k with entry e to level lv (or L1).
-func (b *v6Builder) put(lv, at int, k u128, e Entry) {
+func (b *v6Builder) put(lv, at int, k prefix.U128, e Entry) {
 	if lv == l1Level {
-		b.t.L1[k.lo] = e
+		b.t.L1[k.Lo] = e
 		if e.Kind() == NextLevel {
 			b.first[e.level()]++
 		}
@@ -284,8 +236,8 @@ func (b *v6Builder) put(lv, at int, k u128, e Entry) {
 	if e.Kind() == NextLevel {
 		b.next[lv][e.level()]++
 	}
-	a := shl(k, 128-at) // the key's first address
-	hi, lo := (&Level{Bits: at}).key(a.hi, a.lo)
+	a := k.Shl(128 - at) // the key's first address
+	hi, lo := (&Level{Bits: at}).key(a.Hi, a.Lo)
 	b.entries[lv] = append(b.entries[lv], Slot{hi, lo, e | occupied})
 }
 
@@ -321,22 +273,10 @@ func (b *v6Builder) node(d int, ps []p6, def Class) Entry {
 		at = n
 	}
 	lv := b.level(at)
-	base := shl(ps[0].addr().shr(128-d), 128-d) // the node's first address
-	b.fill(lv, at, ps, def, def, base.shr(128-at), base.orLow(128-d).shr(128-at))
+	first := ps[0].addr.Shr(128 - d).Shl(128 - d) // the node's first address
+	last := first.Add(prefix.Pow2(128 - d).Sub64(1))
+	b.fill(lv, at, ps, def, def, first.Shr(128-at), last.Shr(128-at))
 	return nextLevel(lv, def)
-}
-
-// shl shifts a left by n bits.
-func shl(a u128, n int) u128 {
-	switch {
-	case n >= 128:
-		return u128{}
-	case n >= 64:
-		return u128{a.lo << (n - 64), 0}
-	case n == 0:
-		return a
-	}
-	return u128{a.hi<<n | a.lo>>(64-n), a.lo << n}
 }
 
 // children is the number of entries ps give a level of length n: the
@@ -344,7 +284,7 @@ func shl(a u128, n int) u128 {
 // the others.
 func children(ps []p6, n int) int {
 	c := 0
-	var last u128
+	var last prefix.U128
 	for i, p := range ps {
 		if p.bits <= n {
 			if n-p.bits >= 30 {
@@ -353,7 +293,7 @@ func children(ps []p6, n int) int {
 			c += 1 << (n - p.bits)
 			continue
 		}
-		if k := p.addr().shr(128 - n); i == 0 || k != last || ps[i-1].bits <= n {
+		if k := p.addr.Shr(128 - n); i == 0 || k != last || ps[i-1].bits <= n {
 			c++
 			last = k
 		}
