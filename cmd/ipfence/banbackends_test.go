@@ -28,12 +28,17 @@ func TestBanWithoutDaemon(t *testing.T) {
 			dir := t.TempDir()
 			pol := xdpPolicy(t, dir, backend, lab.FWIf)
 			args := []string{"--netns", lab.FW, "--state", dir}
+			var pins []string // apply and flush only: bans never touch XDP
 			if backend == "xdp" {
-				args = append(args, "--pin-dir", netnstest.BPFFS(t))
+				pins = []string{"--pin-dir", netnstest.BPFFS(t)}
 			}
 			cli := func(verb string, more ...string) (string, error) {
 				t.Helper()
-				return run(t, append(append([]string{verb}, more...), args...)...)
+				argv := append(append([]string{verb}, more...), args...)
+				if verb == "apply" || verb == "flush" {
+					argv = append(argv, pins...)
+				}
+				return run(t, argv...)
 			}
 			if _, err := cli("apply", "--policy", pol); err != nil {
 				t.Fatal(err)
