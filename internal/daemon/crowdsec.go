@@ -133,7 +133,7 @@ func (d *Daemon) pull(ctx context.Context, f *follower, cl *crowdsec.Client, tr 
 	if prep.Len() == 0 {
 		return nil
 	}
-	_, err = d.bans.submit(ctx, &banOp{bans: prep, quiet: true})
+	_, err = d.bans.Ban(ctx, prep, true)
 	return err
 }
 

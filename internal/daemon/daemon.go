@@ -83,7 +83,7 @@ type Daemon struct {
 	log     *slog.Logger
 	started time.Time
 	metrics *metrics
-	bans    *banQueue
+	bans    *bansets.Queue
 
 	// mu guards what follows: the policy as loaded, and every full or
 	// diff load (bans take the Controller's own lock).
@@ -140,7 +140,10 @@ func New(cfg Config) *Daemon {
 		followers: map[string]*follower{}}
 	d.target = &apply.Target{NetNS: cfg.NetNS, State: statedir.Dir{Path: cfg.StateDir}, XDP: cfg.XDP, Logger: cfg.Logger}
 	d.metrics = newMetrics(d)
-	d.bans = newBanQueue(d)
+	d.bans = bansets.NewQueue(func(n int, took time.Duration) {
+		d.metrics.banBatch.Observe(float64(n))
+		d.metrics.applySeconds.WithLabelValues("ban").Observe(took.Seconds())
+	})
 	return d
 }
 
@@ -193,7 +196,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	bctx, stopBans := context.WithCancel(ctx)
-	wg.Go(func() { d.bans.run(bctx) })
+	wg.Go(func() { d.bans.Run(bctx, d.ctl) })
 	d.mu.Lock()
 	d.runCtx = bctx
 	d.syncFollowers()

@@ -81,7 +81,7 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.metrics.banSeconds.Observe(time.Since(t0).Seconds())
-	resp := api.BanResponse{Banned: done.bans, Count: done.n}
+	resp := api.BanResponse{Banned: done.Bans, Count: done.N}
 	if req.Quiet {
 		resp.Banned = nil
 	}
@@ -104,27 +104,27 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 
 // ban queues reqs for the next ban transaction and waits for it; quiet
 // leaves the bans out of the result (their count stays).
-func (d *Daemon) ban(ctx context.Context, reqs []bansets.Request, quiet bool) (banResult, error) {
+func (d *Daemon) ban(ctx context.Context, reqs []bansets.Request, quiet bool) (bansets.Result, error) {
 	// The guard and the building of the bans run here, on the caller's
 	// goroutine, so that the batching one only commits.
 	prep, err := d.ctl.Prepare(reqs)
 	if err != nil {
-		return banResult{}, err
+		return bansets.Result{}, err
 	}
-	return d.bans.submit(ctx, &banOp{bans: prep, quiet: quiet})
+	return d.bans.Ban(ctx, prep, quiet)
 }
 
 // Ban bans reqs as the API does (batched with concurrent calls, checked
 // by the guard) and returns the bans made. Call it once Ready.
 func (d *Daemon) Ban(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, error) {
 	r, err := d.ban(ctx, reqs, false)
-	return r.bans, err
+	return r.Bans, err
 }
 
 // Unban lifts the bans of ps and returns them. Call it once Ready.
 func (d *Daemon) Unban(ctx context.Context, ps []bansets.Lift) ([]ban.Ban, error) {
-	r, err := d.bans.submit(ctx, &banOp{unbans: ps})
-	return r.bans, err
+	r, err := d.bans.Unban(ctx, ps)
+	return r.Bans, err
 }
 
 func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {

@@ -1,4 +1,4 @@
-package daemon
+package bansets
 
 import (
 	"context"
@@ -6,63 +6,84 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/ban"
-	"github.com/ipfence/ipfence/internal/bansets"
 )
 
 // maxBatch bounds the requests coalesced into one transaction.
 const maxBatch = 65536
 
-// banOp is one API call waiting for its transaction: bans or unbans.
+// banOp is one call waiting for its transaction: bans or unbans.
 type banOp struct {
-	bans   bansets.Prepared
-	unbans []bansets.Lift
+	bans   Prepared
+	unbans []Lift
 	quiet  bool // the caller wants the count only, not the bans
-	done   chan banResult
+	done   chan Result
 }
 
-type banResult struct {
-	bans []ban.Ban
-	n    int // how many bans were made or lifted
-	err  error
+// Result is what a queued call did.
+type Result struct {
+	// Bans are the bans made or lifted (none for a quiet ban).
+	Bans []ban.Ban
+	// N is how many bans were made or lifted.
+	N   int
+	err error
 }
 
-// banQueue coalesces concurrent ban and unban calls: whatever queued up
+// Queue coalesces concurrent ban and unban calls into the Controller's
+// transactions: whatever queued up
 // while the previous transaction committed goes into the next one, so a
 // lone ban costs one transaction and a burst costs few. Calls are
 // applied in arrival order; consecutive calls of the same kind share a
 // transaction. A batch that fails (a call the guard refuses, or the
 // kernel refusing the transaction) is retried call by call,
 // so that one bad call does not fail the others.
-type banQueue struct {
-	d  *Daemon
-	ch chan *banOp
+type Queue struct {
+	ctl *Controller
+	// observe, when set, is told each transaction's size and duration.
+	observe func(n int, took time.Duration)
+	ch      chan *banOp
 	// carry is a call taken from ch that did not fit in the previous
 	// transaction; it starts the next one.
 	carry *banOp
 }
 
-func newBanQueue(d *Daemon) *banQueue {
-	return &banQueue{d: d, ch: make(chan *banOp, 4096)}
+// NewQueue returns a queue; calls wait until Run serves it. observe,
+// when not nil, is told each transaction's size and duration (metrics).
+func NewQueue(observe func(n int, took time.Duration)) *Queue {
+	return &Queue{observe: observe, ch: make(chan *banOp, 4096)}
+}
+
+// Ban queues prepared bans (see Controller.Prepare: the guard and TTL
+// checks run on the caller's goroutine) for the next transaction and
+// waits for it; quiet leaves the bans out of the result.
+func (q *Queue) Ban(ctx context.Context, p Prepared, quiet bool) (Result, error) {
+	return q.submit(ctx, &banOp{bans: p, quiet: quiet})
+}
+
+// Unban queues lifts for the next transaction and waits for it.
+func (q *Queue) Unban(ctx context.Context, ls []Lift) (Result, error) {
+	return q.submit(ctx, &banOp{unbans: ls})
 }
 
 // submit queues op and waits for its result.
-func (q *banQueue) submit(ctx context.Context, op *banOp) (banResult, error) {
-	op.done = make(chan banResult, 1)
+func (q *Queue) submit(ctx context.Context, op *banOp) (Result, error) {
+	op.done = make(chan Result, 1)
 	select {
 	case q.ch <- op:
 	case <-ctx.Done():
-		return banResult{}, ctx.Err()
+		return Result{}, ctx.Err()
 	}
 	select {
 	case r := <-op.done:
 		return r, r.err
 	case <-ctx.Done():
 		// The transaction goes ahead; the caller no longer waits.
-		return banResult{}, ctx.Err()
+		return Result{}, ctx.Err()
 	}
 }
 
-func (q *banQueue) run(ctx context.Context) {
+// Run serves the queue with ctl's transactions until ctx is done.
+func (q *Queue) Run(ctx context.Context, ctl *Controller) {
+	q.ctl = ctl
 	for {
 		ops := q.next(ctx)
 		if ops == nil {
@@ -84,7 +105,7 @@ func (q *banQueue) run(ctx context.Context) {
 // that would take the batch past maxBatch waits for the next one: two
 // bulk calls are not merged, so that while one is in the kernel, the
 // next one's request is read and parsed.
-func (q *banQueue) next(ctx context.Context) []*banOp {
+func (q *Queue) next(ctx context.Context) []*banOp {
 	first := q.carry
 	q.carry = nil
 	if first == nil {
@@ -116,25 +137,25 @@ func (q *banQueue) next(ctx context.Context) []*banOp {
 func (op *banOp) size() int { return op.bans.Len() + len(op.unbans) }
 
 // apply runs calls of one kind in one transaction.
-func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
+func (q *Queue) apply(ctx context.Context, ops []*banOp) {
 	t0 := time.Now()
 	n := 0
 	var lifted []ban.Ban
 	var err error
 	if ops[0].bans.Len() > 0 {
-		ps := make([]bansets.Prepared, len(ops))
+		ps := make([]Prepared, len(ops))
 		for i, op := range ops {
 			ps[i] = op.bans
 			n += op.bans.Len()
 		}
-		_, err = q.d.ctl.BanPrepared(ctx, ps...)
+		_, err = q.ctl.BanPrepared(ctx, ps...)
 	} else {
-		var ps []bansets.Lift
+		var ps []Lift
 		for _, op := range ops {
 			ps = append(ps, op.unbans...)
 		}
 		n = len(ps)
-		lifted, err = q.d.ctl.Unban(ctx, ps)
+		lifted, err = q.ctl.Unban(ctx, ps)
 	}
 	if err != nil && len(ops) > 1 {
 		for _, op := range ops {
@@ -142,8 +163,9 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 		}
 		return
 	}
-	q.d.metrics.banBatch.Observe(float64(n))
-	q.d.metrics.applySeconds.WithLabelValues("ban").Observe(time.Since(t0).Seconds())
+	if q.observe != nil {
+		q.observe(n, time.Since(t0))
+	}
 	var byPrefix map[netip.Prefix]ban.Ban // lifted bans, when several calls share them
 	if len(ops) > 1 && len(lifted) > 0 {
 		byPrefix = make(map[netip.Prefix]ban.Ban, len(lifted))
@@ -152,23 +174,23 @@ func (q *banQueue) apply(ctx context.Context, ops []*banOp) {
 		}
 	}
 	for _, op := range ops {
-		r := banResult{err: err}
+		r := Result{err: err}
 		switch {
 		case err != nil:
 		case op.bans.Len() > 0:
-			r.n = op.bans.Len()
+			r.N = op.bans.Len()
 			if !op.quiet {
-				r.bans = op.bans.Bans()
+				r.Bans = op.bans.Bans()
 			}
 		case len(ops) == 1:
-			r.bans, r.n = lifted, len(lifted)
+			r.Bans, r.N = lifted, len(lifted)
 		default:
 			for _, l := range op.unbans {
 				if b, ok := byPrefix[l.Prefix.Masked()]; ok && (l.Origin == "" || l.Origin == b.Origin) {
-					r.bans = append(r.bans, b)
+					r.Bans = append(r.Bans, b)
 				}
 			}
-			r.n = len(r.bans)
+			r.N = len(r.Bans)
 		}
 		op.done <- r
 	}
