@@ -356,14 +356,10 @@ func stillXDP(prev *statedir.Applied, p *plan.Plan) bool {
 	if prev == nil {
 		return true
 	}
+	before := prev.XDPRules()
 	for _, r := range p.Rules {
-		if r.Backend == plan.XDP {
-			continue
-		}
-		for _, pr := range prev.Rules {
-			if pr.Name == r.Name && pr.Backend == plan.XDP {
-				return false
-			}
+		if r.Backend != plan.XDP && slices.Contains(before, r.Name) {
+			return false
 		}
 	}
 	return true

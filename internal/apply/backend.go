@@ -191,11 +191,7 @@ func (b *xdpBackend) Flush(_ context.Context, _ string) (bool, error) {
 func (b *xdpBackend) Status(_ context.Context, _ string, s *Status) error {
 	var names []string
 	if s.Applied != nil {
-		for _, r := range s.Applied.Rules {
-			if r.Backend == plan.XDP {
-				names = append(names, r.Name)
-			}
-		}
+		names = s.Applied.XDPRules()
 	}
 	st, err := xdp.ReadStatus(b.opt, len(names))
 	if errors.Is(err, xdp.ErrNotLoaded) {

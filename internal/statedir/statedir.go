@@ -76,15 +76,20 @@ func (a *Applied) RuleHeads() []nft.RuleHead {
 	return hs
 }
 
-// HasXDP reports whether some rule ran in XDP.
-func (a *Applied) HasXDP() bool {
+// XDPRules names the rules that ran in XDP, in order (class k of the
+// XDP program's counters is the k-th).
+func (a *Applied) XDPRules() []string {
+	var out []string
 	for _, r := range a.Rules {
 		if r.Backend == plan.XDP {
-			return true
+			out = append(out, r.Name)
 		}
 	}
-	return false
+	return out
 }
+
+// HasXDP reports whether some rule ran in XDP.
+func (a *Applied) HasXDP() bool { return len(a.XDPRules()) > 0 }
 
 // IPTables reports whether the rules ran in an iptables backend.
 func (a *Applied) IPTables() bool { return a.Backend.IPTables() }
