@@ -28,9 +28,7 @@ type lapi struct {
 
 func newLAPI(t *testing.T) *lapi {
 	t.Helper()
-	if _, err := exec.LookPath("crowdsec"); err != nil {
-		t.Fatal("crowdsec is not installed (make deps installs it)")
-	}
+	netnstest.Kernel(t, "crowdsec", "cscli")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

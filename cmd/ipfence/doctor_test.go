@@ -41,7 +41,7 @@ var counters = regexp.MustCompile(`\[\d+:\d+\]|packets \d+ bytes \d+`)
 // backend's tools: each probe succeeds, and the host's firewall and
 // namespaces are as they were.
 func TestDoctor(t *testing.T) {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t, "ip", "nft", "iptables-save", "ip6tables-save", "ipset")
 	before := hostFirewall(t)
 	out, err := run(t, "doctor", "--json")
 	if err != nil {

@@ -43,10 +43,7 @@ func eventually(t *testing.T, within time.Duration, what string, check func() er
 // duplicate nor a loss, and they end when the jail's ban time is up.
 func TestFail2ban(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("fail2ban-server"); err != nil {
-		t.Fatal("fail2ban is not installed (make deps installs it)")
-	}
-	lab := netnstest.New(t)
+	lab := netnstest.New(t, "nft", "fail2ban-server", "fail2ban-client")
 	exe := buildIpfence(t)
 	dir := t.TempDir()
 	write(t, dir, "p.yaml", "protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: docs, action: drop, match: {prefixes: [192.0.2.0/24]}}\n")

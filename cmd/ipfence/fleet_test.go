@@ -280,7 +280,7 @@ func rawKV(t testing.TB, url string) (jetstream.KeyValue, jetstream.ObjectStore)
 // newFleetRig makes n labs, a key pair, a policy of one drop rule on
 // feed.txt and starts the server; no agent yet.
 func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fleetRig {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t, "ip", "nft")
 	r := &fleetRig{t: t, exe: buildIpfence(t), dir: t.TempDir(), feed: feed, jitter: jitter}
 	r.listen = freeAddr(t)
 	r.url = "nats://" + r.listen

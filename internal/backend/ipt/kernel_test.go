@@ -212,7 +212,7 @@ func TestApplyVerdicts(t *testing.T) {
 		flavour string
 	}{{plan.IPSet, ipt.NFT}, {plan.IPSet, ipt.Legacy}, {plan.IPTablesSplit, ipt.NFT}, {plan.IPTablesSplit, ipt.Legacy}} {
 		t.Run(fmt.Sprintf("%s-%s", tc.backend, tc.flavour), func(t *testing.T) {
-			lab := netnstest.New(t)
+			lab := netnstest.New(t, "ipset", "iptables-"+tc.flavour+"-restore", "ip6tables-"+tc.flavour+"-restore")
 			ctx := context.Background()
 			host := hostRules(t, lab.FW, tc.flavour)
 			before := host()
@@ -266,7 +266,7 @@ func TestApplyVerdicts(t *testing.T) {
 // a reload keeps them, a lifted one and an expired one pass again, and
 // flush removes the ban sets.
 func TestBans(t *testing.T) {
-	lab := netnstest.New(t)
+	lab := netnstest.New(t, "ipset", "iptables-nft-restore", "ip6tables-nft-restore")
 	ctx := context.Background()
 	o := ipt.Options{NetNS: lab.FW, Flavour: ipt.NFT}
 	in := &plan.Input{Backend: plan.IPSet, Protect: set(t, "198.18.0.0/15", "2001:2::/48"), Rules: []plan.RuleInput{

@@ -1,8 +1,8 @@
 package nft
 
 // Kernel tests: each creates its own network namespaces (ipf-nft-*) and
-// removes them, also on failure. They skip when not root, and fail
-// instead when CI=true.
+// removes them, also on failure. netnstest.Kernel gates them: they skip
+// under -short or when not root, and fail instead when CI=true.
 
 import (
 	"bytes"
@@ -24,40 +24,15 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
-
-// requireKernel skips t unless it runs as root with nft and ip installed;
-// under CI=true it fails instead.
-func requireKernel(t testing.TB) {
-	t.Helper()
-	why := ""
-	switch {
-	case os.Geteuid() != 0:
-		why = "needs root"
-	case !onPath("nft"):
-		why = "needs nft"
-	case !onPath("ip"):
-		why = "needs ip (iproute2)"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("kernel test %s (CI=true: failing instead of skipping)", why)
-	}
-	t.Skipf("kernel test %s", why)
-}
-
-func onPath(bin string) bool {
-	_, err := exec.LookPath(bin)
-	return err == nil
-}
 
 // newNetns creates a network namespace for t and removes it when t ends.
 // Its loopback is up.
 func newNetns(t testing.TB) string {
 	t.Helper()
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	name := fmt.Sprintf("ipf-nft-%08x", rand.Uint32())
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
@@ -325,7 +300,7 @@ func compareNamespaces(t *testing.T, a, b string, drop ...string) {
 // TestDifferential loads each Program over netlink in one namespace and
 // with `nft -f` of Render in another, and compares what the kernel holds.
 func TestDifferential(t *testing.T) {
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	iif := minimalProgram()
 	iif.Chains[0].Rules = append([]Rule{{Iif: "ipfdummy0", Verdict: Verdict{Kind: Drop}, Comment: "second interface"}}, iif.Chains[0].Rules...)
 	for _, tc := range []struct {
@@ -614,7 +589,7 @@ func TestMissingInterface(t *testing.T) {
 }
 
 func TestMissingNamespace(t *testing.T) {
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	_, err := Apply(context.Background(), minimalProgram(), ApplyOptions{NetNS: "ipf-nft-does-not-exist"})
 	if err == nil || !strings.Contains(err.Error(), "opening network namespace /run/netns/ipf-nft-does-not-exist") {
 		t.Fatalf("Apply = %v, want a missing-namespace error", err)
