@@ -7,7 +7,6 @@ package nft
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -25,6 +24,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
@@ -91,65 +91,12 @@ func mustApply(t testing.TB, p *Program, ns string) ApplyResult {
 	return res
 }
 
-// normalizedJSON is `nft -j list ruleset` with set elements sorted (a hash
-// set lists its elements in hash order, which differs between namespaces).
-// Keys named in drop are removed from every object.
+// normalizedJSON is `nft -j list ruleset` of ns, normalized
+// (nfttest.Ruleset): equal for equal rulesets. Keys named in drop are
+// removed from every object.
 func normalizedJSON(t testing.TB, ns string, drop ...string) string {
 	t.Helper()
-	var doc struct {
-		Nftables []map[string]map[string]any `json:"nftables"`
-	}
-	if err := json.Unmarshal([]byte(nft(t, ns, "", "-j", "list", "ruleset")), &doc); err != nil {
-		t.Fatalf("parsing nft -j output: %v", err)
-	}
-	for _, obj := range doc.Nftables {
-		for kind, body := range obj {
-			for _, k := range drop {
-				delete(body, k)
-			}
-			if kind != "set" && kind != "map" {
-				continue
-			}
-			if elems, ok := body["elem"].([]any); ok {
-				slices.SortFunc(elems, func(a, b any) int {
-					ja, _ := json.Marshal(a)
-					jb, _ := json.Marshal(b)
-					return bytes.Compare(ja, jb)
-				})
-			}
-		}
-	}
-	dropKeys(doc.Nftables, "expires") // counts down: differs between any two listings
-	out, err := json.MarshalIndent(doc, "", " ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
-}
-
-// dropKeys deletes the keys named from every object nested in v.
-func dropKeys(v any, names ...string) {
-	switch x := v.(type) {
-	case map[string]any:
-		for _, n := range names {
-			delete(x, n)
-		}
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	case map[string]map[string]any:
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	case []map[string]map[string]any:
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	case []any:
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	}
+	return nfttest.Text(nfttest.Ruleset(t, ns, drop...))
 }
 
 // kernelObjects is what the kernel holds of table ipfence, decoded by
@@ -364,21 +311,7 @@ func TestListing(t *testing.T) {
 		if s.IsMap {
 			kind = "map"
 		}
-		var doc struct {
-			Nftables []map[string]struct {
-				Elem []any `json:"elem"`
-			} `json:"nftables"`
-		}
-		out := nft(t, ns, "", "-j", "list", kind, "inet", "ipfence", s.Name)
-		if err := json.Unmarshal([]byte(out), &doc); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, o := range doc.Nftables {
-			for _, e := range o[kind].Elem {
-				got = append(got, jsonElem(e))
-			}
-		}
+		got := nfttest.Elements(t, ns, kind, "inet", "ipfence", s.Name)
 		var want []string
 		for _, e := range s.Elems {
 			k := e.Key.Masked()
@@ -397,50 +330,11 @@ func TestListing(t *testing.T) {
 			}
 			want = append(want, w)
 		}
-		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s %s: nft lists %q, program has %q", kind, s.Name, got, want)
 		}
 	}
-}
-
-// jsonElem turns an element of nft's JSON listing back into text:
-// "10.0.0.0", "10.0.0.0/8", or "10.0.0.0 : jump c".
-func jsonElem(e any) string {
-	switch v := e.(type) {
-	case string:
-		return v
-	case float64: // a word of a KeyWords key
-		if v != float64(uint64(v)) {
-			return fmt.Sprint(v)
-		}
-		return fmt.Sprintf("0x%x", uint64(v))
-	case map[string]any:
-		if p, ok := v["prefix"].(map[string]any); ok {
-			return fmt.Sprintf("%v/%v", p["addr"], p["len"])
-		}
-		if el, ok := v["elem"].(map[string]any); ok { // an element with a timeout
-			return fmt.Sprintf("%s timeout %vs", jsonElem(el["val"]), el["timeout"])
-		}
-		if ws, ok := v["concat"].([]any); ok {
-			parts := make([]string, len(ws))
-			for i, w := range ws {
-				parts[i] = jsonElem(w)
-			}
-			return strings.Join(parts, " . ")
-		}
-	case []any: // map element: [key, verdict]
-		verdict := ""
-		for k, arg := range v[1].(map[string]any) {
-			verdict = k
-			if m, ok := arg.(map[string]any); ok {
-				verdict += " " + fmt.Sprint(m["target"])
-			}
-		}
-		return jsonElem(v[0]) + " : " + verdict
-	}
-	return fmt.Sprint(e)
 }
 
 func TestApplyTwiceReplacesAndFlushRemoves(t *testing.T) {
@@ -733,8 +627,7 @@ func TestApplyLarge(t *testing.T) {
 	}
 	// Spot-check one map's elements in the kernel.
 	s := p.Sets[len(p.Sets)/2]
-	out := nft(t, ns, "", "-j", "list", "map", "inet", "ipfence", s.Name)
-	if n := strings.Count(out, `"drop"`) + strings.Count(out, `"accept"`) + strings.Count(out, `"goto"`); n != len(s.Elems) {
+	if n := len(nfttest.Elements(t, ns, "map", "inet", "ipfence", s.Name)); n != len(s.Elems) {
 		t.Errorf("map %s: %d elements in the kernel, want %d", s.Name, n, len(s.Elems))
 	}
 }
