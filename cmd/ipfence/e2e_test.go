@@ -24,25 +24,11 @@ import (
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/source"
 	"golang.org/x/sys/unix"
 )
-
-// expectPassed sends a packet from each of srcs to port through the lab
-// and fails the test (saying when) for each whose fate is not pass[i].
-func expectPassed(t *testing.T, lab *netns.Lab, srcs []netip.Addr, port uint16, when string, pass []bool) {
-	t.Helper()
-	got, err := pktgen.Check(lab, srcs, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range srcs {
-		if got[i] != pass[i] {
-			t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
-		}
-	}
-}
 
 // run executes the CLI with args and returns stdout.
 func run(t testing.TB, args ...string) (string, error) {
@@ -69,38 +55,6 @@ func compileFor(t testing.TB, policyFile, stateDir string) *compiled {
 	return c
 }
 
-// checkVerdicts sends one UDP packet per source through the lab and
-// compares what passed with the plan's model.
-func checkVerdicts(t *testing.T, lab *netns.Lab, p *plan.Plan, srcs []netip.Addr) {
-	t.Helper()
-	const port = 9999
-	passed, err := pktgen.Check(lab, srcs, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, v4, v6, dropped := 0, 0, 0, 0
-	for i, a := range srcs {
-		if a.Is4() {
-			v4++
-		} else {
-			v6++
-		}
-		want := p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: port})
-		if !passed[i] {
-			dropped++
-		}
-		if passed[i] != (want.Verdict == "accept") {
-			if bad++; bad <= 10 {
-				t.Errorf("%s: kernel %s, model %+v", a, map[bool]string{true: "passed", false: "dropped"}[passed[i]], want)
-			}
-		}
-	}
-	t.Logf("%d sources (%d IPv4, %d IPv6): %d dropped, %d verdicts differ from the model", len(srcs), v4, v6, dropped, bad)
-	if v4 == 0 || v6 == 0 || dropped == 0 || dropped == len(srcs) {
-		t.Errorf("the sample does not exercise both verdicts and families")
-	}
-}
-
 // TestApplyEuropeVerdicts applies the "allow only Europe" policy from the
 // real country data in a fresh namespace and checks the kernel's verdict
 // for tens of thousands of sources against the model.
@@ -118,7 +72,7 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	c := compileFor(t, pol, stateDir)
 	r := rand.New(rand.NewPCG(7, 7))
 	srcs := demo.Sample(r, c.plan.Rules[0].Set, 24000)
-	checkVerdicts(t, lab, c.plan, srcs)
+	pktgentest.ExpectModel(t, lab, c.plan, srcs, 9999)
 
 	// Applying again changes nothing and says so.
 	out, err = run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", stateDir)
@@ -170,7 +124,7 @@ rules:
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "1.2.3.4", "1.2.4.4", "9.9.9.9", "2001:db8:5::1", "2001:db8:6::1"} {
 		srcs = append(srcs, netip.MustParseAddr(s))
 	}
-	checkVerdicts(t, lab, c.plan, srcs)
+	pktgentest.ExpectModel(t, lab, c.plan, srcs, 9999)
 }
 
 // TestApplyBadInputKeepsKernel: bad input fails with a clear error and the
@@ -401,7 +355,7 @@ func TestBans(t *testing.T) {
 	}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		expectPassed(t, lab, srcs, 9999, when, pass)
+		pktgentest.Expect(t, lab, srcs, 9999, pass, when)
 	}
 	expect("before bans", true, true, true, true, true, true, true, false, true)
 	if _, err := cli("ban", "203.0.113.9", "100.64.0.0/10", "198.51.100.7", "2001:db8:ff::/48", "--ttl", "1h", "--reason", "test"); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 )
 
 // eventually calls check every 100 ms until it returns nil, and fails the
@@ -124,7 +125,7 @@ func TestFail2ban(t *testing.T) {
 	srcs := []netip.Addr{attacker4, attacker6, operators, bystander}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		expectPassed(t, lab, srcs, 22, when, pass)
+		pktgentest.Expect(t, lab, srcs, 22, pass, when)
 	}
 	bans := func() map[netip.Addr]ban.Ban { // all of them single addresses
 		t.Helper()
@@ -257,13 +258,6 @@ func listBans(t *testing.T, cl *api.Client) map[netip.Prefix]ban.Ban {
 		m[b.Prefix] = b
 	}
 	return m
-}
-
-func verdictWord(passed bool) string {
-	if passed {
-		return "passed"
-	}
-	return "dropped"
 }
 
 func readFile(t *testing.T, path string) string {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -21,7 +20,7 @@ import (
 	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -100,14 +99,11 @@ func TestApplyXDPVerdicts(t *testing.T) {
 			got, c.plan.Rules[2].Backend, c.plan.Rules[2].BackendNote)
 	}
 	srcs := xdpSources(c)
-	checkVerdicts(t, lab, c.plan, srcs)
-	passedXDP, err := pktgen.Check(lab, srcs, 9999)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pktgentest.ExpectModel(t, lab, c.plan, srcs, 9999)
+	passedXDP := pktgentest.Send(t, lab, srcs, 9999)
 
 	// The counters: each XDP rule dropped what the model gives it (two
-	// rounds of srcs went through: checkVerdicts and the Check above).
+	// rounds of srcs went through: ExpectModel and Send).
 	var st struct {
 		XDP struct {
 			Program    uint32          `json:"program_id"`
@@ -146,26 +142,14 @@ func TestApplyXDPVerdicts(t *testing.T) {
 
 	// The same policy in nftables alone: the same verdict for every source.
 	nftPol := xdpPolicy(t, t.TempDir(), "nftables", lab.FWIf)
-	out, err = run(t, append([]string{"apply", "--policy", nftPol}, args...)...)
+	out, err := run(t, append([]string{"apply", "--policy", nftPol}, args...)...)
 	if err != nil || !strings.Contains(out, "the program was detached") {
 		t.Fatalf("apply with backend nftables: %v\n%s", err, out)
 	}
 	if x := xdpOf(t, lab); x != nil && x.Attached {
 		t.Errorf("an XDP program is still attached: %+v", x)
 	}
-	passedNFT, err := pktgen.Check(lab, srcs, 9999)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(passedXDP, passedNFT) {
-		differ := 0
-		for i := range srcs {
-			if passedXDP[i] != passedNFT[i] {
-				differ++
-			}
-		}
-		t.Errorf("%d of %d verdicts differ between the XDP and nftables backends", differ, len(srcs))
-	}
+	pktgentest.Expect(t, lab, srcs, 9999, passedXDP, "nftables alone, against XDP")
 
 	// Back to XDP, then a changed feed: the link stays, its program is
 	// swapped, and the new feed's verdicts hold.
@@ -184,7 +168,7 @@ func TestApplyXDPVerdicts(t *testing.T) {
 		t.Errorf("swap: link %d → %d, program %d → %d: want the same link with a new program", linkBefore, linkAfter, progBefore, st.XDP.Program)
 	}
 	c = compileFor(t, pol, dir)
-	checkVerdicts(t, lab, c.plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")))
+	pktgentest.ExpectModel(t, lab, c.plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")), 9999)
 
 	out, err = run(t, append([]string{"flush"}, args...)...)
 	if err != nil || !strings.Contains(out, "detached the XDP program") {
