@@ -19,17 +19,6 @@ import (
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
-// buildIpfence builds the ipfence binary for tests that need a process
-// of their own.
-func buildIpfence(t testing.TB) string {
-	t.Helper()
-	exe := filepath.Join(t.TempDir(), "ipfence")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building ipfence: %v\n%s", err, out)
-	}
-	return exe
-}
-
 // startDaemon starts `exe daemon --socket socket args...` and returns
 // once its API answers.
 func startDaemon(t testing.TB, exe, socket string, args ...string) *exec.Cmd {
