@@ -98,14 +98,14 @@ rules:
 		pktgentest.ExpectModel(t, lab, c.plan, srcs[:6000], 9999)
 		// What the old backend loaded is gone.
 		gone := map[string][]string{"nftables": {"nft", "list", "tables"}, "ipset": {"ipset", "list", "-n"}, "iptables-split": {"iptables-save", "-t", "raw"}}[backends[i]]
-		if out, _ := netns.Exec(lab.FW, gone...); strings.Contains(string(out), "ipfence") {
+		if out := netnstest.Exec(t, lab.FW, gone...); strings.Contains(out, "ipfence") {
 			t.Errorf("%s → %s: %v still lists ipfence's:\n%s", backends[i], next, gone, out)
 		}
 		if _, err := run(t, "flush", "--netns", lab.FW, "--state", state); err != nil {
 			t.Fatal(err)
 		}
 		for _, argv := range [][]string{{"nft", "list", "ruleset"}, {"iptables-save"}, {"ip6tables-save"}, {"ipset", "list", "-n"}} {
-			if out, _ := netns.Exec(lab.FW, argv...); strings.Contains(string(out), "ipfence") {
+			if out := netnstest.Exec(t, lab.FW, argv...); strings.Contains(out, "ipfence") {
 				t.Errorf("%s → %s: %v after flush:\n%s", backends[i], next, argv, out)
 			}
 		}

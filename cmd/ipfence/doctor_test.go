@@ -65,7 +65,11 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("doctor changed the host's firewall:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	// Other packages' tests make namespaces meanwhile: look for doctor's.
-	if ns, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(ns), "doctor") {
+	ns, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v\n%s", err, ns)
+	}
+	if strings.Contains(string(ns), "doctor") {
 		t.Errorf("doctor left its scratch namespace: %s", ns)
 	}
 	text, err := run(t, "doctor")

@@ -87,7 +87,7 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	if err != nil || !strings.Contains(out, "removed") {
 		t.Errorf("flush: %v\n%s", err, out)
 	}
-	if out, _ := netns.Exec(lab.FW, "nft", "list", "tables"); strings.Contains(string(out), "ipfence") {
+	if out := netnstest.Exec(t, lab.FW, "nft", "list", "tables"); strings.Contains(out, "ipfence") {
 		t.Errorf("table still there after flush: %s", out)
 	}
 }
@@ -138,10 +138,7 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 	if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir); err != nil {
 		t.Fatal(err)
 	}
-	before, err := netns.Exec(lab.FW, "nft", "list", "ruleset")
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
 	for _, tc := range []struct {
 		name, feed, policy string
 		want               string
@@ -170,8 +167,7 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
-			after, _ := netns.Exec(lab.FW, "nft", "list", "ruleset")
-			if !bytes.Equal(before, after) {
+			if after := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); after != before {
 				t.Errorf("the kernel ruleset changed:\n%s", after)
 			}
 		})
@@ -200,14 +196,14 @@ func TestApplyShrinkKeepsKernel(t *testing.T) {
 	if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := netns.Exec(lab.FW, "nft", "list", "ruleset")
+	before := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
 	write(t, dir, "feed.txt", "192.0.0.0/25\n")
 	_, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir)
 	var se *source.ShrinkError
 	if !errors.As(err, &se) {
 		t.Fatalf("error %v, want a *source.ShrinkError", err)
 	}
-	if after, _ := netns.Exec(lab.FW, "nft", "list", "ruleset"); !bytes.Equal(before, after) {
+	if after := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); after != before {
 		t.Errorf("the kernel ruleset changed:\n%s", after)
 	}
 	// With the gate off (max_shrink: 0) the operator can apply it.
@@ -399,7 +395,7 @@ func TestBans(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("unbanned", true, true, true, true, true, true, true, false, true)
-	if out, _ := netns.Exec(lab.FW, "nft", "list", "chain", "inet", "ipfence", "prerouting"); strings.Contains(string(out), "@ban") {
+	if out := netnstest.Exec(t, lab.FW, "nft", "list", "chain", "inet", "ipfence", "prerouting"); strings.Contains(out, "@ban") {
 		t.Errorf("ban lookups left in the base chain with no bans:\n%s", out)
 	}
 }

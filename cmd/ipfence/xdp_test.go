@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -225,10 +224,7 @@ func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
 	s := applyXDPPolicy(t)
 	lab, dir, pol, args := s.lab, s.dir, s.pol, s.args
 	before := xdpOf(t, lab)
-	ruleset, err := netns.Exec(lab.FW, "nft", "list", "ruleset")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ruleset := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
 	// A foreign program on lo, attached without a link, as `ip link set
 	// dev lo xdp obj ...` would.
 	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
@@ -270,7 +266,7 @@ func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
 			if after := xdpOf(t, lab); after == nil || after.ProgId != before.ProgId {
 				t.Errorf("XDP program %+v, want %+v still attached", after, before)
 			}
-			if now, _ := netns.Exec(lab.FW, "nft", "list", "ruleset"); !bytes.Equal(now, ruleset) {
+			if now := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); now != ruleset {
 				t.Errorf("the nftables ruleset changed:\n%s", now)
 			}
 		})
