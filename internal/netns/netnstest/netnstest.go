@@ -67,16 +67,20 @@ func Tools(t testing.TB, tools ...string) {
 func require(t testing.TB, what string, root bool, tools []string) {
 	t.Helper()
 	var missing []string
-	if !root {
-		missing = append(missing, "root")
-	}
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}
 	}
+	var needs []string
+	if !root {
+		needs = append(needs, "root")
+	}
 	if len(missing) > 0 {
-		Lacking(t, "%s needs %s (scripts/install-deps.sh installs the tools)", what, strings.Join(missing, ", "))
+		needs = append(needs, strings.Join(missing, ", ")+" on PATH (scripts/install-deps.sh installs them)")
+	}
+	if len(needs) > 0 {
+		Lacking(t, "%s needs %s", what, strings.Join(needs, " and "))
 	}
 }
 
