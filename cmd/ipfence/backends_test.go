@@ -1,17 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 )
 
 // TestBackendsDifferential applies one policy (every action, ports, a
@@ -63,33 +63,15 @@ rules:
 		t.Fatalf("only %d sources", len(srcs))
 	}
 	for _, port := range []uint16{9000, 9999, 53} {
-		var first []bool
-		for i, lab := range labs {
-			passed, err := pktgen.Check(lab, srcs, port)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if i == 0 {
-				first = passed
-				continue
-			}
-			if !slices.Equal(passed, first) {
-				n := 0
-				for k := range passed {
-					if passed[k] != first[k] {
-						if n++; n <= 5 {
-							t.Errorf("port %d, %s: %s passed=%v, nftables passed=%v", port, srcs[k], backends[i], passed[k], first[k])
-						}
-					}
-				}
-				t.Errorf("port %d: %s and nftables differ on %d of %d sources", port, backends[i], n, len(srcs))
-			}
+		first := pktgentest.Send(t, labs[0], srcs, port)
+		for i, lab := range labs[1:] {
+			pktgentest.Expect(t, lab, srcs, port, first, fmt.Sprintf("port %d, %s against nftables", port, backends[i+1]))
 		}
 		t.Logf("port %d: %d sources, identical verdicts in %v", port, len(srcs), backends)
 	}
 	// And the model agrees (the ipset namespace's, which the others
 	// equal).
-	checkVerdicts(t, labs[1], c.Plan, srcs[:20000])
+	pktgentest.ExpectModel(t, labs[1], c.Plan, srcs[:20000], 9999)
 
 	for _, a := range []string{"1.2.3.4", "9.9.9.9", "151.1.1.1", "8.8.8.8", "2001:db8:5::1", "2c0f::1", "200.1.1.1"} {
 		var first string
@@ -113,17 +95,17 @@ rules:
 		if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", state, "--backend", next); err != nil {
 			t.Fatalf("%s → %s: %v", backends[i], next, err)
 		}
-		checkVerdicts(t, lab, c.Plan, srcs[:6000])
+		pktgentest.ExpectModel(t, lab, c.Plan, srcs[:6000], 9999)
 		// What the old backend loaded is gone.
 		gone := map[string][]string{"nftables": {"nft", "list", "tables"}, "ipset": {"ipset", "list", "-n"}, "iptables-split": {"iptables-save", "-t", "raw"}}[backends[i]]
-		if out, _ := netns.Exec(lab.FW, gone...); strings.Contains(string(out), "ipfence") {
+		if out := netnstest.Exec(t, lab.FW, gone...); strings.Contains(out, "ipfence") {
 			t.Errorf("%s → %s: %v still lists ipfence's:\n%s", backends[i], next, gone, out)
 		}
 		if _, err := run(t, "flush", "--netns", lab.FW, "--state", state); err != nil {
 			t.Fatal(err)
 		}
 		for _, argv := range [][]string{{"nft", "list", "ruleset"}, {"iptables-save"}, {"ip6tables-save"}, {"ipset", "list", "-n"}} {
-			if out, _ := netns.Exec(lab.FW, argv...); strings.Contains(string(out), "ipfence") {
+			if out := netnstest.Exec(t, lab.FW, argv...); strings.Contains(out, "ipfence") {
 				t.Errorf("%s → %s: %v after flush:\n%s", backends[i], next, argv, out)
 			}
 		}

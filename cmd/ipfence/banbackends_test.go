@@ -9,7 +9,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/statedir"
 )
@@ -69,15 +69,7 @@ func TestBanWithoutDaemon(t *testing.T) {
 			srcs := []netip.Addr{v4[0], v6[0], v4[1]} // the last one is the bystander
 			check := func(when string, want ...bool) {
 				t.Helper()
-				passed, err := pktgen.Check(lab, srcs, 53)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i, p := range passed {
-					if p != want[i] {
-						t.Errorf("%s: %s passed=%v, want %v", when, srcs[i], p, want[i])
-					}
-				}
+				pktgentest.Expect(t, lab, srcs, 53, want, when)
 			}
 			check("before the bans", true, true, true)
 

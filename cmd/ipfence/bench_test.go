@@ -17,7 +17,7 @@ import (
 // for every scenario, results that parse, a report that was also printed,
 // a CSV table and plots that decode.
 func TestBenchQuick(t *testing.T) {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t, "ip", "nft")
 	dir := t.TempDir()
 	out, err := run(t, "bench", "all", "--quick", "--out", dir)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 )
 
 // othersNft is what firewalld (1.3, nftables backend, a public zone that
@@ -131,7 +132,7 @@ func TestCoexistence(t *testing.T) {
 		netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:1::1")}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		expectPassed(t, lab, srcs, 9999, when, pass)
+		pktgentest.Expect(t, lab, srcs, 9999, pass, when)
 	}
 	unchanged := func(when string) {
 		t.Helper()

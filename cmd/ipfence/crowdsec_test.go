@@ -14,6 +14,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 )
 
 // lapi is a CrowdSec Local API of a test's own (Debian's crowdsec, agent
@@ -28,9 +29,7 @@ type lapi struct {
 
 func newLAPI(t *testing.T) *lapi {
 	t.Helper()
-	if _, err := exec.LookPath("crowdsec"); err != nil {
-		t.Fatal("crowdsec is not installed (make deps installs it)")
-	}
+	netnstest.Kernel(t, "crowdsec", "cscli")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +153,7 @@ func TestCrowdSec(t *testing.T) {
 	}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		expectPassed(t, lab, srcs, 80, when, pass)
+		pktgentest.Expect(t, lab, srcs, 80, pass, when)
 	}
 	banned := func(origin string, ps ...string) func() error {
 		return func() error {

@@ -41,7 +41,7 @@ var counters = regexp.MustCompile(`\[\d+:\d+\]|packets \d+ bytes \d+`)
 // backend's tools: each probe succeeds, and the host's firewall and
 // namespaces are as they were.
 func TestDoctor(t *testing.T) {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t, "ip", "nft", "iptables-save", "ip6tables-save", "ipset")
 	before := hostFirewall(t)
 	out, err := run(t, "doctor", "--json")
 	if err != nil {
@@ -65,7 +65,11 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("doctor changed the host's firewall:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	// Other packages' tests make namespaces meanwhile: look for doctor's.
-	if ns, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(ns), "doctor") {
+	ns, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v\n%s", err, ns)
+	}
+	if strings.Contains(string(ns), "doctor") {
 		t.Errorf("doctor left its scratch namespace: %s", ns)
 	}
 	text, err := run(t, "doctor")

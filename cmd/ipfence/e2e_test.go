@@ -26,24 +26,10 @@ import (
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/source"
 )
-
-// expectPassed sends a packet from each of srcs to port through the lab
-// and fails the test (saying when) for each whose fate is not pass[i].
-func expectPassed(t *testing.T, lab *netns.Lab, srcs []netip.Addr, port uint16, when string, pass []bool) {
-	t.Helper()
-	got, err := pktgen.Check(lab, srcs, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range srcs {
-		if got[i] != pass[i] {
-			t.Errorf("%s: %s %s, want %s", when, srcs[i], verdictWord(got[i]), verdictWord(pass[i]))
-		}
-	}
-}
 
 // run executes the CLI with args and returns stdout.
 func run(t testing.TB, args ...string) (string, error) {
@@ -70,38 +56,6 @@ func compileFor(t testing.TB, policyFile, stateDir string) *compiled {
 	return c
 }
 
-// checkVerdicts sends one UDP packet per source through the lab and
-// compares what passed with the plan's model.
-func checkVerdicts(t *testing.T, lab *netns.Lab, p *plan.Plan, srcs []netip.Addr) {
-	t.Helper()
-	const port = 9999
-	passed, err := pktgen.Check(lab, srcs, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, v4, v6, dropped := 0, 0, 0, 0
-	for i, a := range srcs {
-		if a.Is4() {
-			v4++
-		} else {
-			v6++
-		}
-		want := p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: port})
-		if !passed[i] {
-			dropped++
-		}
-		if passed[i] != (want.Verdict == "accept") {
-			if bad++; bad <= 10 {
-				t.Errorf("%s: kernel %s, model %+v", a, map[bool]string{true: "passed", false: "dropped"}[passed[i]], want)
-			}
-		}
-	}
-	t.Logf("%d sources (%d IPv4, %d IPv6): %d dropped, %d verdicts differ from the model", len(srcs), v4, v6, dropped, bad)
-	if v4 == 0 || v6 == 0 || dropped == 0 || dropped == len(srcs) {
-		t.Errorf("the sample does not exercise both verdicts and families")
-	}
-}
-
 // TestApplyEuropeVerdicts applies the "allow only Europe" policy from the
 // real country data in a fresh namespace and checks the kernel's verdict
 // for tens of thousands of sources against the model.
@@ -119,7 +73,7 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	c := compileFor(t, pol, stateDir)
 	r := rand.New(rand.NewPCG(7, 7))
 	srcs := demo.Sample(r, c.Plan.Rules[0].Set, 24000)
-	checkVerdicts(t, lab, c.Plan, srcs)
+	pktgentest.ExpectModel(t, lab, c.Plan, srcs, 9999)
 
 	// Applying again changes nothing and says so.
 	out, err = run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", stateDir)
@@ -134,7 +88,7 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	if err != nil || !strings.Contains(out, "removed") {
 		t.Errorf("flush: %v\n%s", err, out)
 	}
-	if out, _ := netns.Exec(lab.FW, "nft", "list", "tables"); strings.Contains(string(out), "ipfence") {
+	if out := netnstest.Exec(t, lab.FW, "nft", "list", "tables"); strings.Contains(out, "ipfence") {
 		t.Errorf("table still there after flush: %s", out)
 	}
 }
@@ -171,7 +125,7 @@ rules:
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "1.2.3.4", "1.2.4.4", "9.9.9.9", "2001:db8:5::1", "2001:db8:6::1"} {
 		srcs = append(srcs, netip.MustParseAddr(s))
 	}
-	checkVerdicts(t, lab, c.Plan, srcs)
+	pktgentest.ExpectModel(t, lab, c.Plan, srcs, 9999)
 }
 
 // TestApplyBadInputKeepsKernel: bad input fails with a clear error and the
@@ -185,10 +139,7 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 	if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir); err != nil {
 		t.Fatal(err)
 	}
-	before, err := netns.Exec(lab.FW, "nft", "list", "ruleset")
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
 	for _, tc := range []struct {
 		name, feed, policy string
 		want               string
@@ -217,8 +168,7 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
-			after, _ := netns.Exec(lab.FW, "nft", "list", "ruleset")
-			if !bytes.Equal(before, after) {
+			if after := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); after != before {
 				t.Errorf("the kernel ruleset changed:\n%s", after)
 			}
 		})
@@ -247,14 +197,14 @@ func TestApplyShrinkKeepsKernel(t *testing.T) {
 	if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := netns.Exec(lab.FW, "nft", "list", "ruleset")
+	before := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
 	write(t, dir, "feed.txt", "192.0.0.0/25\n")
 	_, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir)
 	var se *source.ShrinkError
 	if !errors.As(err, &se) {
 		t.Fatalf("error %v, want a *source.ShrinkError", err)
 	}
-	if after, _ := netns.Exec(lab.FW, "nft", "list", "ruleset"); !bytes.Equal(before, after) {
+	if after := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); after != before {
 		t.Errorf("the kernel ruleset changed:\n%s", after)
 	}
 	// With the gate off (max_shrink: 0) the operator can apply it.
@@ -402,7 +352,7 @@ func TestBans(t *testing.T) {
 	}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		expectPassed(t, lab, srcs, 9999, when, pass)
+		pktgentest.Expect(t, lab, srcs, 9999, pass, when)
 	}
 	expect("before bans", true, true, true, true, true, true, true, false, true)
 	if _, err := cli("ban", "203.0.113.9", "100.64.0.0/10", "198.51.100.7", "2001:db8:ff::/48", "--ttl", "1h", "--reason", "test"); err != nil {
@@ -446,7 +396,7 @@ func TestBans(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("unbanned", true, true, true, true, true, true, true, false, true)
-	if out, _ := netns.Exec(lab.FW, "nft", "list", "chain", "inet", "ipfence", "prerouting"); strings.Contains(string(out), "@ban") {
+	if out := netnstest.Exec(t, lab.FW, "nft", "list", "chain", "inet", "ipfence", "prerouting"); strings.Contains(out, "@ban") {
 		t.Errorf("ban lookups left in the base chain with no bans:\n%s", out)
 	}
 }

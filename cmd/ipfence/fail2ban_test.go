@@ -16,6 +16,7 @@ import (
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 )
 
 // eventually calls check every 100 ms until it returns nil, and fails the
@@ -43,10 +44,7 @@ func eventually(t *testing.T, within time.Duration, what string, check func() er
 // duplicate nor a loss, and they end when the jail's ban time is up.
 func TestFail2ban(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("fail2ban-server"); err != nil {
-		t.Fatal("fail2ban is not installed (make deps installs it)")
-	}
-	lab := netnstest.New(t)
+	lab := netnstest.New(t, "nft", "fail2ban-server", "fail2ban-client")
 	exe := buildIpfence(t)
 	dir := t.TempDir()
 	write(t, dir, "p.yaml", "protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: docs, action: drop, match: {prefixes: [192.0.2.0/24]}}\n")
@@ -127,7 +125,7 @@ func TestFail2ban(t *testing.T) {
 	srcs := []netip.Addr{attacker4, attacker6, operators, bystander}
 	expect := func(when string, pass ...bool) {
 		t.Helper()
-		expectPassed(t, lab, srcs, 22, when, pass)
+		pktgentest.Expect(t, lab, srcs, 22, pass, when)
 	}
 	bans := func() map[netip.Addr]ban.Ban { // all of them single addresses
 		t.Helper()
@@ -260,13 +258,6 @@ func listBans(t *testing.T, cl *api.Client) map[netip.Prefix]ban.Ban {
 		m[b.Prefix] = b
 	}
 	return m
-}
-
-func verdictWord(passed bool) string {
-	if passed {
-		return "passed"
-	}
-	return "dropped"
 }
 
 func readFile(t *testing.T, path string) string {

@@ -25,7 +25,7 @@ import (
 	"github.com/ipfence/ipfence/internal/fleet/broker"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -196,27 +196,14 @@ func (r *fleetRig) waitLatest(seq uint64) fleet.Report {
 // mismatches counts the sources whose verdict in lab differs from p's.
 func (r *fleetRig) mismatches(lab *netns.Lab, p *plan.Plan) int {
 	r.t.Helper()
-	passed, err := pktgen.Check(lab, r.srcs, 9999)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	n := 0
-	for i, a := range r.srcs {
-		if passed[i] != (p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9999}).Verdict == "accept") {
-			n++
-		}
-	}
-	return n
+	passed := pktgentest.Send(r.t, lab, r.srcs, 9999)
+	return len(pktgentest.Differ(passed, pktgentest.Passes(pktgentest.Model(p, r.srcs, 9999))))
 }
 
 // dropped reports whether a packet from a is dropped in lab.
 func dropped(t testing.TB, lab *netns.Lab, a netip.Addr) bool {
 	t.Helper()
-	passed, err := pktgen.Check(lab, []netip.Addr{a}, 9999)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return !passed[0]
+	return !pktgentest.Send(t, lab, []netip.Addr{a}, 9999)[0]
 }
 
 // waitDropped waits until a packet from a is dropped in every lab and
@@ -280,7 +267,7 @@ func rawKV(t testing.TB, url string) (jetstream.KeyValue, jetstream.ObjectStore)
 // newFleetRig makes n labs, a key pair, a policy of one drop rule on
 // feed.txt and starts the server; no agent yet.
 func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fleetRig {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t, "ip", "nft")
 	r := &fleetRig{t: t, exe: buildIpfence(t), dir: t.TempDir(), feed: feed, jitter: jitter}
 	r.listen = freeAddr(t)
 	r.url = "nats://" + r.listen

@@ -3,34 +3,21 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/daemon/api"
-	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
-
-// buildIpfence builds the ipfence binary for tests that need a process
-// of their own.
-func buildIpfence(t testing.TB) string {
-	t.Helper()
-	exe := filepath.Join(t.TempDir(), "ipfence")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building ipfence: %v\n%s", err, out)
-	}
-	return exe
-}
 
 // startDaemon starts `exe daemon --socket socket args...` and returns
 // once its API answers.
@@ -111,40 +98,17 @@ func TestKillDuringApply(t *testing.T) {
 	t.Logf("after SIGKILL: %v", seen)
 }
 
-// normalizedRuleset is `nft -j list ruleset` of ns with set elements
-// sorted and handles and counting-down expiries dropped: equal for equal
-// rulesets however they were loaded.
+// normalizedRuleset is a digest of `nft -j list ruleset` of ns, normalized
+// (nfttest.Ruleset) without handles and in a sorted order of objects:
+// equal for equal rulesets however they were loaded.
 func normalizedRuleset(t *testing.T, ns string) string {
 	t.Helper()
-	out, err := netns.Exec(ns, "nft", "-j", "list", "ruleset")
-	if err != nil {
-		t.Fatalf("nft -j list ruleset: %v\n%s", err, out)
+	var objs []string
+	for _, o := range nfttest.Ruleset(t, ns, "handle") {
+		objs = append(objs, o.String())
 	}
-	var doc struct {
-		Nftables []map[string]map[string]any `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var parts []string
-	for _, obj := range doc.Nftables {
-		for kind, body := range obj {
-			delete(body, "handle")
-			if elems, ok := body["elem"].([]any); ok {
-				var es []string
-				for _, e := range elems {
-					j, _ := json.Marshal(e)
-					es = append(es, regexp.MustCompile(`,?"expires":[0-9]+`).ReplaceAllString(string(j), ""))
-				}
-				slices.Sort(es)
-				body["elem"] = es
-			}
-			j, _ := json.Marshal(body)
-			parts = append(parts, kind+" "+string(j))
-		}
-	}
-	slices.Sort(parts)
-	return fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(parts, "\n"))))
+	slices.Sort(objs)
+	return fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(objs, "\n"))))
 }
 
 // TestKillDaemonDuringRefresh kills the daemon with SIGKILL while it

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/policy"
 )
 
@@ -26,6 +27,9 @@ import (
 // .rpm holds the same files with the same configuration files, and
 // installs into a root of its own too.
 func TestPackage(t *testing.T) {
+	// Not a kernel test, but of the same tier: dpkg -i wants root, and
+	// the packaging tools are the system's.
+	netnstest.Kernel(t, "dpkg", "dpkg-deb", "rpm", "rpmbuild")
 	t.Parallel()
 	out := t.TempDir()
 	const version = "0.8.0+test1"

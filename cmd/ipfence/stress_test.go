@@ -14,7 +14,7 @@ import (
 // run of 13 workers, and the end check of the kernel's ban sets, which
 // must find nothing lost and nothing phantom.
 func TestStressSmall(t *testing.T) {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t, "ip", "nft")
 	exe := buildIpfence(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -21,7 +19,7 @@ import (
 	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -100,14 +98,11 @@ func TestApplyXDPVerdicts(t *testing.T) {
 			got, c.Plan.Rules[2].Backend, c.Plan.Rules[2].BackendNote)
 	}
 	srcs := xdpSources(c)
-	checkVerdicts(t, lab, c.Plan, srcs)
-	passedXDP, err := pktgen.Check(lab, srcs, 9999)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pktgentest.ExpectModel(t, lab, c.Plan, srcs, 9999)
+	passedXDP := pktgentest.Send(t, lab, srcs, 9999)
 
 	// The counters: each XDP rule dropped what the model gives it (two
-	// rounds of srcs went through: checkVerdicts and the Check above).
+	// rounds of srcs went through: ExpectModel and Send).
 	var st struct {
 		XDP struct {
 			Program    uint32          `json:"program_id"`
@@ -146,26 +141,14 @@ func TestApplyXDPVerdicts(t *testing.T) {
 
 	// The same policy in nftables alone: the same verdict for every source.
 	nftPol := xdpPolicy(t, t.TempDir(), "nftables", lab.FWIf)
-	out, err = run(t, append([]string{"apply", "--policy", nftPol}, args...)...)
+	out, err := run(t, append([]string{"apply", "--policy", nftPol}, args...)...)
 	if err != nil || !strings.Contains(out, "the program was detached") {
 		t.Fatalf("apply with backend nftables: %v\n%s", err, out)
 	}
 	if x := xdpOf(t, lab); x != nil && x.Attached {
 		t.Errorf("an XDP program is still attached: %+v", x)
 	}
-	passedNFT, err := pktgen.Check(lab, srcs, 9999)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(passedXDP, passedNFT) {
-		differ := 0
-		for i := range srcs {
-			if passedXDP[i] != passedNFT[i] {
-				differ++
-			}
-		}
-		t.Errorf("%d of %d verdicts differ between the XDP and nftables backends", differ, len(srcs))
-	}
+	pktgentest.Expect(t, lab, srcs, 9999, passedXDP, "nftables alone, against XDP")
 
 	// Back to XDP, then a changed feed: the link stays, its program is
 	// swapped, and the new feed's verdicts hold.
@@ -184,7 +167,7 @@ func TestApplyXDPVerdicts(t *testing.T) {
 		t.Errorf("swap: link %d → %d, program %d → %d: want the same link with a new program", linkBefore, linkAfter, progBefore, st.XDP.Program)
 	}
 	c = compileFor(t, pol, dir)
-	checkVerdicts(t, lab, c.Plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")))
+	pktgentest.ExpectModel(t, lab, c.Plan, append(xdpSources(c), netip.MustParseAddr("7.7.7.7"), netip.MustParseAddr("9.9.9.9")), 9999)
 
 	out, err = run(t, append([]string{"flush"}, args...)...)
 	if err != nil || !strings.Contains(out, "detached the XDP program") {
@@ -241,10 +224,7 @@ func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
 	s := applyXDPPolicy(t)
 	lab, dir, pol, args := s.lab, s.dir, s.pol, s.args
 	before := xdpOf(t, lab)
-	ruleset, err := netns.Exec(lab.FW, "nft", "list", "ruleset")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ruleset := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
 	// A foreign program on lo, attached without a link, as `ip link set
 	// dev lo xdp obj ...` would.
 	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
@@ -286,7 +266,7 @@ func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
 			if after := xdpOf(t, lab); after == nil || after.ProgId != before.ProgId {
 				t.Errorf("XDP program %+v, want %+v still attached", after, before)
 			}
-			if now, _ := netns.Exec(lab.FW, "nft", "list", "ruleset"); !bytes.Equal(now, ruleset) {
+			if now := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); now != ruleset {
 				t.Errorf("the nftables ruleset changed:\n%s", now)
 			}
 		})

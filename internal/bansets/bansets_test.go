@@ -2,7 +2,6 @@ package bansets
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,12 +9,14 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
@@ -23,55 +24,25 @@ import (
 )
 
 // kernelSets reads the ban sets back with nft (small sets only) as
-// "prefix" or "prefix timeout-bucket" strings, sorted.
+// "prefix perm" or "prefix temp" strings (the exact time left counts
+// down), sorted.
 func kernelSets(t *testing.T, ns string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for _, s := range nft.BanSets() {
-		b, err := netns.Exec(ns, "nft", "-j", "list", "set", "inet", "ipfence", s.Name)
-		if err != nil {
-			t.Fatalf("listing %s: %v\n%s", s.Name, err, b)
-		}
-		var doc struct {
-			Nftables []map[string]struct {
-				Elem []any `json:"elem"`
-			} `json:"nftables"`
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range doc.Nftables {
-			for _, e := range o["set"].Elem {
-				out[s.Name] = append(out[s.Name], elemText(e))
+		for _, e := range nfttest.Elements(t, ns, "set", "inet", "ipfence", s.Name) {
+			kind := "perm"
+			if key, _, ok := strings.Cut(e, " timeout "); ok {
+				e, kind = key, "temp"
 			}
+			if a, err := netip.ParseAddr(e); err == nil {
+				e = netip.PrefixFrom(a, a.BitLen()).String()
+			}
+			out[s.Name] = append(out[s.Name], e+" "+kind)
 		}
 		slices.Sort(out[s.Name])
 	}
 	return out
-}
-
-// elemText renders an element of nft's JSON: its prefix, and "perm" or
-// "temp" (the exact time left counts down).
-func elemText(e any) string {
-	kind := "perm"
-	if m, ok := e.(map[string]any); ok {
-		if el, ok := m["elem"].(map[string]any); ok {
-			e, kind = el["val"], "temp"
-		}
-	}
-	switch v := e.(type) {
-	case string:
-		p, err := netip.ParseAddr(v)
-		if err == nil {
-			return netip.PrefixFrom(p, p.BitLen()).String() + " " + kind
-		}
-		return v + " " + kind
-	case map[string]any:
-		if p, ok := v["prefix"].(map[string]any); ok {
-			return fmt.Sprintf("%v/%v %s", p["addr"], p["len"], kind)
-		}
-	}
-	return fmt.Sprint(e)
 }
 
 // modelSets is what the ban sets must hold for the live bans in s.

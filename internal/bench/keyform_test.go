@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
 // keyChain is a Program whose IPv6 packets pass through levels verdict
@@ -60,9 +61,7 @@ func keyFormSources(n int) []netip.Addr {
 //
 // ROUNDS and PACKETS (environment) override 10 rounds of 200000 packets.
 func BenchmarkKeyForm(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: creates network namespaces")
-	}
+	netnstest.Kernel(b, "ip", "nft")
 	rounds, packets := envInt("ROUNDS", 10), envInt("PACKETS", 200000)
 	forms := []struct {
 		name string

@@ -19,11 +19,12 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
-	"github.com/ipfence/ipfence/internal/pktgen"
+	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 )
 
 // running is a daemon started by a test.
@@ -93,12 +94,8 @@ func verdicts(t *testing.T, lab *netns.Lab, srcs ...string) string {
 	for i, s := range srcs {
 		as[i] = netip.MustParseAddr(s)
 	}
-	got, err := pktgen.Check(lab, as, 9999)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
-	for _, ok := range got {
+	for _, ok := range pktgentest.Send(t, lab, as, 9999) {
 		b.WriteString(map[bool]string{true: "p", false: "d"}[ok])
 	}
 	return b.String()
@@ -287,23 +284,7 @@ func rawRequest(t *testing.T, socket, method, path, body string) rawResponse {
 // kernelCount counts the elements of a (small) set in the kernel.
 func kernelCount(t *testing.T, ns, set string) int {
 	t.Helper()
-	out, err := netns.Exec(ns, "nft", "-j", "list", "set", "inet", "ipfence", set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Nftables []map[string]struct {
-			Elem []any `json:"elem"`
-		} `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		t.Fatal(errors.Join(err, errors.New(string(out))))
-	}
-	n := 0
-	for _, o := range doc.Nftables {
-		n += len(o["set"].Elem)
-	}
-	return n
+	return len(nfttest.Elements(t, ns, "set", "inet", "ipfence", set))
 }
 
 type netConn = net.Conn

@@ -22,7 +22,11 @@ import (
 // TestMain fails the run if any namespace this process created is left.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	entries, _ := os.ReadDir(netns.RunDir)
+	entries, err := os.ReadDir(netns.RunDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(os.Stderr, "FAIL: listing the namespaces left behind: %v\n", err)
+		code = 1
+	}
 	for _, e := range entries {
 		pid := os.Getpid()
 		if strings.HasPrefix(e.Name(), fmt.Sprintf("ipf-t%d-", pid)) || strings.HasPrefix(e.Name(), fmt.Sprintf("ipf-sweep%d-", pid)) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
 // The differential tests below check that, on IPv4, this package prints
@@ -22,24 +24,13 @@ import (
 //	Complement   = iprange 0.0.0.0/0 --except IN
 //	NumAddrs     = the unique_ips column of iprange -C
 
-// iprangeBin returns the path of iprange. Without it the test is skipped,
-// except in CI (CI=true), where it fails: CI installs it.
-func iprangeBin(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("iprange")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("iprange is required in CI (scripts/install-deps.sh installs it): %v", err)
-		}
-		t.Skipf("iprange not installed: %v", err)
-	}
-	return p
-}
-
-// iprange runs iprange with args and returns its output.
+// iprange runs iprange with args and returns its output. Without iprange
+// the test is skipped, except in CI (CI=true), where it fails: CI
+// installs it.
 func iprange(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(iprangeBin(t), args...)
+	netnstest.Tools(t, "iprange")
+	cmd := exec.Command("iprange", args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -71,7 +62,7 @@ func iprangeRanges(s string) string {
 }
 
 func TestIprangeSynthetic(t *testing.T) {
-	iprangeBin(t)
+	netnstest.Tools(t, "iprange")
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			in := synthetic(4000+int(seed)*1000, seed, false)
@@ -82,7 +73,7 @@ func TestIprangeSynthetic(t *testing.T) {
 }
 
 func TestIprangeCountry(t *testing.T) {
-	iprangeBin(t)
+	netnstest.Tools(t, "iprange")
 	in := countryRanges(t)
 	// Exclude every tenth range of the data, shifted to straddle borders.
 	var ex bytes.Buffer

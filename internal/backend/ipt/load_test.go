@@ -54,7 +54,7 @@ func feedPrefixes(b *testing.B, n int) *netipx.IPSet {
 //
 //	sudo go test ./internal/backend/ipt -run '^$' -bench Load -benchtime 1x
 func BenchmarkLoad(b *testing.B) {
-	netnstest.NeedRoot(b)
+	netnstest.Kernel(b, "nft", "ipset", "iptables-nft-restore", "iptables-legacy-restore")
 	const rounds = 3
 	type config struct {
 		name    string

@@ -1,13 +1,12 @@
 package nft
 
 // Kernel tests: each creates its own network namespaces (ipf-nft-*) and
-// removes them, also on failure. They skip when not root, and fail
-// instead when CI=true.
+// removes them, also on failure. netnstest.Kernel gates them: they skip
+// under -short or when not root, and fail instead when CI=true.
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -25,41 +24,16 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
-
-// requireKernel skips t unless it runs as root with nft and ip installed;
-// under CI=true it fails instead.
-func requireKernel(t testing.TB) {
-	t.Helper()
-	why := ""
-	switch {
-	case os.Geteuid() != 0:
-		why = "needs root"
-	case !onPath("nft"):
-		why = "needs nft"
-	case !onPath("ip"):
-		why = "needs ip (iproute2)"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("kernel test %s (CI=true: failing instead of skipping)", why)
-	}
-	t.Skipf("kernel test %s", why)
-}
-
-func onPath(bin string) bool {
-	_, err := exec.LookPath(bin)
-	return err == nil
-}
 
 // newNetns creates a network namespace for t and removes it when t ends.
 // Its loopback is up.
 func newNetns(t testing.TB) string {
 	t.Helper()
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	name := fmt.Sprintf("ipf-nft-%08x", rand.Uint32())
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
@@ -118,65 +92,12 @@ func mustApply(t testing.TB, p *Program, ns string) ApplyResult {
 	return res
 }
 
-// normalizedJSON is `nft -j list ruleset` with set elements sorted (a hash
-// set lists its elements in hash order, which differs between namespaces).
-// Keys named in drop are removed from every object.
+// normalizedJSON is `nft -j list ruleset` of ns, normalized
+// (nfttest.Ruleset): equal for equal rulesets. Keys named in drop are
+// removed from every object.
 func normalizedJSON(t testing.TB, ns string, drop ...string) string {
 	t.Helper()
-	var doc struct {
-		Nftables []map[string]map[string]any `json:"nftables"`
-	}
-	if err := json.Unmarshal([]byte(nft(t, ns, "", "-j", "list", "ruleset")), &doc); err != nil {
-		t.Fatalf("parsing nft -j output: %v", err)
-	}
-	for _, obj := range doc.Nftables {
-		for kind, body := range obj {
-			for _, k := range drop {
-				delete(body, k)
-			}
-			if kind != "set" && kind != "map" {
-				continue
-			}
-			if elems, ok := body["elem"].([]any); ok {
-				slices.SortFunc(elems, func(a, b any) int {
-					ja, _ := json.Marshal(a)
-					jb, _ := json.Marshal(b)
-					return bytes.Compare(ja, jb)
-				})
-			}
-		}
-	}
-	dropKeys(doc.Nftables, "expires") // counts down: differs between any two listings
-	out, err := json.MarshalIndent(doc, "", " ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
-}
-
-// dropKeys deletes the keys named from every object nested in v.
-func dropKeys(v any, names ...string) {
-	switch x := v.(type) {
-	case map[string]any:
-		for _, n := range names {
-			delete(x, n)
-		}
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	case map[string]map[string]any:
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	case []map[string]map[string]any:
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	case []any:
-		for _, y := range x {
-			dropKeys(y, names...)
-		}
-	}
+	return nfttest.Text(nfttest.Ruleset(t, ns, drop...))
 }
 
 // kernelObjects is what the kernel holds of table ipfence, decoded by
@@ -327,7 +248,7 @@ func compareNamespaces(t *testing.T, a, b string, drop ...string) {
 // TestDifferential loads each Program over netlink in one namespace and
 // with `nft -f` of Render in another, and compares what the kernel holds.
 func TestDifferential(t *testing.T) {
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	iif := minimalProgram()
 	iif.Chains[0].Rules = append([]Rule{{Iif: "ipfdummy0", Verdict: Verdict{Kind: Drop}, Comment: "second interface"}}, iif.Chains[0].Rules...)
 	for _, tc := range []struct {
@@ -391,21 +312,7 @@ func TestListing(t *testing.T) {
 		if s.IsMap {
 			kind = "map"
 		}
-		var doc struct {
-			Nftables []map[string]struct {
-				Elem []any `json:"elem"`
-			} `json:"nftables"`
-		}
-		out := nft(t, ns, "", "-j", "list", kind, "inet", "ipfence", s.Name)
-		if err := json.Unmarshal([]byte(out), &doc); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, o := range doc.Nftables {
-			for _, e := range o[kind].Elem {
-				got = append(got, jsonElem(e))
-			}
-		}
+		got := nfttest.Elements(t, ns, kind, "inet", "ipfence", s.Name)
 		var want []string
 		for _, e := range s.Elems {
 			k := e.Key.Masked()
@@ -424,50 +331,11 @@ func TestListing(t *testing.T) {
 			}
 			want = append(want, w)
 		}
-		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s %s: nft lists %q, program has %q", kind, s.Name, got, want)
 		}
 	}
-}
-
-// jsonElem turns an element of nft's JSON listing back into text:
-// "10.0.0.0", "10.0.0.0/8", or "10.0.0.0 : jump c".
-func jsonElem(e any) string {
-	switch v := e.(type) {
-	case string:
-		return v
-	case float64: // a word of a KeyWords key
-		if v != float64(uint64(v)) {
-			return fmt.Sprint(v)
-		}
-		return fmt.Sprintf("0x%x", uint64(v))
-	case map[string]any:
-		if p, ok := v["prefix"].(map[string]any); ok {
-			return fmt.Sprintf("%v/%v", p["addr"], p["len"])
-		}
-		if el, ok := v["elem"].(map[string]any); ok { // an element with a timeout
-			return fmt.Sprintf("%s timeout %vs", jsonElem(el["val"]), el["timeout"])
-		}
-		if ws, ok := v["concat"].([]any); ok {
-			parts := make([]string, len(ws))
-			for i, w := range ws {
-				parts[i] = jsonElem(w)
-			}
-			return strings.Join(parts, " . ")
-		}
-	case []any: // map element: [key, verdict]
-		verdict := ""
-		for k, arg := range v[1].(map[string]any) {
-			verdict = k
-			if m, ok := arg.(map[string]any); ok {
-				verdict += " " + fmt.Sprint(m["target"])
-			}
-		}
-		return jsonElem(v[0]) + " : " + verdict
-	}
-	return fmt.Sprint(e)
 }
 
 func TestApplyTwiceReplacesAndFlushRemoves(t *testing.T) {
@@ -616,7 +484,7 @@ func TestMissingInterface(t *testing.T) {
 }
 
 func TestMissingNamespace(t *testing.T) {
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	_, err := Apply(context.Background(), minimalProgram(), ApplyOptions{NetNS: "ipf-nft-does-not-exist"})
 	if !errors.Is(err, netns.ErrNotFound) || !strings.Contains(err.Error(), "ipf-nft-does-not-exist") {
 		t.Fatalf("Apply = %v, want a missing-namespace error", err)
@@ -760,8 +628,7 @@ func TestApplyLarge(t *testing.T) {
 	}
 	// Spot-check one map's elements in the kernel.
 	s := p.Sets[len(p.Sets)/2]
-	out := nft(t, ns, "", "-j", "list", "map", "inet", "ipfence", s.Name)
-	if n := strings.Count(out, `"drop"`) + strings.Count(out, `"accept"`) + strings.Count(out, `"goto"`); n != len(s.Elems) {
+	if n := len(nfttest.Elements(t, ns, "map", "inet", "ipfence", s.Name)); n != len(s.Elems) {
 		t.Errorf("map %s: %d elements in the kernel, want %d", s.Name, n, len(s.Elems))
 	}
 }

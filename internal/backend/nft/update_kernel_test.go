@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
 // cloneProgram is a deep copy of p.
@@ -104,7 +106,7 @@ func checkDiff(t *testing.T, a, b string, cur, new *Program) *Program {
 // compares with Apply of new: the differential test of Diff and
 // ApplyUpdate.
 func TestDiffMatchesApply(t *testing.T) {
-	requireKernel(t)
+	netnstest.Kernel(t, "ip", "nft")
 	shapes := func(mods ...func(*Program)) func() *Program {
 		return func() *Program {
 			p := shapesProgram()

@@ -58,7 +58,7 @@ func run(t testing.TB, prog *ebpf.Program, f []byte) uint32 {
 // verdict with the model, then the per-class counters with the model's
 // counts.
 func TestProgramModel(t *testing.T) {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	rules := randomRules(r, 3, 3000)
 	l, err := BuildLayout(rules)
@@ -112,7 +112,7 @@ func TestProgramModel(t *testing.T) {
 // TestProgramFrames checks the parsing: VLAN-tagged frames get the verdict
 // of their source, other protocols and short frames pass uncounted.
 func TestProgramFrames(t *testing.T) {
-	netnstest.NeedRoot(t)
+	netnstest.Kernel(t)
 	rules := []Rule{{Name: "x", Drop: setOf(t, "198.51.100.0/24", "2001:db8::/32")}}
 	l, err := BuildLayout(rules)
 	if err != nil {
@@ -209,7 +209,7 @@ func feedRules(r *rand.Rand, n int, is4 bool) []Rule {
 //
 //	sudo go test ./internal/backend/xdp -run '^$' -bench Lookup -benchtime 1x
 func BenchmarkLookup(b *testing.B) {
-	netnstest.NeedRoot(b)
+	netnstest.Kernel(b)
 	// What BPF_PROG_RUN costs around any program: one that passes.
 	none, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()}})

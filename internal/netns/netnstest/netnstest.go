@@ -1,18 +1,23 @@
-// Package netnstest gives kernel tests a fresh netns.Lab that is removed
-// when the test ends.
+// Package netnstest gates kernel tests and gives them a fresh netns.Lab
+// that is removed when the test ends.
 //
-// New skips the test when not running as root, unless the environment has
-// CI=true, where it fails instead: CI runs as root, so a skip there would
-// hide the kernel tests. The first New in a test binary sweeps namespaces
-// left by crashed runs. Labs are removed by t.Cleanup (which also runs when
-// the test panics) and, because `go test -timeout` kills the binary without
-// running cleanups, also by a watchdog shortly before the test deadline.
+// Kernel is the one gate of the kernel tier: it skips the test under
+// `go test -short`, and when not running as root or when a program the
+// test runs is missing, unless the environment has CI=true, where it fails
+// instead: CI runs as root with every tool installed, so a skip there
+// would hide the kernel tests. New and BPFFS pass through it. The first
+// New in a test binary sweeps namespaces left by crashed runs. Labs are
+// removed by t.Cleanup (which also runs when the test panics) and,
+// because `go test -timeout` kills the binary without running cleanups,
+// also by a watchdog shortly before the test deadline.
 package netnstest
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,25 +41,67 @@ var (
 	watchdog *time.Timer
 )
 
-// NeedRoot skips t when not root, and fails it when CI=true: kernel
-// tests always run in CI.
-func NeedRoot(t testing.TB) {
+// Kernel gates a kernel test (one that needs root, the kernel, or
+// programs of the system): it skips t under -short, and when not root or
+// when one of tools is not on PATH; with CI=true it fails t instead,
+// saying what is missing.
+func Kernel(t testing.TB, tools ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("kernel test needs root (CI=true: not skipping)")
-		}
-		t.Skip("kernel test needs root; skipping")
+	if testing.Short() {
+		t.Skip("kernel test: skipped under -short")
 	}
+	require(t, "kernel test", os.Geteuid() == 0, tools)
+}
+
+// Tools gates a test that runs programs of the system but needs neither
+// root nor the kernel (a differential test against iprange, say), so it
+// runs under -short: it skips t when one of tools is not on PATH, and
+// with CI=true fails it instead, naming what is missing.
+func Tools(t testing.TB, tools ...string) {
+	t.Helper()
+	require(t, "test", true, tools)
+}
+
+// require skips t, or fails it when CI=true, unless root and tools are
+// all there.
+func require(t testing.TB, what string, root bool, tools []string) {
+	t.Helper()
+	var missing []string
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	var needs []string
+	if !root {
+		needs = append(needs, "root")
+	}
+	if len(missing) > 0 {
+		needs = append(needs, strings.Join(missing, ", ")+" on PATH (scripts/install-deps.sh installs them)")
+	}
+	if len(needs) > 0 {
+		Lacking(t, "%s needs %s", what, strings.Join(needs, " and "))
+	}
+}
+
+// Lacking ends t because the system lacks something it needs, which
+// format and args say: it skips t, and with CI=true, where everything a
+// test needs is there, fails it instead.
+func Lacking(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true, failing instead of skipping: "+format, args...)
+	}
+	t.Skipf("skipping: "+format, args...)
 }
 
 // New returns a new lab named after the process and a counter, so test
 // binaries running in parallel do not collide, and registers its removal
-// with t.Cleanup. It skips t when not root (fails it when CI=true), and
-// fails t when the lab cannot be created.
-func New(t testing.TB) *netns.Lab {
+// with t.Cleanup. It gates t with Kernel (ip and tools must be on PATH),
+// and fails t when the lab cannot be created.
+func New(t testing.TB, tools ...string) *netns.Lab {
 	t.Helper()
-	NeedRoot(t)
+	Kernel(t, append([]string{"ip"}, tools...)...)
 	sweepOnce.Do(func() {
 		if removed, err := netns.Sweep(); err != nil {
 			t.Logf("sweeping stale namespaces: %v", err)
@@ -114,11 +161,19 @@ func untrack(lab *netns.Lab) {
 // listings of the same ruleset compare equal.
 func Ruleset(t testing.TB, ns string) string {
 	t.Helper()
-	out, err := netns.Exec(ns, "nft", "list", "ruleset")
+	return expires.ReplaceAllString(Exec(t, ns, "nft", "list", "ruleset"), "")
+}
+
+// Exec runs argv in namespace ns and returns its combined output. It
+// fails t when the command fails, so that a check on what a listing
+// holds (or lacks) cannot pass on the error message of a failed one.
+func Exec(t testing.TB, ns string, argv ...string) string {
+	t.Helper()
+	out, err := netns.Exec(ns, argv...)
 	if err != nil {
-		t.Fatalf("nft list ruleset in %s: %v\n%s", ns, err, out)
+		t.Fatalf("%v", err)
 	}
-	return expires.ReplaceAllString(string(out), "")
+	return string(out)
 }
 
 var expires = regexp.MustCompile(` expires [0-9a-z]+`)
@@ -128,7 +183,7 @@ var expires = regexp.MustCompile(` expires [0-9a-z]+`)
 // ends, which releases whatever the test pinned there.
 func BPFFS(t testing.TB) string {
 	t.Helper()
-	NeedRoot(t)
+	Kernel(t)
 	dir := t.TempDir()
 	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
 		t.Fatalf("mounting a bpffs: %v", err)
