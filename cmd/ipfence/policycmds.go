@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -183,6 +184,9 @@ ipfence exits; 'ipfence flush' detaches it.`,
 				return err
 			}
 			t := &apply.Target{NetNS: netns, State: statedir.Dir{Path: pf.stateDir}, XDP: xf.options(), Logger: g.logger}
+			// The new rules are in force, but the last apply's backend
+			// could not be emptied: said after the report, as a failure.
+			var leftover error
 			rep := applyReport{NetNS: netns, DryRun: dry, CompileMillis: c.duration.Milliseconds(),
 				Report: &apply.Report{Backend: c.Plan.Backend}, BackendWhy: c.BackendWhy}
 			rep.Sets, rep.Elements, rep.Chains = c.Counts()
@@ -210,6 +214,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 				if err != nil {
 					return err
 				}
+				leftover = r.Leftover
 				for _, src := range c.res.Sources {
 					if err := c.loader.Commit(src); err != nil {
 						g.logger.Warn("recording last good source", "source", src.Name(), "err", err)
@@ -217,10 +222,10 @@ ipfence exits; 'ipfence flush' detaches it.`,
 				}
 			}
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), rep)
+				return errors.Join(writeJSON(cmd.OutOrStdout(), rep), leftover)
 			}
 			printApply(cmd.OutOrStdout(), c, rep)
-			return nil
+			return leftover
 		},
 	}
 	pf.register(c)

@@ -170,7 +170,7 @@ func (t *Target) backend(k plan.Backend, flavour string) Backend {
 		o.NetNS = t.NetNS
 		return &xdpBackend{opt: o}
 	case plan.IPSet, plan.IPTablesSplit:
-		return &iptBackend{kind: k, netns: t.NetNS, flavour: flavour}
+		return &iptBackend{kind: k, netns: t.NetNS, flavour: flavour, log: t.log()}
 	}
 	return &nftBackend{netns: t.NetNS, log: t.log()}
 }
@@ -197,6 +197,9 @@ type Report struct {
 	// Loaded: the rules that do not run in XDP are in force (also when
 	// Apply then failed on XDP) and c is recorded as applied.
 	Loaded bool `json:"-"`
+	// Leftover is set when the backend of the last apply could not be
+	// emptied (a *LeftoverError); Apply itself then succeeded.
+	Leftover error `json:"-"`
 	// Applied is the record written.
 	Applied *statedir.Applied `json:"-"`
 }
@@ -209,7 +212,21 @@ type Options struct {
 	Update *nft.Update
 	// KeepXDP leaves the XDP program as it is: it is c's already.
 	KeepXDP bool
+	// Repair puts back what was loaded before (the daemon's drift
+	// repair): the host-address check it passed then is not made again,
+	// so that an address the host gained since cannot keep a deleted
+	// table from coming back.
+	Repair bool
 }
+
+// LeftoverError is a Report's Leftover: the new rules are in force and
+// recorded, but what the last apply loaded in another backend could not
+// be removed; its rules stay (duplicating the new ones) until the next
+// apply or a flush.
+type LeftoverError struct{ Err error }
+
+func (e *LeftoverError) Error() string { return e.Err.Error() }
+func (e *LeftoverError) Unwrap() error { return e.Err }
 
 // Previous is what the last apply in t recorded (nil: none, or none
 // readable: everything counts as new).
@@ -230,8 +247,10 @@ func (t *Target) Previous() *statedir.Applied {
 // used and c does not is emptied only once c's are in force. Then c is
 // recorded as applied. The caller holds the state folder's lock.
 func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controller, o Options) (*Report, error) {
-	if err := hostaddr.CheckPlan(c.Plan, t.NetNS); err != nil {
-		return nil, err
+	if !o.Repair {
+		if err := hostaddr.CheckPlan(c.Plan, t.NetNS); err != nil {
+			return nil, err
+		}
 	}
 	prev := t.Previous()
 	cur := statedir.Summarize(c.Plan)
@@ -264,33 +283,35 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 			stages = append(stages, xs)
 		}
 	}
+	var failed error
 	for _, s := range stages {
 		if err := s.Commit(ctx, bans); err != nil {
 			if !rep.Loaded {
 				return nil, err // nothing changed: XDP's Close puts its previous program back
 			}
-			t.report(rep, ms, nil)
-			t.save(cur)
+			failed = err
 			if hasXDP {
-				return rep, fmt.Errorf("the other rules are applied, but XDP kept its previous program: %w", err)
+				failed = fmt.Errorf("the other rules are applied, but XDP kept its previous program: %w", err)
 			}
-			return rep, err
+			xs = nil
+			break
 		}
 		rep.Loaded = rep.Loaded || s == ms
 	}
 	for _, s := range stages {
-		if err := s.Keep(); err != nil {
-			return rep, err
+		if failed == nil {
+			failed = s.Keep()
 		}
 	}
 	t.report(rep, ms, xs)
-	// The backend of the last apply, if another, goes now that c's rules
-	// are in force (if that fails its rules stay, and only duplicate c's).
-	if err := t.handOver(ctx, prev, c, main); err != nil {
-		return rep, err
-	}
+	// c's rules are in force: the record says so, and the backend of the
+	// last apply, if another, goes (if that fails its rules stay, and
+	// only duplicate c's).
 	t.save(cur)
-	return rep, nil
+	if err := t.handOver(ctx, prev, c, main); err != nil {
+		rep.Leftover = &LeftoverError{err}
+	}
+	return rep, failed
 }
 
 // save records a as applied in t (a failure is logged: the next apply
@@ -325,6 +346,9 @@ func (t *Target) report(rep *Report, ms, xs Stage) {
 // when c runs them in another.
 func (t *Target) handOver(ctx context.Context, prev *statedir.Applied, c *Compiled, main Backend) error {
 	table := c.Plan.Table
+	if prev != nil && prev.Table != "" {
+		table = prev.Table // what the last apply made is under its name
+	}
 	var old Backend
 	switch {
 	case main.Kind() != plan.NFTables:

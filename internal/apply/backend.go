@@ -259,6 +259,7 @@ type iptBackend struct {
 	kind    plan.Backend
 	netns   string
 	flavour string
+	log     *slog.Logger
 }
 
 func (*iptBackend) isBackend()           {}
@@ -282,7 +283,7 @@ func (b *iptBackend) Flush(ctx context.Context, table string) (bool, error) {
 }
 
 func (b *iptBackend) Status(ctx context.Context, table string, s *Status) error {
-	is, err := ipt.ReadStatus(ctx, table, ipt.Options{NetNS: b.netns})
+	is, err := ipt.ReadStatus(ctx, table, b.options())
 	if err != nil {
 		return fmt.Errorf("reading the iptables status: %w", err)
 	}
@@ -308,6 +309,8 @@ func (s *iptStage) Commit(ctx context.Context, bans *bansets.Controller) error {
 			if err := is.Fill(ctx, snap, now); err != nil {
 				return fmt.Errorf("the rules are in force, but filling the ban sets failed: %w", err)
 			}
+		} else if n := len(snap[0]) + len(snap[1]) + len(snap[2]) + len(snap[3]); n > 0 {
+			s.b.log.Warn("bans in the store are not enforced: iptables-split has no ban sets (use ipset or nftables)", "bans", n)
 		}
 		return nil
 	})

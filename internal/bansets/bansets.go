@@ -68,6 +68,11 @@ type Controller struct {
 	// set (an element each; addrs counts them per family), and nets.
 	addrs [2]int
 	nets  [2][]ban.Element
+	// pending are elements of bans that ran out while no Controller ran
+	// (pruned by Open), deleted from the kernel with the next change: a
+	// sink whose elements outlive their ban (ipset's, past its timeout
+	// cap) needs that; for others deleting a gone element is no error.
+	pending Snapshot
 }
 
 // Close closes the Controller's sink (not the Store).
@@ -98,6 +103,14 @@ func Open(cfg Config) (*Controller, error) {
 		if err := cfg.Store.Delete(prefixes(gone)...); err != nil {
 			return nil, err
 		}
+		for _, b := range gone {
+			i := family(b.Prefix)
+			if !b.IsAddr() {
+				i += 2
+			}
+			// With its (past) expiry: were it ever put back, it is dropped.
+			c.pending[i] = append(c.pending[i], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+		}
 	}
 	// What the kernel holds: counted, not listed (sorting a million
 	// addresses on every `ipfence ban` would be wasted).
@@ -105,6 +118,15 @@ func Open(cfg Config) (*Controller, error) {
 	c.addrs = [2]int{t.Addr4, t.Addr6}
 	c.nets = c.netPieces(c.cfg.Now())
 	return c, nil
+}
+
+func (s Snapshot) empty() bool {
+	for _, es := range s {
+		if len(es) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // assume records that the kernel holds s.
@@ -133,7 +155,33 @@ func (c *Controller) Load(sink Sink, load func(s Snapshot, now time.Time) error)
 		c.cfg.Sink.Close()
 		c.cfg.Sink = sink
 	}
+	c.sendPending(now)
 	return nil
+}
+
+// sendPending deletes the pending elements from the kernel, best effort
+// (a refusal leaves them for the next change). Called with c.mu held.
+func (c *Controller) sendPending(now time.Time) {
+	if c.pending.empty() {
+		return
+	}
+	p := [4]bool{c.addrs[0] > 0, c.addrs[1] > 0, len(c.nets[0]) > 0, len(c.nets[1]) > 0}
+	if c.cfg.Sink.Send(context.Background(), Change{Now: now, Del: c.pendingFor(), Present: p, Was: p}) == nil {
+		c.pending = Snapshot{}
+	}
+}
+
+// pendingFor is what of pending the sink deletes: every address, and
+// the prefixes only where the sets hold prefixes as they are (ipset's
+// hash:net). An nftables interval set holds disjoint pieces whose ends
+// a pruned prefix can share with a live one's: deleting it there could
+// cut the live piece.
+func (c *Controller) pendingFor() Snapshot {
+	p := c.pending
+	if _, ok := c.cfg.Sink.(*IPSetSink); !ok {
+		p[2], p[3] = nil, nil
+	}
+	return p
 }
 
 // SetGuard replaces the guard (a policy loaded with other protected
@@ -399,10 +447,15 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 	if len(gone) == 0 {
 		return 0, nil
 	}
-	var ch change // the kernel removed their elements itself
+	// Their elements go: the kernel has removed most itself (deleting
+	// a gone element is no error), but a sink's element may outlive its
+	// ban (ipset's timeouts are capped).
+	var ch change
 	for _, b := range gone {
 		if b.IsAddr() {
-			ch.n[family(b.Prefix)]--
+			f := family(b.Prefix)
+			ch.n[f]--
+			ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
 		} else {
 			ch.nets = true
 		}
@@ -432,6 +485,10 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 		add[f], del[f] = ch.add[f], ch.del[f]
 		add[2+f], del[2+f] = ban.Diff(oldNets[f], newNets[f])
 	}
+	pending := c.pendingFor()
+	for i := range del {
+		del[i] = append(del[i], pending[i]...)
+	}
 	present := func(a [2]int, n [2][]ban.Element) [4]bool {
 		return [4]bool{a[0] > 0, a[1] > 0, len(n[0]) > 0, len(n[1]) > 0}
 	}
@@ -456,6 +513,7 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 		return serr
 	}
 	c.addrs, c.nets = newAddrs, newNets
+	c.pending = Snapshot{} // sent with this change
 	return nil
 }
 

@@ -48,8 +48,17 @@ var ErrNoBanSets = errors.New("this backend has no ban sets: bans need nftables 
 // refused with ErrNoBanSets, and bans never reach the store.
 type NoSink struct{}
 
-// Send refuses.
-func (NoSink) Send(context.Context, Change) error { return ErrNoBanSets }
+// Send refuses additions; a change that only deletes (an unban, an
+// expiry) has nothing to do in the kernel and succeeds, so that bans
+// stored before the backend changed can still be lifted.
+func (NoSink) Send(_ context.Context, ch Change) error {
+	for _, es := range ch.Add {
+		if len(es) > 0 {
+			return ErrNoBanSets
+		}
+	}
+	return nil
+}
 
 // Close does nothing.
 func (NoSink) Close() {}
@@ -230,7 +239,8 @@ func elems(es []ban.Element, now time.Time) []nft.Elem {
 
 // IPSetSink is the ipset backend's ban sets (ipt.Program.BanSet): one
 // hash:net set per family holding address bans and prefix pieces alike,
-// each element with its own timeout. The iptables rule that looks them
+// each element with its own timeout (a ban longer than ipset's cap of
+// 24.8 days is held without one until the Controller deletes it). The iptables rule that looks them
 // up is always there, so presence needs no rule change.
 type IPSetSink struct {
 	NetNS string // "" = current
@@ -248,6 +258,11 @@ func (s *IPSetSink) Send(ctx context.Context, ch Change) error {
 			if !e.Expires.IsZero() {
 				if be.TTL = e.Expires.Sub(ch.Now); be.TTL < time.Millisecond {
 					continue
+				}
+				if be.TTL > ipt.MaxBanTimeout {
+					// Past ipset's cap: held without a timeout, and
+					// deleted by the Controller when the ban runs out.
+					be.TTL = 0
 				}
 			}
 			add = append(add, be)

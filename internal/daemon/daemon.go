@@ -32,6 +32,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/ipfence/ipfence/internal/apply"
+	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
@@ -139,6 +140,18 @@ func New(cfg Config) *Daemon {
 	d := &Daemon{cfg: cfg, log: cfg.Logger, sources: map[string]*sourceState{}, ready: make(chan struct{}),
 		followers: map[string]*follower{}}
 	d.target = &apply.Target{NetNS: cfg.NetNS, State: statedir.Dir{Path: cfg.StateDir}, XDP: cfg.XDP, Logger: cfg.Logger}
+	if host := cfg.Host; host != nil {
+		// Backend auto is what the host runs, probed once: a probe that
+		// fails at a later reload must not move the policy elsewhere.
+		var once sync.Once
+		var b plan.Backend
+		var why string
+		var err error
+		d.cfg.Host = func() (plan.Backend, string, error) {
+			once.Do(func() { b, why, err = host() })
+			return b, why, err
+		}
+	}
 	d.metrics = newMetrics(d)
 	d.bans = bansets.NewQueue(func(n int, took time.Duration) {
 		d.metrics.banBatch.Observe(float64(n))
@@ -377,6 +390,9 @@ func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
 // with d.mu held.
 func (d *Daemon) load(ctx context.Context, c *compiled, kind string, t0 time.Time, o apply.Options) (*apply.Report, error) {
 	rep, err := d.target.Apply(ctx, c.ac, d.ctl, o)
+	if rep != nil && rep.Leftover != nil {
+		d.log.Warn("the policy is loaded, but the last load's other backend could not be emptied", "err", rep.Leftover)
+	}
 	if rep != nil && rep.Loaded {
 		d.loaded(c)
 		if err == nil && !o.KeepXDP {
@@ -589,10 +605,19 @@ func (d *Daemon) checkDrift(ctx context.Context) error {
 // checkTable is checkDrift for the table. Called with d.mu held.
 func (d *Daemon) checkTable(ctx context.Context) error {
 	if d.prog == nil {
-		// iptables backends: the ban sets are checked where their sink
-		// can (the ipset backend's refresh their own timeouts).
-		_, err := d.ctl.Verify(ctx, verifySample)
-		return err
+		// iptables backends: chains, jumps and sets as loaded, else
+		// everything again (which also fills the ban sets).
+		ok, err := ipt.InForce(ctx, d.ac.IPT, ipt.Options{NetNS: d.cfg.NetNS, Flavour: d.ac.Flavour})
+		if err != nil || ok {
+			return err
+		}
+		d.drift++
+		d.metrics.drift.Inc()
+		d.log.Warn("ipfence's iptables chains or sets differ from what was loaded; loading them again")
+		if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{Repair: true}); err != nil {
+			return fmt.Errorf("loading the policy again: %w", err)
+		}
+		return nil
 	}
 	ts, err := nft.Status(ctx, d.plan.Table, d.cfg.NetNS)
 	if err != nil {
@@ -633,7 +658,7 @@ func (d *Daemon) checkTable(ctx context.Context) error {
 	d.drift++
 	d.metrics.drift.Inc()
 	d.log.Warn("the kernel's ipfence table differs from what was loaded; loading it again", "exists", ts.Exists)
-	if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{KeepXDP: true}); err != nil {
+	if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{KeepXDP: true, Repair: true}); err != nil {
 		return fmt.Errorf("loading the table again: %w", err)
 	}
 	return nil
@@ -664,7 +689,7 @@ func (d *Daemon) checkXDP(ctx context.Context) error {
 	}
 	// The program in force is not the plan's (no program, or a swap that
 	// failed): build it.
-	if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{}); err != nil {
+	if _, err := d.load(ctx, d.current(), "", time.Now(), apply.Options{Repair: true}); err != nil {
 		return fmt.Errorf("loading the XDP program again: %w", err)
 	}
 	d.drift++

@@ -121,6 +121,18 @@ func (d *Daemon) Ban(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, er
 	return r.Bans, err
 }
 
+// BanEach bans the requests that stand alone (fleet bans): the ones the
+// guard or the TTL limits refuse are left out with their error in errs,
+// the others are banned together. Call it once Ready.
+func (d *Daemon) BanEach(ctx context.Context, reqs []bansets.Request) (bans []ban.Ban, errs []error, err error) {
+	prep, errs := d.ctl.PrepareEach(reqs)
+	if prep.Len() == 0 {
+		return nil, errs, nil
+	}
+	r, err := d.bans.Ban(ctx, prep, false)
+	return r.Bans, errs, err
+}
+
 // Unban lifts the bans of ps and returns them. Call it once Ready.
 func (d *Daemon) Unban(ctx context.Context, ps []bansets.Lift) ([]ban.Ban, error) {
 	r, err := d.bans.Unban(ctx, ps)

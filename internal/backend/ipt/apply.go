@@ -524,3 +524,47 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 	st.Sets = setHeaders(out, setPattern(prefix).MatchString)
 	return st, nil
 }
+
+// InForce reports whether the kernel still holds what Apply loaded for p
+// in both families: the same chains with as many rules, the jumps into
+// them, and every set of p (its ban sets included). False means another
+// program removed or changed them (a firewall reload, `iptables -F`);
+// the daemon then loads p again. Counters and rule order are not
+// compared.
+func InForce(ctx context.Context, p *Program, o Options) (bool, error) {
+	fl, err := o.flavour()
+	if err != nil {
+		return false, err
+	}
+	same := func(a, b *Table) bool {
+		return len(a.Rules) == len(b.Rules) && slices.Equal(a.Jumps, b.Jumps) &&
+			slices.Equal(slices.Sorted(slices.Values(a.Chains)), slices.Sorted(slices.Values(b.Chains)))
+	}
+	for _, f := range []Family{IPv4, IPv6} {
+		cur, _, err := current(ctx, &o, fl, f, p.Prefix, false)
+		if err != nil {
+			return false, err
+		}
+		want := p.Desired(f)
+		if !same(&cur.Raw, &want.Raw) || !same(&cur.Filter, &want.Filter) {
+			return false, nil
+		}
+	}
+	have, err := ownSets(ctx, &o, p.Prefix)
+	if err != nil {
+		return false, err
+	}
+	need := make([]string, 0, len(p.Sets)+2)
+	for _, s := range p.Sets {
+		need = append(need, s.Name)
+	}
+	if p.Bans {
+		need = append(need, p.BanSet(IPv4), p.BanSet(IPv6))
+	}
+	for _, n := range need {
+		if !slices.Contains(have, n) {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -302,6 +302,25 @@ func TestBans(t *testing.T) {
 	time.Sleep(2500*time.Millisecond - time.Since(t0))
 	expect("IPv4 ban expired", true, true, true, false)
 	count(1)
+
+	// What was loaded is in force until another program takes a piece
+	// of it away: the jump, or a chain's rules.
+	inForce := func(want bool, what string) {
+		t.Helper()
+		if ok, err := ipt.InForce(ctx, prog, o); err != nil || ok != want {
+			t.Errorf("%s: InForce = %v, %v; want %v", what, ok, err, want)
+		}
+	}
+	inForce(true, "as loaded")
+	netnstest.Exec(t, lab.FW, "ip6tables-nft", "-t", "raw", "-F", "PREROUTING")
+	inForce(false, "ip6tables' jump flushed")
+	if _, err := ipt.Apply(ctx, prog, o); err != nil {
+		t.Fatal(err)
+	}
+	inForce(true, "loaded again")
+	netnstest.Exec(t, lab.FW, "iptables-nft", "-t", "raw", "-F", prog.Prefix)
+	inForce(false, "ipfence's IPv4 chain flushed")
+
 	if _, err := ipt.Flush(ctx, p.Table, o); err != nil {
 		t.Fatal(err)
 	}

@@ -504,7 +504,8 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		if len(reqs) == 0 {
 			return
 		}
-		if _, err := a.d.Ban(ctx, reqs); err != nil {
+		_, errs, err := a.d.BanEach(ctx, reqs)
+		if err := errors.Join(append(errs, err)...); err != nil {
 			a.log.Warn("fleet bans refused here", "count", len(reqs), "err", err)
 		}
 		reqs = reqs[:0]
