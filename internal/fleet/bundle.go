@@ -49,12 +49,15 @@ type BundleRule struct {
 	Name      string      `json:"name"`
 	Action    plan.Action `json:"action"`
 	Otherwise plan.Action `json:"otherwise,omitempty"`
-	Ports     []plan.Port `json:"ports,omitempty"`
-	Backend   string      `json:"backend,omitempty"`
-	IPv4      bool        `json:"ipv4"`
-	IPv6      bool        `json:"ipv6"`
-	Where     string      `json:"where,omitempty"`
-	Prefixes  string      `json:"prefixes"`
+	// Direction and Stateless: see plan.Rule ("" is in).
+	Direction plan.Direction `json:"direction,omitempty"`
+	Stateless bool           `json:"stateless,omitempty"`
+	Ports     []plan.Port    `json:"ports,omitempty"`
+	Backend   string         `json:"backend,omitempty"`
+	IPv4      bool           `json:"ipv4"`
+	IPv6      bool           `json:"ipv6"`
+	Where     string         `json:"where,omitempty"`
+	Prefixes  string         `json:"prefixes"`
 }
 
 // NewBundle records in, resolved from the policy file name holding text.
@@ -63,7 +66,7 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 		Table: in.Table, Priority: in.Priority, Backend: string(in.Backend), Interfaces: in.Interfaces,
 		RejectMark: rejectMark, Protect: prefixLines(in.Protect)}
 	for _, r := range in.Rules {
-		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
+		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
 			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set)})
 	}
 	return b
@@ -99,7 +102,7 @@ func (b *Bundle) Input() (*plan.Input, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
 		}
-		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
+		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
 			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set})
 	}
 	return in, nil

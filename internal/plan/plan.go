@@ -103,6 +103,11 @@ func ParseRuleBackend(s string) (Backend, error) {
 type RuleInput struct {
 	Name   string
 	Action Action
+	// Direction is which connections the rule judges ("" is In);
+	// Stateless makes it judge every packet, replies included, before
+	// conntrack (see Rule).
+	Direction Direction
+	Stateless bool
 	// Otherwise is what an allow-only rule does with the sources outside
 	// its set: Drop ("") or Reject.
 	Otherwise Action
@@ -168,6 +173,17 @@ type Plan struct {
 type Rule struct {
 	Name   string `json:"name"`
 	Action Action `json:"action"`
+	// Direction is which connections the rule judges: In, new inbound
+	// ones (and packets of no connection) by their source; Out, new
+	// ones from this host and its forwarded clients by their
+	// destination; or Both.
+	Direction Direction `json:"direction"`
+	// Stateless rules judge every packet, those of established
+	// connections and replies included, before conntrack sees it (the
+	// old behaviour, for edge and DDoS boxes); the others let the
+	// packets of known connections (conntrack established or related,
+	// ICMP errors included) pass.
+	Stateless bool `json:"stateless,omitempty"`
 	// Otherwise is Reject for an allow-only rule that rejects the sources
 	// outside its set, "" otherwise.
 	Otherwise Action  `json:"otherwise,omitempty"`
@@ -183,6 +199,37 @@ type Rule struct {
 	// minus protected prefixes; allow-only: plus them).
 	Set *netipx.IPSet `json:"-"`
 }
+
+// Direction is which connections a rule judges.
+type Direction string
+
+const (
+	Inbound  Direction = "in"   // new inbound connections, by source
+	Outbound Direction = "out"  // new outbound and forwarded ones, by destination
+	BothWays Direction = "both" // both
+)
+
+// ParseDirection parses a rule's direction ("" is In).
+func ParseDirection(s string) (Direction, error) {
+	switch d := Direction(s); d {
+	case "":
+		return Inbound, nil
+	case Inbound, Outbound, BothWays:
+		return d, nil
+	}
+	return "", fmt.Errorf("direction %q: use in, out or both", s)
+}
+
+// In reports whether the direction judges inbound connections.
+func (d Direction) In() bool { return d == "" || d == Inbound || d == BothWays }
+
+// Out reports whether the direction judges outbound connections.
+func (d Direction) Out() bool { return d == Outbound || d == BothWays }
+
+// ErrStatelessOrder is returned for a stateless rule after a
+// connection-aware rule that can block: stateless rules run before
+// conntrack, so in the kernel they would come first.
+var ErrStatelessOrder = errors.New("a stateless rule must come before every connection-aware blocking rule")
 
 // ErrBlocksEverything is returned for a rule that would block a whole
 // address family.
@@ -211,6 +258,9 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 	for _, pr := range prot.Prefixes() {
 		p.Protect = append(p.Protect, pr.String())
 	}
+	if err := checkStatelessOrder(in.Rules); err != nil {
+		return nil, err
+	}
 	seen := map[string]bool{}
 	for i := range in.Rules {
 		ri := &in.Rules[i]
@@ -234,6 +284,27 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// checkStatelessOrder refuses a stateless rule that follows a
+// connection-aware rule of the same direction that can block (accept
+// rules may come first: they accept before and after conntrack alike).
+func checkStatelessOrder(rules []RuleInput) error {
+	for _, dir := range []func(Direction) bool{Direction.In, Direction.Out} {
+		blocker := ""
+		for _, r := range rules {
+			if !dir(r.Direction) {
+				continue
+			}
+			switch {
+			case r.Stateless && blocker != "":
+				return fmt.Errorf("%s: rule %q: %w: it follows rule %q; move it up, or make both stateless (or both connection-aware)", r.Where, r.Name, ErrStatelessOrder, blocker)
+			case !r.Stateless && r.Action != Accept && blocker == "":
+				blocker = r.Name
+			}
+		}
+	}
+	return nil
 }
 
 // MaxXDPRules is the most rules the XDP backend runs; later ones stay in
@@ -281,6 +352,8 @@ func (p *Plan) assignBackends(in *Input) error {
 			note = "accept must skip the later nftables rules, which XDP cannot"
 		case len(r.Ports) > 0:
 			note = "XDP rules match sources, not ports"
+		case r.Direction.Out():
+			note = "XDP sees inbound packets only, and the rule judges outbound connections"
 		case xdp == MaxXDPRules:
 			note = fmt.Sprintf("XDP runs at most %d rules", MaxXDPRules)
 		default:
@@ -367,7 +440,19 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
 	}
-	r := &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff}
+	dir := ri.Direction
+	if dir == "" {
+		dir = Inbound
+	}
+	r := &Rule{Name: ri.Name, Action: ri.Action, Ports: ri.Ports, Set: eff, Direction: dir, Stateless: ri.Stateless}
+	if ri.Stateless && ri.Action == AllowOnly && len(ri.Ports) == 0 {
+		if dir.In() {
+			warn = append(warn, fmt.Sprintf("%s: rule %q is a stateless allow-only rule without ports: it also drops the replies to this host's own connections to addresses outside its set (DNS answers, updates, API calls, ICMP errors); give it ports, or make it connection-aware", ri.Where, ri.Name))
+		}
+		if dir.Out() {
+			warn = append(warn, fmt.Sprintf("%s: rule %q is a stateless outbound allow-only rule without ports: it also drops the answers this host sends to clients outside its set; give it ports, or make it connection-aware", ri.Where, ri.Name))
+		}
+	}
 	switch ri.Otherwise {
 	case "", Drop:
 	case Reject:
@@ -452,6 +537,30 @@ type Packet struct {
 	Src   netip.Addr
 	Proto string // "tcp", "udp" or "" (other)
 	DPort uint16
+	// Out: the packet opens a connection from this host (or a client it
+	// forwards) to Dst, judged by outbound rules; otherwise it arrives
+	// from Src, judged by inbound rules.
+	Out bool
+	Dst netip.Addr
+	// Established: the packet belongs to a connection conntrack knows
+	// (established or related); only stateless rules judge it.
+	Established bool
+}
+
+// key is the address the rules judge the packet by.
+func (pkt Packet) key() netip.Addr {
+	if pkt.Out {
+		return pkt.Dst.Unmap()
+	}
+	return pkt.Src.Unmap()
+}
+
+// judgedBy reports whether r judges pkt: its direction, and its state.
+func (r *Rule) judgedBy(pkt Packet) bool {
+	if pkt.Out && !r.Direction.Out() || !pkt.Out && !r.Direction.In() {
+		return false
+	}
+	return r.Stateless || !pkt.Established
 }
 
 // Decision is the model's verdict for a packet.
@@ -469,9 +578,9 @@ type Decision struct {
 // Verdict evaluates the plan for a packet as the kernel should, from the
 // rules' sets (not their layouts): the reference model.
 func (p *Plan) Verdict(pkt Packet) Decision {
-	src := pkt.Src.Unmap()
+	src := pkt.key()
 	for _, r := range p.Rules {
-		if !r.matchesPort(pkt) {
+		if !r.judgedBy(pkt) || !r.matchesPort(pkt) {
 			continue
 		}
 		l := r.V4
@@ -527,8 +636,22 @@ func (p *Plan) Protected(addr netip.Addr) bool {
 // Blocked reports whether some rule could block addr (for some port): the
 // check against the host's own addresses.
 func (p *Plan) Blocked(addr netip.Addr) (rule string, blocked bool) {
+	return p.blocked(addr, Direction.In)
+}
+
+// BlockedOut reports whether some outbound rule could block new
+// connections to addr (for some port): the check against the host's
+// upstreams (resolvers, gateway).
+func (p *Plan) BlockedOut(addr netip.Addr) (rule string, blocked bool) {
+	return p.blocked(addr, Direction.Out)
+}
+
+func (p *Plan) blocked(addr netip.Addr, dir func(Direction) bool) (rule string, blocked bool) {
 	addr = addr.Unmap()
 	for _, r := range p.Rules {
+		if !dir(r.Direction) {
+			continue
+		}
 		l := r.V4
 		if !addr.Is4() {
 			l = r.V6

@@ -65,6 +65,9 @@ type Policy struct {
 	// Interfaces where XDP rules run.
 	Backend    plan.Backend
 	Interfaces []string
+	// Stateless is the rules' default: judge every packet before
+	// conntrack (false: connection-aware, the default).
+	Stateless bool
 	// RejectMark is the packet mark bit the iptables backends use to
 	// reject in the filter table what reject rules match in raw (0: the
 	// backend's default).
@@ -128,6 +131,8 @@ type RuleDef struct {
 	IPv4      bool
 	IPv6      bool
 	Backend   plan.Backend
+	Direction plan.Direction
+	Stateless bool
 	Line      int
 }
 
@@ -145,6 +150,8 @@ type doc struct {
 	RejectMark string `yaml:"reject_mark"`
 	// Interfaces: where XDP rules are attached.
 	Interfaces []string `yaml:"interfaces"`
+	// Stateless: the rules' default statefulness.
+	Stateless bool `yaml:"stateless"`
 }
 
 type sourceDoc struct {
@@ -168,6 +175,8 @@ type ruleDoc struct {
 	Ports     []string `yaml:"ports"`
 	Family    string   `yaml:"family"`
 	Backend   string   `yaml:"backend"`
+	Direction string   `yaml:"direction"`
+	Stateless *bool    `yaml:"stateless"`
 }
 
 type matchDoc struct {
@@ -222,6 +231,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 		}
 		p.RejectMark = uint32(m)
 	}
+	p.Stateless = d.Stateless
 	seenIf := map[string]bool{}
 	for _, name := range d.Interfaces {
 		if !validIfName(name) {
@@ -390,6 +400,13 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 	}
 	if r.Backend, err = plan.ParseRuleBackend(rd.Backend); err != nil {
 		return nil, bad("rule %q: %v", rd.Name, err)
+	}
+	if r.Direction, err = plan.ParseDirection(rd.Direction); err != nil {
+		return nil, bad("rule %q: %v", rd.Name, err)
+	}
+	r.Stateless = p.Stateless
+	if rd.Stateless != nil {
+		r.Stateless = *rd.Stateless
 	}
 	return r, nil
 }
@@ -588,7 +605,7 @@ func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, erro
 			return nil, &Error{File: p.File, Line: r.Line, Msg: fmt.Sprintf("rule %q: %v", r.Name, err), Err: err}
 		}
 		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
-			IPv4: r.IPv4, IPv6: r.IPv6, Backend: r.Backend, Set: set, Where: r.where(p.File)})
+			IPv4: r.IPv4, IPv6: r.IPv6, Backend: r.Backend, Direction: r.Direction, Stateless: r.Stateless, Set: set, Where: r.where(p.File)})
 	}
 	res.Input = in
 	return res, nil
