@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go4.org/netipx"
@@ -60,13 +61,34 @@ type Applied struct {
 	// Flavour is the iptables flavour the iptables backends were loaded
 	// with ("legacy" or "nft"; "" for nftables).
 	Flavour string `json:"iptables_flavour,omitempty"`
+	// Lowering is the kernel layout the record's table has: 0 for
+	// tables loaded before connection-aware rules, whose base chain (at
+	// raw) ran every rule; Lowering for today's.
+	Lowering int `json:"lowering,omitempty"`
 }
+
+// Lowering is the kernel layout this ipfence loads: 2, connection-aware
+// rules after conntrack (nft.ConnChain), bans and stateless rules before.
+const Lowering = 2
 
 // RuleHeads are the base chain's heads as loaded: Heads, or for a record
 // written before they were kept, its nftables rules' heads.
 func (a *Applied) RuleHeads() []nft.RuleHead {
+	if a.Lowering < Lowering {
+		// Every rule of an older table runs in its one base chain:
+		// rewriting it for a ban must keep them all there.
+		hs := a.heads()
+		for i := range hs {
+			hs[i].Stateless = true
+		}
+		return hs
+	}
+	return a.heads()
+}
+
+func (a *Applied) heads() []nft.RuleHead {
 	if a.Heads != nil || len(a.Rules) == 0 {
-		return a.Heads
+		return slices.Clone(a.Heads)
 	}
 	hs := make([]nft.RuleHead, len(a.Rules))
 	for i, r := range a.Rules {
@@ -117,7 +139,7 @@ func (r RuleApplied) backend() plan.Backend {
 // Summarize records a plan's rules, and the base chain's heads the
 // nftables backend loads for it.
 func Summarize(p *plan.Plan) *Applied {
-	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend}
+	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend, Lowering: Lowering}
 	if !p.Backend.IPTables() {
 		a.Heads = nft.Heads(p)
 	}

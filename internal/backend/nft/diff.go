@@ -209,7 +209,7 @@ func hookString(h *Hook) string {
 	if h == nil {
 		return "none"
 	}
-	return fmt.Sprintf("prerouting priority %d", h.Priority)
+	return fmt.Sprintf("%s priority %d", h.Num, h.Priority)
 }
 
 // diffSet is the element change from o to s, which have the same

@@ -9,8 +9,18 @@ import (
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
-// BaseChainName is the name of ipfence's prerouting base chain.
-const BaseChainName = "prerouting"
+// BaseChainName is the name of ipfence's prerouting base chain before
+// conntrack (the policy's priority, raw by default): the bans, and the
+// stateless rules. ConnChainName is the one after conntrack, at
+// ConnPriority: the connection-aware rules, which packets of known
+// connections skip.
+const (
+	BaseChainName = "prerouting"
+	ConnChainName = "inbound"
+	// ConnPriority runs after conntrack (-200) and before DNAT (-100),
+	// so that rules see the address a packet was sent from and to.
+	ConnPriority = -150
+)
 
 // FromPlan lowers a plan into the nftables objects that implement it.
 //
@@ -54,7 +64,12 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 		prog.Sets = append(prog.Sets, s)
 	}
 	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, true))
-	prog.Chains = append([]*Chain{BaseChain(Heads(p), p.Priority, bans)}, prog.Chains...)
+	heads := Heads(p)
+	base := []*Chain{BaseChain(heads, p.Priority, bans)}
+	if c := ConnChain(heads); c != nil {
+		base = append(base, c)
+	}
+	prog.Chains = append(base, prog.Chains...)
 	return prog
 }
 
@@ -120,6 +135,9 @@ type RuleHead struct {
 	// V4 and V6: the base chain jumps to the rule's chains of the family.
 	V4 bool `json:"ipv4,omitempty"`
 	V6 bool `json:"ipv6,omitempty"`
+	// Stateless: the rule runs in the base chain before conntrack;
+	// otherwise in ConnChain, after it.
+	Stateless bool `json:"stateless,omitempty"`
 }
 
 // Heads returns the rule heads of a plan. Rules that run in XDP have
@@ -128,54 +146,98 @@ func Heads(p *plan.Plan) []RuleHead {
 	hs := make([]RuleHead, len(p.Rules))
 	for i, r := range p.Rules {
 		nft := r.Backend != plan.XDP
-		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports,
+		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, Stateless: r.Stateless,
 			V4: nft && r.V4.Kind != plan.KindEmpty, V6: nft && r.V6.Kind != plan.KindEmpty}
 	}
 	return hs
 }
 
-// BaseChain is the prerouting base chain for rules heads at priority: a
-// jump per rule and family (and per protocol when the rule has ports)
-// into the rule's root chain, and a lookup of each ban set that holds
-// anything (an empty one costs every packet a lookup for nothing). Bans
-// come after the leading accept rules, so that an allowlist ahead of
-// everything else also wins over bans, and before every other rule.
+// BaseChain is the prerouting base chain before conntrack, for rules
+// heads at priority: the lookups of each ban set that holds anything (an
+// empty one costs every packet a lookup for nothing), and a jump per
+// stateless rule and family (and per protocol when the rule has ports)
+// into the rule's root chain. Bans are absolute: they drop packets of
+// every connection, and come after the leading accept rules only, so
+// that an allowlist ahead of everything else also wins over bans; those
+// accept rules are repeated here only when bans or stateless rules
+// follow them (they run again in ConnChain, first there too). The plan
+// puts stateless rules before every connection-aware blocking rule.
 func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 	base := &Chain{Name: BaseChainName, Hook: &Hook{Priority: priority}}
-	banned := false
-	addBans := func() {
-		if banned {
-			return
-		}
-		banned = true
-		for i, s := range BanSets() {
-			if len(bans.of(i)) > 0 {
-				base.Rules = append(base.Rules, Rule{Lookup: &Lookup{Family: s.Family, Set: s.Name},
-					Verdict: Verdict{Kind: Goto, Chain: BanChain}, Comment: "ban"})
-			}
+	var accepts []Rule
+	var lookups []Rule
+	for i, s := range BanSets() {
+		if len(bans.of(i)) > 0 {
+			lookups = append(lookups, Rule{Lookup: &Lookup{Family: s.Family, Set: s.Name},
+				Verdict: Verdict{Kind: Goto, Chain: BanChain}, Comment: "ban"})
 		}
 	}
+	banned := false
 	for i, h := range heads {
-		if h.Action != plan.Accept {
-			addBans()
-		}
-		prefix := ruleChainPrefix(i, h.Name)
-		for _, f := range []struct {
-			on   bool
-			fam  Family
-			name string
-		}{{h.V4, IPv4, prefix + "_v4"}, {h.V6, IPv6, prefix + "_v6"}} {
-			if !f.on {
+		switch {
+		case h.Action == plan.Accept && !banned:
+			accepts = append(accepts, jumps(i, h)...)
+			continue
+		case !h.Stateless:
+			if h.Action == plan.Accept {
 				continue
 			}
-			for _, m := range portMatches(h.Ports) {
-				base.Rules = append(base.Rules, Rule{Family: f.fam, Proto: m.proto, Ports: m.ports,
-					Verdict: Verdict{Kind: Jump, Chain: f.name}, Comment: h.Name})
+		default:
+			if !banned {
+				banned = true
+				base.Rules = append(append(base.Rules, accepts...), lookups...)
 			}
+			base.Rules = append(base.Rules, jumps(i, h)...)
+			continue
+		}
+		break // the first connection-aware blocking rule: the rest are in ConnChain
+	}
+	if !banned && len(lookups) > 0 {
+		base.Rules = append(append(base.Rules, accepts...), lookups...)
+	}
+	return base
+}
+
+// ConnChain is the prerouting base chain after conntrack: packets of
+// connections conntrack knows (established, related: replies to this
+// host's own connections and ICMP errors about them) are accepted first,
+// then a jump per connection-aware rule and family judges the others
+// (new connections, and packets of none). Nil when no rule is
+// connection-aware.
+func ConnChain(heads []RuleHead) *Chain {
+	c := &Chain{Name: ConnChainName, Hook: &Hook{Priority: ConnPriority}}
+	for i, h := range heads {
+		if !h.Stateless {
+			c.Rules = append(c.Rules, jumps(i, h)...)
 		}
 	}
-	addBans()
-	return base
+	if len(c.Rules) == 0 {
+		return nil
+	}
+	known := Rule{Known: true, Verdict: Verdict{Kind: Accept}, Comment: "known connections"}
+	c.Rules = append([]Rule{known}, c.Rules...)
+	return c
+}
+
+// jumps are the base-chain rules that jump into rule i's chains: one per
+// family it has prefixes of (and per protocol of its ports).
+func jumps(i int, h RuleHead) []Rule {
+	var out []Rule
+	prefix := ruleChainPrefix(i, h.Name)
+	for _, f := range []struct {
+		on   bool
+		fam  Family
+		name string
+	}{{h.V4, IPv4, prefix + "_v4"}, {h.V6, IPv6, prefix + "_v6"}} {
+		if !f.on {
+			continue
+		}
+		for _, m := range portMatches(h.Ports) {
+			out = append(out, Rule{Family: f.fam, Proto: m.proto, Ports: m.ports,
+				Verdict: Verdict{Kind: Jump, Chain: f.name}, Comment: h.Name})
+		}
+	}
+	return out
 }
 
 // ruleChainPrefix names the chains of rule i.

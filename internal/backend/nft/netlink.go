@@ -72,7 +72,7 @@ func chainMessage(t *nftables.Table, ch *Chain) *nftables.Chain {
 	nc := &nftables.Chain{Name: ch.Name, Table: t}
 	if ch.Hook != nil {
 		nc.Type = nftables.ChainTypeFilter
-		nc.Hooknum = nftables.ChainHookPrerouting
+		nc.Hooknum = [...]*nftables.ChainHook{nftables.ChainHookPrerouting, nftables.ChainHookOutput, nftables.ChainHookForward}[ch.Hook.Num]
 		nc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(ch.Hook.Priority))
 		policy := nftables.ChainPolicyAccept
 		nc.Policy = &policy
@@ -359,6 +359,13 @@ func wordsExprs(l *Lookup) []expr.Any {
 	return es
 }
 
+// Conntrack state bits (NF_CT_STATE_BIT: 1 << ctinfo, established 0 and
+// related 1 after the invalid bit), as ct state expressions load them.
+const (
+	ctStateEstablished = 1 << 1
+	ctStateRelated     = 1 << 2
+)
+
 // ruleExprs translates one rule into the expressions nft generates for
 // appendRule's text, statement by statement.
 func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
@@ -409,6 +416,14 @@ func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
 				es = append(es, lookup)
 			}
 		}
+	}
+	if r.Known {
+		// ct state established,related: the state bits, masked.
+		es = append(es,
+			&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ctStateEstablished | ctStateRelated), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})
 	}
 	if r.NDP {
 		es = append(es, l4proto(unix.IPPROTO_ICMPV6)...)

@@ -334,7 +334,7 @@ func TestUpdaterBansWire(t *testing.T) {
 	}
 	defer up.Close()
 	sets := BanSets()
-	heads := []RuleHead{{Name: "block", Action: plan.Drop, V4: true}}
+	heads := []RuleHead{{Name: "block", Action: plan.Drop, V4: true, Stateless: true}}
 	one := []Elem{{}} // BaseChain looks only at which ban sets hold something
 	updates := []*Update{
 		{Table: "ipfence", Sets: []SetChange{

@@ -137,11 +137,26 @@ type Chain struct {
 	Rules []Rule
 }
 
-// Hook makes a chain a base chain: type filter, hook prerouting at the
-// given priority, policy accept.
+// Hook makes a chain a base chain: type filter, hook Num (prerouting
+// when zero) at the given priority, policy accept.
 type Hook struct {
 	// Priority: -300 is raw (before conntrack at -200).
 	Priority int32
+	Num      HookNum
+}
+
+// HookNum is the netfilter hook a base chain runs at.
+type HookNum uint8
+
+const (
+	Prerouting HookNum = iota
+	Output
+	Forward
+)
+
+// String is the hook's name in nft's syntax.
+func (h HookNum) String() string {
+	return [...]string{"prerouting", "output", "forward"}[h]
 }
 
 // Proto is an L4 protocol a rule can match on.
@@ -199,6 +214,9 @@ type Rule struct {
 	Ports []PortRange
 	// NDP matches ICMPv6 neighbour/router discovery messages.
 	NDP bool
+	// Known matches packets of connections conntrack knows: ct state
+	// established or related (replies, ICMP errors about them).
+	Known bool
 	// Lookup looks the masked source address up in a set or map.
 	Lookup *Lookup
 	// Counter adds an anonymous counter statement.

@@ -211,7 +211,7 @@ func renderSet(b *strings.Builder, s *Set) {
 func renderChain(b *strings.Builder, c *Chain) {
 	b.WriteString("\tchain " + c.Name + " {\n")
 	if c.Hook != nil {
-		b.WriteString("\t\ttype filter hook prerouting priority " +
+		b.WriteString("\t\ttype filter hook " + c.Hook.Num.String() + " priority " +
 			strconv.FormatInt(int64(c.Hook.Priority), 10) + "; policy accept;\n")
 	}
 	var buf []byte
@@ -270,6 +270,9 @@ func appendRule(buf []byte, r *Rule) []byte {
 		if len(r.Ports) > 0 {
 			word("th dport " + portsText(canonicalPorts(r.Ports)))
 		}
+	}
+	if r.Known {
+		word("ct state established,related")
 	}
 	if r.NDP {
 		names := make([]string, len(ndpTypes))

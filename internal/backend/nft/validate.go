@@ -267,7 +267,7 @@ func checkRule(r *Rule, sets map[string]*Set, chains map[string]*Chain) error {
 	if err := checkComment(r.Comment); err != nil {
 		return err
 	}
-	if r.Iif == "" && r.Family == FamilyAny && r.Proto == 0 && !r.NDP && r.Lookup == nil &&
+	if r.Iif == "" && r.Family == FamilyAny && r.Proto == 0 && !r.NDP && !r.Known && r.Lookup == nil &&
 		!r.Counter && r.Reject == NoReject && r.Verdict.Kind == Continue {
 		return errors.New("empty rule")
 	}

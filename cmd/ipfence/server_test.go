@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+)
+
+// serverPolicy writes a policy that lets only Server.Allowed's network
+// open connections to the server ("allow only Italy"), protecting the
+// server's links, in backend with the given statelessness.
+func serverPolicy(t *testing.T, dir, backend string, stateless bool) string {
+	t.Helper()
+	write(t, dir, "allowed.txt", "198.18.1.0/24\n2001:2:0:1::/64\n")
+	write(t, dir, "p.yaml", fmt.Sprintf(`
+backend: %s
+stateless: %v
+sources:
+  allowed: {format: list, paths: [allowed.txt]}
+protect: [198.18.0.0/24, 198.18.2.0/24, "2001:2::/64", "2001:2:0:2::/64"]
+rules:
+  - {name: geo, action: allow-only, match: {source: allowed}}
+`, backend, stateless))
+	return filepath.Join(dir, "p.yaml")
+}
+
+// TestServerKeepsWorking is the founding scenario: a server behind
+// "allow only these networks" still resolves names, fetches from and
+// gets ICMP errors from hosts outside them, and so do the clients it
+// forwards for, IPv4 and IPv6; new connections from outside are dropped,
+// from inside accepted; a ban cuts an established connection; and a
+// stateless policy behaves as before (replies from outside dropped).
+func TestServerKeepsWorking(t *testing.T) {
+	for _, backend := range []string{"nftables"} {
+		t.Run(backend, func(t *testing.T) {
+			s := netnstest.NewServer(t)
+			// UDP services bind their address: a reply must come from
+			// where the query went.
+			for _, a := range append(s.Blocked[:], s.Allowed[:]...) {
+				netnstest.Listen(t, s.Net, a, 53)
+				netnstest.Listen(t, s.Net, a, 80)
+			}
+			netnstest.Listen(t, s.Srv, netip.IPv6Unspecified(), 22)
+			dir := t.TempDir()
+			args := []string{"--netns", s.Srv, "--state", dir}
+			if _, err := run(t, append([]string{"apply", "--policy", serverPolicy(t, dir, backend, false)}, args...)...); err != nil {
+				t.Fatal(err)
+			}
+			for f, fam := range []string{"IPv4", "IPv6"} {
+				blocked, allowed, srv := s.Blocked[f], s.Allowed[f], s.SrvAddr[f]
+				at := func(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
+				if err := netnstest.RoundTrip(s.Srv, "udp", netip.Addr{}, at(blocked, 53)); err != nil {
+					t.Errorf("%s: the server's own DNS query to %s: %v", fam, blocked, err)
+				}
+				if err := netnstest.RoundTrip(s.Srv, "tcp", netip.Addr{}, at(blocked, 80)); err != nil {
+					t.Errorf("%s: the server's own HTTP connection to %s: %v", fam, blocked, err)
+				}
+				if ok, err := netnstest.Refused(s.Srv, at(blocked, 9)); err != nil || !ok {
+					t.Errorf("%s: the ICMP port-unreachable from %s for the server's own flow: arrived %v, %v", fam, blocked, ok, err)
+				}
+				if err := netnstest.RoundTrip(s.Cli, "tcp", netip.Addr{}, at(blocked, 80)); err != nil {
+					t.Errorf("%s: a forwarded client's connection to %s: %v", fam, blocked, err)
+				}
+				if err := netnstest.RoundTrip(s.Net, "tcp", blocked, at(srv, 22)); err == nil {
+					t.Errorf("%s: a new connection from %s, outside the allowed set, got in", fam, blocked)
+				}
+				if err := netnstest.RoundTrip(s.Net, "tcp", allowed, at(srv, 22)); err != nil {
+					t.Errorf("%s: a new connection from the allowed %s: %v", fam, allowed, err)
+				}
+			}
+
+			// A ban cuts an established connection from an allowed host.
+			c, err := netnstest.Dial(s.Net, "tcp", s.Allowed[0], netip.AddrPortFrom(s.SrvAddr[0], 22))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := netnstest.Exchange(c); err != nil {
+				t.Fatalf("before the ban: %v", err)
+			}
+			if out, err := run(t, append([]string{"ban", s.Allowed[0].String(), "--ttl", "1h", "--socket", ""}, args...)...); err != nil {
+				t.Fatalf("ban: %v\n%s", err, out)
+			}
+			if err := netnstest.Exchange(c); err == nil {
+				t.Error("the banned host's established connection still gets answers")
+			}
+
+			// Stateless: every packet judged by its source, replies too.
+			sdir := t.TempDir()
+			sargs := []string{"--netns", s.Srv, "--state", sdir}
+			if _, err := run(t, append([]string{"apply", "--policy", serverPolicy(t, sdir, backend, true)}, sargs...)...); err != nil {
+				t.Fatal(err)
+			}
+			if err := netnstest.RoundTrip(s.Srv, "udp", netip.Addr{}, netip.AddrPortFrom(s.Blocked[0], 53)); err == nil {
+				t.Error("stateless: the reply from outside the allowed set got in")
+			}
+			if err := netnstest.RoundTrip(s.Net, "tcp", s.Allowed[0], netip.AddrPortFrom(s.SrvAddr[0], 22)); err != nil {
+				t.Errorf("stateless: a new connection from the allowed host: %v", err)
+			}
+		})
+	}
+}
