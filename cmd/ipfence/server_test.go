@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
@@ -100,6 +101,49 @@ func TestServerKeepsWorking(t *testing.T) {
 			if err := netnstest.RoundTrip(s.Net, "tcp", s.Allowed[0], netip.AddrPortFrom(s.SrvAddr[0], 22)); err != nil {
 				t.Errorf("stateless: a new connection from the allowed host: %v", err)
 			}
+
+			checkOutbound(t, s, backend)
 		})
+	}
+}
+
+// checkOutbound applies an outbound reject rule for the allowed hosts
+// and checks that the server and its forwarded client cannot open
+// connections to them, while they still can to the server (the answers
+// are known connections); and that an outbound rule covering the
+// server's default gateway is refused.
+func checkOutbound(t *testing.T, s *netnstest.Server, backend string) {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"--netns", s.Srv, "--state", dir}
+	pol := serverPolicy(t, dir, backend, false)
+	write(t, dir, "c2.txt", s.Allowed[0].String()+"\n"+s.Allowed[1].String()+"\n")
+	text := readFile(t, pol) + "  - {name: c2, action: reject, direction: out, match: {source: c2}}\n"
+	text = strings.Replace(text, "sources:\n", "sources:\n  c2: {format: list, paths: [c2.txt]}\n", 1)
+	write(t, dir, "p.yaml", text)
+	if out, err := run(t, append([]string{"apply", "--policy", pol}, args...)...); err != nil {
+		t.Fatalf("apply with an outbound rule: %v\n%s", err, out)
+	}
+	for f, fam := range []string{"IPv4", "IPv6"} {
+		to := netip.AddrPortFrom(s.Allowed[f], 80)
+		if err := netnstest.RoundTrip(s.Srv, "tcp", netip.Addr{}, to); err == nil {
+			t.Errorf("%s: the server opened a connection to %s, which an outbound rule lists", fam, to)
+		}
+		if err := netnstest.RoundTrip(s.Cli, "tcp", netip.Addr{}, to); err == nil {
+			t.Errorf("%s: a forwarded client opened a connection to %s, which an outbound rule lists", fam, to)
+		}
+		if err := netnstest.RoundTrip(s.Net, "tcp", s.Allowed[f], netip.AddrPortFrom(s.SrvAddr[f], 22)); err != nil {
+			t.Errorf("%s: an outbound rule stopped a new inbound connection from %s: %v", fam, s.Allowed[f], err)
+		}
+		if err := netnstest.RoundTrip(s.Srv, "tcp", netip.Addr{}, netip.AddrPortFrom(s.Blocked[f], 80)); err != nil {
+			t.Errorf("%s: the server's connection to an unlisted destination: %v", fam, err)
+		}
+	}
+	// The default gateway (Net's 198.18.0.2) in an outbound rule.
+	write(t, dir, "gw.txt", "198.18.0.2\n")
+	write(t, dir, "gw.yaml", "backend: "+backend+"\nsources:\n  gw: {format: list, paths: [gw.txt]}\nrules:\n  - {name: c2, action: drop, direction: out, match: {source: gw}}\n")
+	out, err := run(t, append([]string{"apply", "--policy", filepath.Join(dir, "gw.yaml")}, args...)...)
+	if err == nil || !strings.Contains(out+err.Error(), "default gateway") {
+		t.Errorf("an outbound rule covering the default gateway: %v\n%s; want a refusal naming it", err, out)
 	}
 }

@@ -625,6 +625,16 @@ func (r *Rule) matchesPort(pkt Packet) bool {
 	return false
 }
 
+// HasOutbound reports whether some rule judges outbound connections.
+func (p *Plan) HasOutbound() bool {
+	for _, r := range p.Rules {
+		if r.Direction.Out() {
+			return true
+		}
+	}
+	return false
+}
+
 // ProtectSet returns the protected prefixes (built-in ones included).
 func (p *Plan) ProtectSet() *netipx.IPSet { return p.protect }
 

@@ -42,35 +42,63 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 		if r.Backend == plan.XDP {
 			continue // in the XDP program, ahead of this table
 		}
-		prefix := ruleChainPrefix(i, r.Name)
-		used, v6 := false, false
-		for _, l := range []*plan.Layout{r.V4, r.V6} {
-			if l.Kind == plan.KindEmpty {
+		for _, d := range []struct {
+			on  bool
+			dst bool // keyed on the destination: an outbound rule
+		}{{r.Direction.In(), false}, {r.Direction.Out(), true}} {
+			if !d.on {
 				continue
 			}
-			fam, name := IPv4, prefix+"_v4"
-			if !l.Is4 {
-				fam, name, v6 = IPv6, prefix+"_v6", true
+			prefix, hit := rulePrefix(i, r.Name, d.dst), hitName(i, r.Name, d.dst)
+			used, v6 := false, false
+			for _, l := range []*plan.Layout{r.V4, r.V6} {
+				if l.Kind == plan.KindEmpty {
+					continue
+				}
+				fam, name := IPv4, prefix+"_v4"
+				if !l.Is4 {
+					fam, name, v6 = IPv6, prefix+"_v6", true
+				}
+				used = true
+				c0, s0 := len(prog.Chains), len(prog.Sets)
+				lowerLayout(prog, l, fam, name, r.Action, hit)
+				if d.dst {
+					keyOnDestination(prog.Chains[c0:], prog.Sets[s0:])
+				}
 			}
-			used = true
-			lowerLayout(prog, l, fam, name, r.Action, HitChain(i, r.Name))
-		}
-		if used {
-			prog.Chains = append(prog.Chains, hitChain(HitChain(i, r.Name), r.Hit(), v6))
+			if used {
+				prog.Chains = append(prog.Chains, hitChain(hit, r.Hit(), v6, d.dst))
+			}
 		}
 	}
 	for i, s := range BanSets() {
 		s.Elems = bans.of(i)
 		prog.Sets = append(prog.Sets, s)
 	}
-	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, true))
+	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, true, false))
 	heads := Heads(p)
 	base := []*Chain{BaseChain(heads, p.Priority, bans)}
 	if c := ConnChain(heads); c != nil {
 		base = append(base, c)
 	}
+	base = append(base, OutChains(heads, p.Priority)...)
 	prog.Chains = append(base, prog.Chains...)
 	return prog
+}
+
+// keyOnDestination makes an outbound rule's chains and maps look the
+// destination address up.
+func keyOnDestination(chains []*Chain, sets []*Set) {
+	for _, c := range chains {
+		for i := range c.Rules {
+			if l := c.Rules[i].Lookup; l != nil {
+				l.Dst = true
+			}
+		}
+	}
+	for _, s := range sets {
+		s.Dst = true
+	}
 }
 
 // The ban sets and their hit chain. Bans live in sets of their own, apart
@@ -138,6 +166,9 @@ type RuleHead struct {
 	// Stateless: the rule runs in the base chain before conntrack;
 	// otherwise in ConnChain, after it.
 	Stateless bool `json:"stateless,omitempty"`
+	// Direction: inbound rules run in the prerouting chains, outbound
+	// ones in OutChains ("" is inbound).
+	Direction plan.Direction `json:"direction,omitempty"`
 }
 
 // Heads returns the rule heads of a plan. Rules that run in XDP have
@@ -146,7 +177,7 @@ func Heads(p *plan.Plan) []RuleHead {
 	hs := make([]RuleHead, len(p.Rules))
 	for i, r := range p.Rules {
 		nft := r.Backend != plan.XDP
-		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, Stateless: r.Stateless,
+		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, Stateless: r.Stateless, Direction: r.Direction,
 			V4: nft && r.V4.Kind != plan.KindEmpty, V6: nft && r.V6.Kind != plan.KindEmpty}
 	}
 	return hs
@@ -174,9 +205,12 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 	}
 	banned := false
 	for i, h := range heads {
+		if !h.Direction.In() {
+			continue
+		}
 		switch {
 		case h.Action == plan.Accept && !banned:
-			accepts = append(accepts, jumps(i, h)...)
+			accepts = append(accepts, jumps(i, h, false)...)
 			continue
 		case !h.Stateless:
 			if h.Action == plan.Accept {
@@ -187,7 +221,7 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 				banned = true
 				base.Rules = append(append(base.Rules, accepts...), lookups...)
 			}
-			base.Rules = append(base.Rules, jumps(i, h)...)
+			base.Rules = append(base.Rules, jumps(i, h, false)...)
 			continue
 		}
 		break // the first connection-aware blocking rule: the rest are in ConnChain
@@ -201,29 +235,88 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 // ConnChain is the prerouting base chain after conntrack: packets of
 // connections conntrack knows (established, related: replies to this
 // host's own connections and ICMP errors about them) are accepted first,
-// then a jump per connection-aware rule and family judges the others
-// (new connections, and packets of none). Nil when no rule is
-// connection-aware.
+// then a jump per connection-aware inbound rule and family judges the
+// others (new connections, and packets of none). Nil when no inbound
+// rule is connection-aware.
 func ConnChain(heads []RuleHead) *Chain {
-	c := &Chain{Name: ConnChainName, Hook: &Hook{Priority: ConnPriority}}
+	return connChain(ConnChainName, &Hook{Priority: ConnPriority}, nil, heads, plan.Direction.In, false)
+}
+
+// Outbound base chains: OutRawChainName (output, before conntrack) runs
+// the stateless outbound rules; OutChainName (output, after conntrack)
+// the connection-aware ones for this host's own connections; and
+// ForwardChainName both kinds for the clients this host forwards for.
+const (
+	OutRawChainName  = "output_raw"
+	OutChainName     = "outbound"
+	ForwardChainName = "forward"
+)
+
+// Direction is how a rule's direction is asked about.
+type Direction = func(plan.Direction) bool
+
+// OutChains are the base chains of the outbound rules (none when there
+// is none): a jump per rule and family into the rule's chains keyed on
+// the destination address. As inbound, the stateless rules (and the
+// accept rules before them) come first, before conntrack where there is
+// one (output at priority); then packets of known connections pass;
+// then the connection-aware rules judge the new connections.
+func OutChains(heads []RuleHead, priority int32) []*Chain {
+	var lead []Rule // the leading accept and stateless rules' jumps
+	stateless := false
 	for i, h := range heads {
-		if !h.Stateless {
-			c.Rules = append(c.Rules, jumps(i, h)...)
+		if !h.Direction.Out() {
+			continue
+		}
+		if !h.Stateless && h.Action != plan.Accept {
+			break
+		}
+		stateless = stateless || h.Stateless
+		lead = append(lead, jumps(i, h, true)...)
+	}
+	var out []*Chain
+	if stateless {
+		out = append(out, &Chain{Name: OutRawChainName, Hook: &Hook{Num: Output, Priority: priority}, Rules: lead})
+	} else {
+		lead = nil
+	}
+	if c := connChain(OutChainName, &Hook{Num: Output, Priority: ConnPriority}, nil, heads, plan.Direction.Out, true); c != nil {
+		out = append(out, c)
+	}
+	if c := connChain(ForwardChainName, &Hook{Num: Forward, Priority: ConnPriority}, lead, heads, plan.Direction.Out, true); c != nil {
+		out = append(out, c)
+	} else if stateless {
+		out = append(out, &Chain{Name: ForwardChainName, Hook: &Hook{Num: Forward, Priority: ConnPriority}, Rules: lead})
+	}
+	return out
+}
+
+// connChain is a base chain that runs first, then accepts the packets
+// of known connections, then jumps into the connection-aware rules of
+// the direction dir asks for (keyed on the destination when dst); nil
+// when there are none.
+func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Direction, dst bool) *Chain {
+	var rules []Rule
+	for i, h := range heads {
+		if dir(h.Direction) && !h.Stateless {
+			rules = append(rules, jumps(i, h, dst)...)
 		}
 	}
-	if len(c.Rules) == 0 {
+	if len(rules) == 0 {
 		return nil
 	}
 	known := Rule{Known: true, Verdict: Verdict{Kind: Accept}, Comment: "known connections"}
-	c.Rules = append([]Rule{known}, c.Rules...)
+	c := &Chain{Name: name, Hook: hook, Rules: slices.Clone(first)}
+	c.Rules = append(append(c.Rules, known), rules...)
 	return c
 }
 
-// jumps are the base-chain rules that jump into rule i's chains: one per
-// family it has prefixes of (and per protocol of its ports).
-func jumps(i int, h RuleHead) []Rule {
+// jumps are the base-chain rules that jump into rule i's chains (its
+// outbound ones when dst): one per family it has prefixes of (and per
+// protocol of its ports).
+func jumps(i int, h RuleHead, dst bool) []Rule {
 	var out []Rule
-	prefix := ruleChainPrefix(i, h.Name)
+	prefix := rulePrefix(i, h.Name, dst)
 	for _, f := range []struct {
 		on   bool
 		fam  Family
@@ -238,6 +331,24 @@ func jumps(i int, h RuleHead) []Rule {
 		}
 	}
 	return out
+}
+
+// rulePrefix names the chains of rule i: its inbound ones, or with dst
+// its outbound ones.
+func rulePrefix(i int, name string, dst bool) string {
+	if dst {
+		return ruleChainPrefix(i, name) + "_out"
+	}
+	return ruleChainPrefix(i, name)
+}
+
+// hitName is rule i's hit chain for inbound packets, or with dst for
+// outbound ones (each counts its direction).
+func hitName(i int, name string, dst bool) string {
+	if dst {
+		return ruleChainPrefix(i, name) + "_out_hit"
+	}
+	return HitChain(i, name)
 }
 
 // ruleChainPrefix names the chains of rule i.
@@ -280,10 +391,12 @@ func portMatches(ps []plan.Port) []portMatch {
 // hitChain is where a rule's matching packets go: it counts and applies
 // the rule's action. A blocking one first lets loopback and (when the rule
 // sees IPv6) neighbour discovery through, which no rule may block.
-func hitChain(name string, a plan.Action, v6 bool) *Chain {
+func hitChain(name string, a plan.Action, v6, out bool) *Chain {
 	c := &Chain{Name: name}
 	if a != plan.Accept {
-		c.Rules = append(c.Rules, Rule{Iif: "lo", Verdict: Verdict{Kind: Accept}, Comment: "loopback"})
+		if !out { // outbound: loopback destinations are protected
+			c.Rules = append(c.Rules, Rule{Iif: "lo", Verdict: Verdict{Kind: Accept}, Comment: "loopback"})
+		}
 		if v6 {
 			c.Rules = append(c.Rules, Rule{NDP: true, Verdict: Verdict{Kind: Accept}, Comment: "IPv6 neighbour discovery"})
 		}

@@ -197,7 +197,7 @@ func typeofUserdata(s *Set) []byte {
 		d = userdata.AppendUint32(d, udataPayloadDesc, 0)
 		d = userdata.AppendUint32(d, udataPayloadType, 0)
 		d = userdata.AppendUint32(d, udataPayloadBase, nftPayloadNetworkHeader)
-		d = userdata.AppendUint32(d, udataPayloadOffset, uint32(8*wordsOffset(s.Family)+32*i))
+		d = userdata.AppendUint32(d, udataPayloadOffset, uint32(8*wordsOffset(s.Family, s.Dst)+32*i))
 		d = userdata.AppendUint32(d, udataPayloadLen, 32)
 		var e []byte
 		e = userdata.AppendUint32(e, udataTypeofExpr, udataExprPayload)
@@ -347,7 +347,7 @@ func wordsExprs(l *Lookup) []expr.Any {
 	for i := range n {
 		es = append(es, &expr.Payload{
 			DestRegister: reg(i), Base: expr.PayloadBaseNetworkHeader,
-			Offset: uint32(wordsOffset(l.Family) + 4*i), Len: 4,
+			Offset: uint32(wordsOffset(l.Family, l.Dst) + 4*i), Len: 4,
 		})
 	}
 	if m, ok := lastWordMask(bits); ok {
@@ -451,9 +451,9 @@ func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
 			es = append(es, wordsExprs(l)...)
 		} else {
 			es = append(es, nfproto(l.Family)...)
-			offset, size := uint32(12), uint32(4) // ip saddr
+			offset, size := uint32(wordsOffset(l.Family, l.Dst)), uint32(4) // ip saddr/daddr
 			if l.Family == IPv6 {
-				offset, size = 8, 16 // ip6 saddr
+				size = 16 // ip6 saddr/daddr
 			}
 			es = append(es, &expr.Payload{
 				DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size,

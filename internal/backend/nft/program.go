@@ -109,6 +109,9 @@ type Set struct {
 	KeyBits int
 	// Key is how a hash set's key is read (KeyAddress for interval sets).
 	Key KeyForm
+	// Dst: the keys are destination addresses (outbound rules); only
+	// the KeyWords typeof says so.
+	Dst bool
 	// Timeout gives the set "flags timeout": its elements may carry a
 	// Timeout after which the kernel removes them. A hash set with
 	// timeouts has no declared size (the kernel's resizable hash). Its
@@ -241,6 +244,8 @@ type Lookup struct {
 	MaskBits int
 	Set      string // name of a Set in the same Program
 	IsMap    bool   // vmap
+	// Dst looks the destination address up instead of the source.
+	Dst bool
 }
 
 // GCInterval is how often the kernel frees the expired elements of a set

@@ -121,7 +121,7 @@ func appendDuration(buf []byte, d time.Duration) []byte {
 func keyType(s *Set) string {
 	switch {
 	case s.Key == KeyWords:
-		return "typeof " + wordsExpr(s.Family, words(s.KeyBits))
+		return "typeof " + wordsExpr(s.Family, s.Dst, words(s.KeyBits))
 	case s.Family == IPv6:
 		return "type ipv6_addr"
 	}
@@ -130,10 +130,10 @@ func keyType(s *Set) string {
 
 // wordsExpr is the raw payload expression of the first n words of the
 // source address: "@nh,64,32 . @nh,96,32".
-func wordsExpr(f Family, n int) string {
+func wordsExpr(f Family, dst bool, n int) string {
 	parts := make([]string, n)
 	for i := range parts {
-		parts[i] = "@nh," + strconv.Itoa(8*wordsOffset(f)+32*i) + ",32"
+		parts[i] = "@nh," + strconv.Itoa(8*wordsOffset(f, dst)+32*i) + ",32"
 	}
 	return strings.Join(parts, " . ")
 }
@@ -285,12 +285,16 @@ func appendRule(buf []byte, r *Rule) []byte {
 		switch {
 		case l.Key == KeyWords:
 			bits := effectiveMask(l)
-			word(wordsExpr(l.Family, words(bits)))
+			word(wordsExpr(l.Family, l.Dst, words(bits)))
 			if m, ok := lastWordMask(bits); ok {
 				word("& 0x" + strconv.FormatUint(uint64(m), 16))
 			}
+		case l.Family == IPv6 && l.Dst:
+			word("ip6 daddr")
 		case l.Family == IPv6:
 			word("ip6 saddr")
+		case l.Dst:
+			word("ip daddr")
 		default:
 			word("ip saddr")
 		}
@@ -338,9 +342,16 @@ func lookupMask(l *Lookup) (netip.Addr, bool) {
 
 // wordsOffset is the byte offset of the source address in the network
 // header.
-func wordsOffset(f Family) int {
-	if f == IPv6 {
+// wordsOffset is the byte offset of the source address (or with dst,
+// the destination address) in family f's network header.
+func wordsOffset(f Family, dst bool) int {
+	switch {
+	case f == IPv6 && dst:
+		return 24
+	case f == IPv6:
 		return 8
+	case dst:
+		return 16
 	}
 	return 12
 }
