@@ -60,6 +60,7 @@ func printDoctor(w io.Writer, r *doctor.Report) {
 	line("ipset", r.IPSet, "")
 	line("xdp", r.XDP.Check, "")
 	line("bpffs", r.BPFFS, "")
+	line("conntrack", r.Conntrack, "")
 	var ifs []string
 	for _, i := range r.XDP.Interfaces {
 		if i.Driver != "" {

@@ -76,6 +76,11 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	for _, cs := range pol.CrowdSec {
 		g.logger.Info("crowdsec source: ipfence daemon follows its decisions (as bans); this command does not", "source", cs.Name)
 	}
+	if n := c.ConnectionAware(); n > 0 {
+		inUse := apply.ReadConntrack("") != nil
+		g.logger.Info("connection-aware rules need conntrack (every packet then pays its lookup; stateless rules do not)",
+			"rules", n, "conntrack_in_use_here", inUse)
+	}
 	return &compiled{Compiled: c, res: res, loader: l, duration: time.Since(t0)}, nil
 }
 
@@ -130,6 +135,8 @@ type planSummary struct {
 	CompileMillis int64                    `json:"compile_ms"`
 	// BackendWhy says why backend auto chose the plan's backend.
 	BackendWhy string `json:"backend_why,omitempty"`
+	// NeedsConntrack: some rule is connection-aware.
+	NeedsConntrack bool `json:"needs_conntrack"`
 }
 
 type sourceSummary struct {
@@ -148,6 +155,7 @@ func planJSON(c *compiled) planSummary {
 	}
 	s.Sets, s.Elements, s.Chains = c.Counts()
 	s.BackendWhy = c.BackendWhy
+	s.NeedsConntrack = c.ConnectionAware() > 0
 	return s
 }
 
@@ -352,6 +360,10 @@ func newStatusCmd(g *globals) *cobra.Command {
 				printStatus(cmd.OutOrStdout(), st.Kernel, st.Applied)
 			}
 			printXDPStatus(cmd.OutOrStdout(), st.XDP)
+			if ct := st.Conntrack; ct != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "conntrack: %d of %d entries (%.1f%%); connection-aware rules rely on it\n",
+					ct.Entries, ct.Max, 100*float64(ct.Entries)/float64(max(ct.Max, 1)))
+			}
 			if ds != nil {
 				printDaemonStatus(cmd.OutOrStdout(), ds)
 			}
@@ -485,17 +497,32 @@ func newFlushCmd(g *globals) *cobra.Command {
 
 func newExplainCmd(g *globals) *cobra.Command {
 	var pf policyFlags
-	var port string
+	var port, to string
 	c := &cobra.Command{
-		Use:   "explain --policy FILE ADDR [--port tcp/22]",
-		Short: "Say which rule decides a source address, and from which source entry",
-		Args:  cobra.ExactArgs(1),
+		Use:   "explain --policy FILE (ADDR | --to ADDR) [--port tcp/22]",
+		Short: "Say which rule decides a new connection from a source (or to a destination), and from which source entry",
+		Long: `Explain says which rule decides a new inbound connection from ADDR (or,
+with --to, a new connection from this host or a client it forwards to ADDR),
+and the source entries (file:line, country) the address comes from. Packets
+of connections conntrack knows pass every connection-aware rule; only
+stateless rules judge them.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, err := netip.ParseAddr(args[0])
+			text, out := to, true
+			if len(args) == 1 {
+				text, out = args[0], false
+			}
+			if (len(args) == 1) == (to != "") {
+				return usageError{errors.New("give one address: a source (ADDR) or a destination (--to ADDR)")}
+			}
+			addr, err := netip.ParseAddr(text)
 			if err != nil {
-				return usageError{fmt.Errorf("%q is not an IP address", args[0])}
+				return usageError{fmt.Errorf("%q is not an IP address", text)}
 			}
 			pkt := plan.Packet{Src: addr.Unmap()}
+			if out {
+				pkt = plan.Packet{Out: true, Dst: addr.Unmap()}
+			}
 			if port != "" {
 				pt, err := policy.ParsePort(port)
 				if err != nil {
@@ -517,33 +544,48 @@ func newExplainCmd(g *globals) *cobra.Command {
 	}
 	pf.register(c)
 	c.Flags().StringVar(&port, "port", "", "destination, e.g. tcp/22 (rules with ports only apply to matching packets)")
+	c.Flags().StringVar(&to, "to", "", "explain a new outbound connection to this destination instead")
 	return c
 }
 
 type explanation struct {
-	Addr      string        `json:"addr"`
-	Decision  plan.Decision `json:"decision"`
-	Protected bool          `json:"protected"`
-	Rules     []ruleExplain `json:"rules"`
+	Addr string `json:"addr"`
+	// Direction is "out" for a destination (--to), "" for a source.
+	Direction plan.Direction `json:"direction,omitempty"`
+	Decision  plan.Decision  `json:"decision"`
+	Protected bool           `json:"protected"`
+	Rules     []ruleExplain  `json:"rules"`
 }
 
 type ruleExplain struct {
-	Name    string          `json:"name"`
-	Action  plan.Action     `json:"action"`
-	InSet   bool            `json:"in_set"`
-	Applies bool            `json:"applies"`
-	Origins []policy.Origin `json:"origins,omitempty"`
+	Name    string      `json:"name"`
+	Action  plan.Action `json:"action"`
+	InSet   bool        `json:"in_set"`
+	Applies bool        `json:"applies"`
+	// Stateless: the rule also judges packets of known connections.
+	Stateless bool            `json:"stateless,omitempty"`
+	Origins   []policy.Origin `json:"origins,omitempty"`
 }
 
 func explain(c *compiled, pkt plan.Packet) explanation {
-	ex := explanation{Addr: pkt.Src.String(), Decision: c.Plan.Verdict(pkt), Protected: c.Plan.Protected(pkt.Src)}
+	addr := pkt.Src
+	if pkt.Out {
+		addr = pkt.Dst
+	}
+	ex := explanation{Addr: addr.String(), Decision: c.Plan.Verdict(pkt), Protected: c.Plan.Protected(addr)}
+	if pkt.Out {
+		ex.Direction = plan.Outbound
+	}
 	for _, r := range c.Plan.Rules {
+		if pkt.Out && !r.Direction.Out() || !pkt.Out && !r.Direction.In() {
+			continue
+		}
 		l := r.V4
-		if !pkt.Src.Is4() {
+		if !addr.Is4() {
 			l = r.V6
 		}
-		re := ruleExplain{Name: r.Name, Action: r.Action, InSet: r.Set.Contains(pkt.Src), Applies: l.Kind != plan.KindEmpty}
-		re.Origins = c.res.Explain(r.Name, pkt.Src)
+		re := ruleExplain{Name: r.Name, Action: r.Action, InSet: r.Set.Contains(addr), Applies: l.Kind != plan.KindEmpty, Stateless: r.Stateless}
+		re.Origins = c.res.Explain(r.Name, addr)
 		ex.Rules = append(ex.Rules, re)
 	}
 	return ex
@@ -558,7 +600,11 @@ func printExplain(w io.Writer, ex explanation) {
 	default:
 		who = "rule " + ex.Decision.Rule
 	}
-	fmt.Fprintf(w, "%s: %s (%s)\n", ex.Addr, ex.Decision.Verdict, who)
+	what := ex.Addr
+	if ex.Direction == plan.Outbound {
+		what = "to " + ex.Addr
+	}
+	fmt.Fprintf(w, "%s: %s (%s)\n", what, ex.Decision.Verdict, who)
 	if ex.Protected {
 		fmt.Fprintln(w, "  the address is protected: no rule blocks it")
 	}

@@ -17,12 +17,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/hostaddr"
+	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/statedir"
 )
@@ -125,6 +127,17 @@ func ForHost(in *plan.Input, b plan.Backend) *plan.Input {
 		out.Backend = plan.NFTables
 	}
 	return &out
+}
+
+// ConnectionAware counts the rules that rely on conntrack.
+func (c *Compiled) ConnectionAware() int {
+	n := 0
+	for _, r := range c.Plan.Rules {
+		if !r.Stateless {
+			n++
+		}
+	}
+	return n
 }
 
 // Counts are a compiled program's sets, elements and chains.
@@ -417,8 +430,32 @@ func (t *Target) Flush(ctx context.Context, table string) (FlushReport, error) {
 	return r, nil
 }
 
+// Conntrack is the fill level of the namespace's connection tracking
+// table, which connection-aware rules rely on.
+type Conntrack struct {
+	Entries int `json:"entries"`
+	Max     int `json:"max"`
+}
+
+// ReadConntrack reads the conntrack table's fill level in ns; nil when
+// conntrack is not loaded (no rule has needed it yet).
+func ReadConntrack(ns string) *Conntrack {
+	n, err1 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_count")
+	m, err2 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_max")
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	c := &Conntrack{}
+	c.Entries, _ = strconv.Atoi(n)
+	c.Max, _ = strconv.Atoi(m)
+	return c
+}
+
 // Status is what the kernel holds of ipfence in one namespace.
 type Status struct {
+	// Conntrack is the conntrack table's fill level, when the applied
+	// policy has connection-aware rules.
+	Conntrack *Conntrack `json:"conntrack,omitempty"`
 	// Kernel is the nftables table (Exists false when there is none).
 	Kernel   nft.TableStatus   `json:"kernel"`
 	XDP      *XDPStatus        `json:"xdp,omitempty"`
@@ -445,6 +482,9 @@ type XDPRuleStatus struct {
 // (nftables' table always, as it may hold bans).
 func (t *Target) Status(ctx context.Context, table string) (*Status, error) {
 	s := &Status{Applied: t.Previous()}
+	if s.Applied != nil && s.Applied.ConnectionAware() {
+		s.Conntrack = ReadConntrack(t.NetNS)
+	}
 	if err := t.backend(plan.NFTables, "").Status(ctx, table, s); err != nil {
 		return nil, err
 	}

@@ -71,6 +71,9 @@ type Report struct {
 	IPSet    Check    `json:"ipset"`
 	XDP      XDP      `json:"xdp"`
 	BPFFS    Check    `json:"bpffs"`
+	// Conntrack says whether connection tracking is in use in the
+	// namespace (connection-aware rules need it) and how full it is.
+	Conntrack Check `json:"conntrack"`
 	// Managers are the other firewall managers in the namespace looked
 	// at, conflicts first.
 	Managers []Manager `json:"managers"`
@@ -104,6 +107,7 @@ func Run(ns string) (*Report, error) {
 		}
 	}
 	r.BPFFS = bpffs()
+	r.Conntrack = conntrack(ns)
 	r.XDP.Interfaces = interfaces()
 	rs, err := ReadRuleset(ns)
 	if err != nil {
@@ -294,4 +298,15 @@ func Pick() (plan.Backend, string, error) {
 		return plan.IPSet, why + "; ipset and iptables-restore work", nil
 	}
 	return plan.IPTablesSplit, why + "; ipset unavailable (" + set.Detail + "); iptables-restore works", nil
+}
+
+// conntrack reports on connection tracking in namespace ns: whether it
+// is loaded (and so already costs every packet a lookup) and its fill.
+func conntrack(ns string) Check {
+	n, err1 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_count")
+	m, err2 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_max")
+	if err1 != nil || err2 != nil {
+		return Check{OK: true, Detail: "not in use yet: connection-aware rules (the default) load it, and every packet then pays a conntrack lookup; stateless rules do not need it"}
+	}
+	return Check{OK: true, Detail: fmt.Sprintf("in use: %s of %s entries; connection-aware rules (the default) rely on it", n, m)}
 }

@@ -428,3 +428,17 @@ func usedNetNS() map[uint64]bool {
 	}
 	return used
 }
+
+// Sysctl reads the sysctl name ("net/netfilter/nf_conntrack_count") as
+// namespace ns sees it ("" = current): net.* values are per namespace.
+func Sysctl(ns, name string) (string, error) {
+	var v []byte
+	err := Do(ns, func() (err error) {
+		v, err = os.ReadFile(filepath.Join("/proc/sys", name))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("reading sysctl %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(v)), nil
+}

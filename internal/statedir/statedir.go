@@ -110,6 +110,16 @@ func (a *Applied) XDPRules() []string {
 	return out
 }
 
+// ConnectionAware reports whether some rule relies on conntrack.
+func (a *Applied) ConnectionAware() bool {
+	for _, h := range a.RuleHeads() {
+		if !h.Stateless {
+			return true
+		}
+	}
+	return false
+}
+
 // HasXDP reports whether some rule ran in XDP.
 func (a *Applied) HasXDP() bool { return len(a.XDPRules()) > 0 }
 
