@@ -97,7 +97,7 @@ func TestProgramModel(t *testing.T) {
 				}
 			}
 			for c := range Class(len(rules) + 1) {
-				got, err := o.Counters(c)
+				got, err := o.Counters(int(c))
 				if err != nil {
 					t.Fatal(err)
 				}
