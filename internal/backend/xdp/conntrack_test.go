@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"go4.org/netipx"
+	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/pktgen"
 )
 
 // connLab is a lab whose firewall runs "allow only 198.19.0.0/16" (IPv4)
@@ -32,7 +35,7 @@ type connLab struct {
 
 const connWait = 400 * time.Millisecond // how long a dropped exchange is waited for
 
-func newConnLab(t *testing.T) *connLab {
+func newConnLab(t testing.TB) *connLab {
 	lab := netnstest.New(t, "nft")
 	netnstest.Exec(t, lab.FW, "nft", "add table inet conn { chain in { type filter hook input priority 0; ct state established,related accept; }; }")
 	c := &connLab{lab: lab, peer: lab.GenAddr4.Addr(), fwAddr: lab.FWAddr4.Addr(),
@@ -83,6 +86,12 @@ func newConnLab(t *testing.T) *connLab {
 // load attaches "allow only 198.19.0.0/16", stateless or not.
 func (c *connLab) load(t *testing.T, stateless bool) {
 	t.Helper()
+	swapIn(t, c.layout(t, stateless), c.opt)
+}
+
+// layout is "allow only 198.19.0.0/16", stateless or not.
+func (c *connLab) layout(t testing.TB, stateless bool) *Layout {
+	t.Helper()
 	var b netipx.IPSetBuilder
 	b.AddPrefix(netip.MustParsePrefix("0.0.0.0/0"))
 	b.RemovePrefix(netip.MustParsePrefix("198.19.0.0/16"))
@@ -94,7 +103,7 @@ func (c *connLab) load(t *testing.T, stateless bool) {
 	if l.Lookup(c.peer) != 1 || l.Lookup(netip.MustParseAddr("198.19.1.1")) != 0 {
 		t.Fatalf("the rule: class %d for the peer, %d for 198.19.1.1; want 1 and 0", l.Lookup(c.peer), l.Lookup(netip.MustParseAddr("198.19.1.1")))
 	}
-	swapIn(t, l, c.opt)
+	return l
 }
 
 // fromFW runs fn on a connection the firewall opens to the peer's port.
@@ -205,5 +214,69 @@ func TestConnectionAwareLab(t *testing.T) {
 	}
 	if dropped, conn := c.counters(t); dropped < 3 || conn != 0 {
 		t.Errorf("stateless: %d packets dropped, %d passed as known connections; want at least 3 and 0", dropped, conn)
+	}
+}
+
+// BenchmarkConntrack times the program per packet (BPF_PROG_RUN, in the
+// firewall's namespace of a connLab) with "allow only 198.19.0.0/16"
+// stateless and connection-aware, on four frames: a UDP packet of a new
+// flow from the blocked peer (the aware program looks it up and misses),
+// a TCP SYN from it (no lookup), a UDP reply of a connection the
+// firewall opened to the peer (a lookup that finds it: passed), and a
+// UDP packet from an allowed source (no lookup either way).
+//
+//	sudo go test ./internal/backend/xdp -run '^$' -bench Conntrack -benchtime 5x
+func BenchmarkConntrack(b *testing.B) {
+	c := newConnLab(b)
+	var local netip.AddrPort
+	if err := c.fromFW("udp4", 53, func(conn net.Conn) error {
+		local = conn.LocalAddr().(*net.UDPAddr).AddrPort()
+		return echo(conn)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	udp := func(src netip.Addr, sport, dport uint16) []byte {
+		h := pktgen.Header{SrcMAC: testMAC, DstMAC: testMAC, Src: src, Dst: c.fwAddr, SrcPort: sport, DstPort: dport}
+		f, err := pktgen.AppendUDP(nil, &h, 1, make([]byte, 18))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	syn := udp(c.peer, 40000, 7000)
+	syn[14+9] = unix.IPPROTO_TCP
+	syn[14+20+12], syn[14+20+13] = 5<<4, 0x02 // data offset, SYN
+	cases := []struct {
+		name  string
+		f     []byte
+		aware uint32 // the connection-aware program's verdict
+	}{
+		{"new-udp", udp(c.peer, 40000, 7000), xdpDrop},
+		{"syn", syn, xdpDrop},
+		{"reply", udp(c.peer, 53, local.Port()), xdpPass},
+		{"allowed", udp(netip.MustParseAddr("198.19.1.1"), 40000, 7000), xdpPass},
+	}
+	var progs []*ebpf.Program
+	for _, stateless := range []bool{true, false} {
+		o, err := c.layout(b, stateless).Load(LoadOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer o.Close()
+		progs = append(progs, o.Program)
+	}
+	for _, tc := range cases {
+		var ns []float64
+		if err := c.lab.DoFW(func() error {
+			if got := run(b, progs[1], tc.f); got != tc.aware {
+				b.Errorf("%s: the connection-aware verdict %d, want %d", tc.name, got, tc.aware)
+			}
+			ns = benchFrames(b, [][]byte{tc.f}, progs...)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(ns[0], tc.name+"-stateless-ns/packet")
+		b.ReportMetric(ns[1], tc.name+"-aware-ns/packet")
 	}
 }

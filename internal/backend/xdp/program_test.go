@@ -252,15 +252,21 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
-// benchPrograms returns each program's ns per packet on frames from srcs:
-// the median over interleaved rounds (b.N, at least 5) of the median over
-// sources of the mean over 1000 runs.
+// benchPrograms returns each program's ns per packet on frames from srcs
+// (see benchFrames).
 func benchPrograms(b *testing.B, srcs []netip.Addr, progs ...*ebpf.Program) []float64 {
-	rounds := make([][]float64, len(progs))
 	frames := make([][]byte, len(srcs))
 	for i, a := range srcs {
 		frames[i] = frame(b, a)
 	}
+	return benchFrames(b, frames, progs...)
+}
+
+// benchFrames returns each program's ns per packet on frames: the median
+// over interleaved rounds (b.N, at least 5) of the median over frames of
+// the mean over 1000 runs.
+func benchFrames(b *testing.B, frames [][]byte, progs ...*ebpf.Program) []float64 {
+	rounds := make([][]float64, len(progs))
 	for round := range max(b.N, 5) {
 		for k := range progs {
 			i := (k + round) % len(progs) // each program goes first in turn
