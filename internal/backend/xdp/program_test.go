@@ -77,9 +77,23 @@ func TestProgramModel(t *testing.T) {
 		}
 		want[c]++
 	}
-	for _, opt := range []LoadOptions{{}, {LPM: true}} {
-		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {
-			o, err := l.Load(opt)
+	// Stateless, the same tables: the program must give the same verdicts
+	// (the random flows belong to no connection).
+	stateless := slices.Clone(rules)
+	for i := range stateless {
+		stateless[i].Stateless = true
+	}
+	ls, err := BuildLayout(stateless)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		l   *Layout
+		opt LoadOptions
+	}{{l, LoadOptions{}}, {l, LoadOptions{LPM: true}}, {ls, LoadOptions{}}} {
+		opt := tc.opt
+		t.Run(fmt.Sprintf("%+v/stateless=%v", opt, tc.l.Stateless > 0), func(t *testing.T) {
+			o, err := tc.l.Load(opt)
 			if err != nil {
 				t.Fatal(err)
 			}
