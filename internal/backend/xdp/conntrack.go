@@ -112,15 +112,9 @@ func conntrack(ct conntrackBTF) asm.Instructions {
 		asm.Mov.Imm(asm.R8, 0), // 1: any connection will do (an ICMP error)
 		asm.JEq.Imm(asm.R5, be16(unix.ETH_P_IPV6), "ct6"),
 		asm.JNE.Imm(asm.R5, be16(unix.ETH_P_IP), "tally"),
-
-		// IPv4: R2 the header, R3 the end of the frame.
-		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, 20),
-		asm.JGT.Reg(asm.R4, asm.R3, "tally"),
-		asm.LoadMem(asm.R0, asm.R2, 6, asm.Half),
-		asm.And.Imm(asm.R0, be16(0x1fff)),
-		asm.JNE.Imm(asm.R0, 0, "ctpass"), // a later fragment
 	)
+	// IPv4: R2 the header, R3 the end of the frame.
+	insns = append(insns, laterFragment(20, 6, 0x1fff)...)
 	insns = append(insns, copyAddrs(12, 4)...)
 	insns = append(insns,
 		asm.LoadMem(asm.R4, asm.R2, 9, asm.Byte),
@@ -142,12 +136,9 @@ func conntrack(ct conntrackBTF) asm.Instructions {
 		asm.LoadMem(asm.R4, asm.R2, 6, asm.Byte),
 		asm.Add.Imm(asm.R2, 40),
 		asm.JNE.Imm(asm.R4, unix.IPPROTO_FRAGMENT, "ctl4v6"),
-		asm.Mov.Reg(asm.R0, asm.R2),
-		asm.Add.Imm(asm.R0, 8),
-		asm.JGT.Reg(asm.R0, asm.R3, "tally"),
-		asm.LoadMem(asm.R0, asm.R2, 2, asm.Half),
-		asm.And.Imm(asm.R0, be16(0xfff8)),
-		asm.JNE.Imm(asm.R0, 0, "ctpass"), // a later fragment
+	)
+	insns = append(insns, laterFragment(8, 2, 0xfff8)...)
+	insns = append(insns,
 		asm.LoadMem(asm.R4, asm.R2, 0, asm.Byte),
 		asm.Add.Imm(asm.R2, 8),
 		asm.Mov.Reg(asm.R4, asm.R4).WithSymbol("ctl4v6"), // a no-op to carry the label
@@ -178,6 +169,20 @@ func conntrack(ct conntrackBTF) asm.Instructions {
 		asm.Mov.Imm(asm.R9, ConnSlot).WithSymbol("ctpass"),
 		asm.Ja.Label("tally"),
 	)
+}
+
+// laterFragment checks that the header at R2 has n bytes (else goes to
+// "tally") and goes to "ctpass" if the fragment offset it keeps at off,
+// under mask (host order), is not 0.
+func laterFragment(n int32, off int16, mask uint16) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R0, asm.R2),
+		asm.Add.Imm(asm.R0, n),
+		asm.JGT.Reg(asm.R0, asm.R3, "tally"),
+		asm.LoadMem(asm.R0, asm.R2, off, asm.Half),
+		asm.And.Imm(asm.R0, be16(mask)),
+		asm.JNE.Imm(asm.R0, 0, "ctpass"),
+	}
 }
 
 // family is how the conntrack path reads the headers of one IP version.
