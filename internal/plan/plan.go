@@ -320,7 +320,10 @@ var ErrNoInterfaces = errors.New("XDP rules need interfaces")
 // are the leading ones asking for it that drop or allow only some
 // sources, without ports; the others, and every rule after the first that
 // stays in nftables, run in nftables (with a note and a warning when they
-// asked for XDP).
+// asked for XDP). Connection-aware inbound rules run in XDP as stateless
+// ones do: the program passes what they would drop to the stack when
+// conntrack knows its connection (backend/xdp looks it up), so they need
+// no note; outbound ones cannot (XDP sees inbound packets only).
 func (p *Plan) assignBackends(in *Input) error {
 	switch p.Backend = in.Backend; p.Backend {
 	case "", XDP:

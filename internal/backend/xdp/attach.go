@@ -22,7 +22,8 @@ import (
 
 // FromPlan returns the rules of p that run in XDP (see plan.XDPRules) as
 // XDP rules: a drop rule drops its set, an allow-only rule every address
-// of its families outside its set (which holds the protected prefixes).
+// of its families outside its set (which holds the protected prefixes);
+// stateless or connection-aware as the plan's rule.
 func FromPlan(p *plan.Plan) []Rule {
 	var out []Rule
 	for _, r := range p.XDPRules() {
@@ -42,7 +43,7 @@ func FromPlan(p *plan.Plan) []Rule {
 			b.RemoveSet(r.Set)
 			drop = mustSet(&b)
 		}
-		out = append(out, Rule{Name: r.Name, Drop: drop})
+		out = append(out, Rule{Name: r.Name, Drop: drop, Stateless: r.Stateless})
 	}
 	return out
 }
@@ -420,6 +421,10 @@ type Status struct {
 	// Counters are by class (0: passed, k: dropped by the k-th rule), each
 	// per CPU.
 	Counters [][]Counters `json:"counters"`
+	// Conn counts, per CPU, the packets of connection-aware rules' sets
+	// passed on as parts of known connections (see ConnSlot); nil for a
+	// program loaded before ipfence had them.
+	Conn []Counters `json:"conn,omitempty"`
 }
 
 // ErrNotLoaded is returned by ReadStatus when no XDP program is pinned.
@@ -456,6 +461,9 @@ func ReadStatus(opt Options, classes int) (Status, error) {
 			return st, fmt.Errorf("reading the XDP counters of class %d: %w", c, err)
 		}
 		st.Counters = append(st.Counters, per)
+	}
+	if err := stats.Lookup(uint32(ConnSlot), &st.Conn); err != nil {
+		st.Conn = nil // an older program's map, one slot shorter
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

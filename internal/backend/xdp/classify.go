@@ -30,13 +30,25 @@ const MaxRules = 255
 
 // Rule is one XDP rule: the sources it drops. Rules are given in policy
 // order; an address in several rules' sets belongs to the first.
+//
+// A Stateless rule drops every packet from its set. The others are
+// connection-aware: a packet they would drop passes on to the kernel's
+// stack when it belongs to a connection conntrack knows (see
+// instructions), so the host's own connections keep their replies.
 type Rule struct {
-	Name string
-	Drop *netipx.IPSet
+	Name      string
+	Drop      *netipx.IPSet
+	Stateless bool
 }
 
 // ErrTooManyRules is returned for more than MaxRules rules.
 var ErrTooManyRules = errors.New("too many XDP rules")
+
+// ErrStatelessOrder is returned for a stateless rule after a
+// connection-aware one: an address in both sets belongs to the first
+// rule, which would let a known connection's packets through the
+// stateless one (plan.Compile refuses such policies too).
+var ErrStatelessOrder = errors.New("a stateless XDP rule must come before every connection-aware one")
 
 // span is a range of addresses of one class; spans of a family partition
 // its whole address space, in order.
@@ -55,12 +67,29 @@ func partition(rules []Rule, is4 bool) ([]span, error) {
 	return partitionAfter(rules, earlierSets(rules), is4), nil
 }
 
-// checkRules refuses more rules than a layout holds.
+// checkRules refuses more rules than a layout holds, and a stateless
+// rule after a connection-aware one.
 func checkRules(rules []Rule) error {
 	if len(rules) > MaxRules {
 		return fmt.Errorf("%w: %d, at most %d", ErrTooManyRules, len(rules), MaxRules)
 	}
+	n := statelessRules(rules)
+	for _, r := range rules[n:] {
+		if r.Stateless {
+			return fmt.Errorf("%w: rule %q follows the connection-aware rule %q", ErrStatelessOrder, r.Name, rules[n].Name)
+		}
+	}
 	return nil
+}
+
+// statelessRules is the number of leading stateless rules: classes 1 to
+// it drop unconditionally, the higher ones are connection-aware.
+func statelessRules(rules []Rule) int {
+	n := 0
+	for n < len(rules) && rules[n].Stateless {
+		n++
+	}
+	return n
 }
 
 // earlierSets returns, for each rule, the addresses the rules before it

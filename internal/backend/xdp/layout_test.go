@@ -1,8 +1,10 @@
 package xdp
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"go4.org/netipx"
@@ -147,6 +149,20 @@ func TestPartition(t *testing.T) {
 	}
 	if _, err := partition(make([]Rule, MaxRules+1), true); err == nil {
 		t.Error("partition of too many rules: no error")
+	}
+}
+
+// TestStatelessOrder refuses a stateless rule after a connection-aware
+// one, and counts the leading stateless rules.
+func TestStatelessOrder(t *testing.T) {
+	set := setOf(t, "192.0.2.0/24")
+	l, err := BuildLayout([]Rule{{Name: "edge", Drop: set, Stateless: true}, {Name: "geo", Drop: set}})
+	if err != nil || l.Stateless != 1 {
+		t.Fatalf("stateless then connection-aware: %v, %d stateless; want 1", err, l.Stateless)
+	}
+	_, err = BuildLayout([]Rule{{Name: "geo", Drop: set}, {Name: "edge", Drop: set, Stateless: true}})
+	if !errors.Is(err, ErrStatelessOrder) || !strings.Contains(err.Error(), `"edge"`) {
+		t.Errorf("connection-aware then stateless: %v, want ErrStatelessOrder naming edge", err)
 	}
 }
 

@@ -21,6 +21,9 @@ type Layout struct {
 	// Ref4 and Ref6 are the prefixes of each family and their classes,
 	// for the reference program (LoadOptions.LPM).
 	Ref4, Ref6 []ClassPrefix
+	// Stateless is the number of leading stateless rules: classes above
+	// it are connection-aware (see Rule).
+	Stateless int
 }
 
 // ClassPrefix is a prefix of an LPM trie and its class.
@@ -56,7 +59,7 @@ func buildReference(rules []Rule) (*Layout, []*netipx.IPSet, error) {
 		return nil, nil, err
 	}
 	earlier := earlierSets(rules)
-	l := &Layout{}
+	l := &Layout{Stateless: statelessRules(rules)}
 	l.Ref4, l.Ref6 = lpmPrefixes(rules, earlier)
 	for _, r := range rules {
 		l.Rules = append(l.Rules, r.Name)
@@ -141,7 +144,7 @@ type Counters struct {
 // attached. Close releases them.
 type Objects struct {
 	Program *ebpf.Program
-	Stats   *ebpf.Map // per-CPU Counters by class
+	Stats   *ebpf.Map // per-CPU Counters by class, and at ConnSlot
 	maps    []*ebpf.Map
 }
 
@@ -154,8 +157,9 @@ func (o *Objects) Close() error {
 	return errors.Join(errs...)
 }
 
-// Class counters: the packets and bytes of class c summed over CPUs.
-func (o *Objects) Counters(c Class) (Counters, error) {
+// Counters are the packets and bytes of class c (or ConnSlot) summed
+// over CPUs.
+func (o *Objects) Counters(c int) (Counters, error) {
 	var per []Counters
 	if err := o.Stats.Lookup(uint32(c), &per); err != nil {
 		return Counters{}, fmt.Errorf("reading the counters of class %d: %w", c, err)
@@ -199,8 +203,17 @@ type wideSlot struct {
 }
 
 // Load creates l's maps, fills them and loads the program that reads
-// them. Nothing is attached.
+// them. Nothing is attached. With connection-aware rules it needs the
+// conntrack kfuncs in the kernel's BTF, or fails with ErrNoConntrack.
 func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
+	var ct *conntrackBTF
+	if l.Stateless < len(l.Rules) {
+		c, err := loadConntrackBTF()
+		if err != nil {
+			return nil, err
+		}
+		ct = &c
+	}
 	o := &Objects{}
 	defer func() {
 		if err != nil {
@@ -276,13 +289,13 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 			}
 		}
 	}
-	if o.Stats, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipf_stats", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: MaxRules + 1}); err != nil {
+	if o.Stats, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipf_stats", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 16, MaxEntries: ConnSlot + 1}); err != nil {
 		return nil, fmt.Errorf("creating map ipf_stats: %w", err)
 	}
 	o.maps = append(o.maps, o.Stats)
 	m.stats = o.Stats
 	o.Program, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence", Type: ebpf.XDP, License: "GPL",
-		Instructions: instructions(l, &m)})
+		Instructions: instructions(l, &m, ct)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
@@ -330,21 +343,58 @@ const (
 	frameLen = -32 // u64 length of the frame
 )
 
-// instructions is the program: parse Ethernet (up to two VLAN tags,
-// 802.1Q or 802.1ad, are skipped), look the IPv4 or IPv6 source up, count
-// the packet under its class and drop it unless the class is 0. Frames of
-// other protocols, and frames too short for their headers, pass
-// uncounted.
+// be16 is v in network order, as a load of it reads.
+func be16(v uint16) int32 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return int32(binary.NativeEndian.Uint16(b[:]))
+}
+
+// ethernet parses the frame whose context is in R1: R2 and R3 the start
+// and end of the frame, then afterLoad, then R2 moved past up to two VLAN
+// tags (802.1Q or 802.1ad) to the network header and R5 its EtherType.
+// Frames too short go to fail; labels end in sfx.
+func ethernet(sfx, fail string, afterLoad asm.Instructions) asm.Instructions {
+	insns := asm.Instructions{
+		asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
+		asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
+	}
+	insns = append(insns, afterLoad...)
+	insns = append(insns,
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 14),
+		asm.JGT.Reg(asm.R4, asm.R3, fail),
+		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType
+	)
+	for i := range 2 { // VLAN tags: move R2 past each
+		tagged, untagged := fmt.Sprintf("vlan%d%s", i, sfx), fmt.Sprintf("novlan%d%s", i, sfx)
+		insns = append(insns,
+			asm.JEq.Imm(asm.R5, be16(unix.ETH_P_8021Q), tagged),
+			asm.JNE.Imm(asm.R5, be16(unix.ETH_P_8021AD), untagged),
+			asm.Add.Imm(asm.R2, 4).WithSymbol(tagged),
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, 14),
+			asm.JGT.Reg(asm.R4, asm.R3, fail),
+			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
+			asm.Mov.Reg(asm.R5, asm.R5).WithSymbol(untagged), // a no-op to carry the label
+		)
+	}
+	return insns
+}
+
+// instructions is the program: parse Ethernet (see ethernet), look the
+// IPv4 or IPv6 source up, and drop the packet unless its class is 0.
+// With ct (connection-aware rules, classes above l.Stateless), a packet
+// of such a class goes the conntrack path first, which may pass it
+// under ConnSlot. The packet is counted under its class (or ConnSlot).
+// Frames of other protocols, and frames too short for their headers,
+// pass uncounted.
 //
 // Registers kept across helper calls: R7 the IPv4 source, or R7 and R8
 // the IPv6 source's halves (host order); R9 the class; R6 and R8 scratch.
-// The frame length waits on the stack.
-func instructions(l *Layout, m *progMaps) asm.Instructions {
-	be16 := func(v uint16) int32 {
-		var b [2]byte
-		binary.BigEndian.PutUint16(b[:], v)
-		return int32(binary.NativeEndian.Uint16(b[:]))
-	}
+// The frame length waits on the stack, and the context at ctxSlot for
+// the conntrack path.
+func instructions(l *Layout, m *progMaps, ct *conntrackBTF) asm.Instructions {
 	// trieClass sets R9 to the class the LPM trie m holds for the key at
 	// key (0 if none) and goes to "count".
 	trieClass := func(m *ebpf.Map, key int16) asm.Instructions {
@@ -359,30 +409,15 @@ func instructions(l *Layout, m *progMaps) asm.Instructions {
 			asm.Ja.Label("count"),
 		}
 	}
-	insns := asm.Instructions{
-		asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
-		asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
+	var insns asm.Instructions
+	if ct != nil {
+		insns = append(insns, asm.StoreMem(asm.RFP, ctxSlot, asm.R1, asm.DWord))
+	}
+	insns = append(insns, ethernet("", "pass", asm.Instructions{
 		asm.Mov.Reg(asm.R4, asm.R3),
 		asm.Sub.Reg(asm.R4, asm.R2),
 		asm.StoreMem(asm.RFP, frameLen, asm.R4, asm.DWord),
-		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, 14),
-		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType
-	}
-	for i := range 2 { // VLAN tags: move R2 past each
-		tagged, untagged := fmt.Sprintf("vlan%d", i), fmt.Sprintf("novlan%d", i)
-		insns = append(insns,
-			asm.JEq.Imm(asm.R5, be16(unix.ETH_P_8021Q), tagged),
-			asm.JNE.Imm(asm.R5, be16(unix.ETH_P_8021AD), untagged),
-			asm.Add.Imm(asm.R2, 4).WithSymbol(tagged),
-			asm.Mov.Reg(asm.R4, asm.R2),
-			asm.Add.Imm(asm.R4, 14),
-			asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
-			asm.Mov.Reg(asm.R5, asm.R5).WithSymbol(untagged), // a no-op to carry the label
-		)
-	}
+	})...)
 	insns = append(insns,
 		asm.JEq.Imm(asm.R5, be16(unix.ETH_P_IP), "v4"),
 		asm.JNE.Imm(asm.R5, be16(unix.ETH_P_IPV6), "pass"),
@@ -425,9 +460,16 @@ func instructions(l *Layout, m *progMaps) asm.Instructions {
 		insns = append(insns, asm.HostTo(asm.BE, asm.R7, asm.Word))
 		insns = append(insns, v4Tables(m.v4L1, m.v4L2, m.v4Bits, m.v4Bytes)...)
 	}
+	tally := asm.StoreMem(asm.RFP, keyIdx, asm.R9, asm.Word).WithSymbol("count")
+	if ct != nil {
+		// Connection-aware classes go the conntrack path.
+		insns = append(insns, asm.JLE.Imm(asm.R9, int32(l.Stateless), "tally").WithSymbol("count"))
+		insns = append(insns, conntrack(*ct)...)
+		tally = tally.WithSymbol("tally")
+	}
 	insns = append(insns,
 		// Count the packet under its class.
-		asm.StoreMem(asm.RFP, keyIdx, asm.R9, asm.Word).WithSymbol("count"),
+		tally,
 		asm.LoadMapPtr(asm.R1, m.stats.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, keyIdx),
@@ -442,6 +484,11 @@ func instructions(l *Layout, m *progMaps) asm.Instructions {
 		asm.StoreMem(asm.R0, 8, asm.R1, asm.DWord),
 
 		asm.Mov.Imm(asm.R0, xdpDrop).WithSymbol("verdict"),
+	)
+	if ct != nil {
+		insns = append(insns, asm.JEq.Imm(asm.R9, ConnSlot, "pass"))
+	}
+	insns = append(insns,
 		asm.JNE.Imm(asm.R9, 0, "exit"),
 		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
 		asm.Return().WithSymbol("exit"),

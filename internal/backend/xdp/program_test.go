@@ -77,9 +77,23 @@ func TestProgramModel(t *testing.T) {
 		}
 		want[c]++
 	}
-	for _, opt := range []LoadOptions{{}, {LPM: true}} {
-		t.Run(fmt.Sprintf("%+v", opt), func(t *testing.T) {
-			o, err := l.Load(opt)
+	// Stateless, the same tables: the program must give the same verdicts
+	// (the random flows belong to no connection).
+	stateless := slices.Clone(rules)
+	for i := range stateless {
+		stateless[i].Stateless = true
+	}
+	ls, err := BuildLayout(stateless)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		l   *Layout
+		opt LoadOptions
+	}{{l, LoadOptions{}}, {l, LoadOptions{LPM: true}}, {ls, LoadOptions{}}} {
+		opt := tc.opt
+		t.Run(fmt.Sprintf("%+v/stateless=%v", opt, tc.l.Stateless > 0), func(t *testing.T) {
+			o, err := tc.l.Load(opt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +111,7 @@ func TestProgramModel(t *testing.T) {
 				}
 			}
 			for c := range Class(len(rules) + 1) {
-				got, err := o.Counters(c)
+				got, err := o.Counters(int(c))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -252,15 +266,21 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
-// benchPrograms returns each program's ns per packet on frames from srcs:
-// the median over interleaved rounds (b.N, at least 5) of the median over
-// sources of the mean over 1000 runs.
+// benchPrograms returns each program's ns per packet on frames from srcs
+// (see benchFrames).
 func benchPrograms(b *testing.B, srcs []netip.Addr, progs ...*ebpf.Program) []float64 {
-	rounds := make([][]float64, len(progs))
 	frames := make([][]byte, len(srcs))
 	for i, a := range srcs {
 		frames[i] = frame(b, a)
 	}
+	return benchFrames(b, frames, progs...)
+}
+
+// benchFrames returns each program's ns per packet on frames: the median
+// over interleaved rounds (b.N, at least 5) of the median over frames of
+// the mean over 1000 runs.
+func benchFrames(b *testing.B, frames [][]byte, progs ...*ebpf.Program) []float64 {
+	rounds := make([][]float64, len(progs))
 	for round := range max(b.N, 5) {
 		for k := range progs {
 			i := (k + round) % len(progs) // each program goes first in turn
