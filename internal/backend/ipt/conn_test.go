@@ -161,15 +161,7 @@ func (c conn) check(t *testing.T) net.Conn {
 // ban cuts an established connection; a stateless allow-only rule drops
 // the replies again, as before conntrack.
 func TestConnections(t *testing.T) {
-	for _, tc := range []struct {
-		backend plan.Backend
-		flavour string
-	}{{plan.IPSet, ipt.NFT}, {plan.IPSet, ipt.Legacy}, {plan.IPTablesSplit, ipt.NFT}, {plan.IPTablesSplit, ipt.Legacy}} {
-		t.Run(fmt.Sprintf("%s-%s", tc.backend, tc.flavour), func(t *testing.T) {
-			lab := netnstest.New(t, "ipset", "iptables-"+tc.flavour+"-restore", "ip6tables-"+tc.flavour+"-restore")
-			testConnections(t, lab, tc.backend, tc.flavour)
-		})
-	}
+	eachBackend(t, func(t *testing.T, lab *netns.Lab, tc backendCase) { testConnections(t, lab, tc.backend, tc.flavour) })
 }
 
 func testConnections(t *testing.T, lab *netns.Lab, backend plan.Backend, flavour string) {

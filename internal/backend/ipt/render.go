@@ -2,6 +2,7 @@ package ipt
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -312,21 +313,14 @@ func appendRule(buf []byte, f Family, r *Rule) []byte {
 	if r.ICMPv6Type != 0 {
 		buf = fmt.Appendf(buf, " -p ipv6-icmp -m icmp6 --icmpv6-type %d", r.ICMPv6Type)
 	}
-	if r.Src.IsValid() {
-		buf = append(buf, " -s "...)
-		buf = r.Src.AppendTo(buf)
-	}
-	if r.NotSrc.IsValid() {
-		buf = append(buf, " ! -s "...)
-		buf = r.NotSrc.AppendTo(buf)
-	}
-	if r.Dst.IsValid() {
-		buf = append(buf, " -d "...)
-		buf = r.Dst.AppendTo(buf)
-	}
-	if r.NotDst.IsValid() {
-		buf = append(buf, " ! -d "...)
-		buf = r.NotDst.AppendTo(buf)
+	for _, m := range [...]struct {
+		opt string
+		p   netip.Prefix
+	}{{" -s ", r.Src}, {" ! -s ", r.NotSrc}, {" -d ", r.Dst}, {" ! -d ", r.NotDst}} {
+		if m.p.IsValid() {
+			buf = append(buf, m.opt...)
+			buf = m.p.AppendTo(buf)
+		}
 	}
 	if r.Proto != "" {
 		buf = append(buf, " -p "...)
