@@ -147,7 +147,7 @@ func (c *Compiled) Counts() (sets, elems, chains int) {
 			elems += len(s.Elems)
 		}
 		for _, t := range c.IPT.Tables {
-			chains += len(t.Raw)
+			chains += t.NumChains()
 		}
 		return len(c.IPT.Sets), elems, chains
 	}

@@ -116,7 +116,8 @@ func ipsetRestore(ctx context.Context, o *Options, text string) error {
 	return err
 }
 
-// save returns iptables-save's output of family f's raw and filter tables
+// save returns iptables-save's output of family f's raw, mangle and
+// filter tables
 // (counters: with packet and byte counts). For iptables-nft it saves every
 // table (those that do not exist are simply absent). For legacy it saves
 // only the tables /proc/net/ip_tables_names lists, since saving a table
@@ -140,7 +141,7 @@ func save(ctx context.Context, o *Options, fl string, f Family, counters bool) (
 	}
 	var b strings.Builder
 	for _, t := range strings.Fields(string(loaded)) {
-		if t != "raw" && t != "filter" {
+		if !slices.Contains(savedTables, t) {
 			continue
 		}
 		out, err := run(ctx, o.NetNS, "", append(argv, "-t", t)...)
@@ -218,8 +219,8 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 			return res, err
 		}
 		want[f] = p.Desired(f)
-		res.Chains += len(want[f].Raw.Chains) + len(want[f].Filter.Chains)
-		res.Rules += len(want[f].Raw.Rules) + len(want[f].Filter.Rules)
+		res.Chains += len(want[f].Raw.Chains) + len(want[f].Mangle.Chains) + len(want[f].Filter.Chains)
+		res.Rules += len(want[f].Raw.Rules) + len(want[f].Mangle.Rules) + len(want[f].Filter.Rules)
 	}
 	existing, err := ownSets(ctx, &o, p.Prefix)
 	if err != nil {
@@ -438,9 +439,17 @@ func Flush(ctx context.Context, prefix string, o Options) (bool, error) {
 }
 
 // RuleCount is one rule's packets and bytes, from the counters of its
-// hit chain's verdict rules.
+// hit chains' verdict rules: in both directions, and in each.
 type RuleCount struct {
 	Rule    string `json:"rule"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	In      Count  `json:"in"`
+	Out     Count  `json:"out"`
+}
+
+// Count is a number of packets and bytes.
+type Count struct {
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }
@@ -452,7 +461,7 @@ type Status struct {
 	Chains  int         `json:"chains"`
 	Rules   []RuleCount `json:"rules"`
 	// Rejected counts the packets the filter table's reject chain
-	// rejected (reject rules mark them in raw).
+	// rejected (reject rules mark them in raw or mangle).
 	Rejected uint64      `json:"rejected"`
 	Sets     []SetStatus `json:"sets"`
 }
@@ -464,10 +473,11 @@ type SetStatus struct {
 	Memory   int    `json:"memory_bytes"`
 }
 
-// hitLine matches a hit chain's verdict rule with its counters, and
-// rejectLine the reject chain's.
+// hitLine matches a hit chain's verdict rule with its counters and the
+// chain's letter (h: inbound, o: outbound), and rejectLine the reject
+// chain's.
 var (
-	hitLine    = regexp.MustCompile(`^\[(\d+):(\d+)\] -A \S+ .*--comment "ipfence rule (.*?)"`)
+	hitLine    = regexp.MustCompile(`^\[(\d+):(\d+)\] -A \S+-([ho])\d+ .*--comment "ipfence rule (.*?)"`)
 	rejectLine = regexp.MustCompile(`^\[(\d+):\d+\] -A \S+ .*-j REJECT`)
 )
 
@@ -486,7 +496,7 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 			return nil, err
 		}
 		st.Loaded = st.Loaded || !cur.Empty()
-		st.Chains += len(cur.Raw.Chains) + len(cur.Filter.Chains)
+		st.Chains += len(cur.Raw.Chains) + len(cur.Mangle.Chains) + len(cur.Filter.Chains)
 		for line := range strings.Lines(save) {
 			if m := rejectLine.FindStringSubmatch(line); m != nil {
 				n, _ := strconv.ParseUint(m[1], 10, 64)
@@ -497,9 +507,9 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 			if m == nil {
 				continue
 			}
-			name, err := strconv.Unquote(`"` + m[3] + `"`)
+			name, err := strconv.Unquote(`"` + m[4] + `"`)
 			if err != nil {
-				name = m[3]
+				name = m[4]
 			}
 			i, ok := idx[name]
 			if !ok {
@@ -509,8 +519,15 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 			}
 			pk, _ := strconv.ParseUint(m[1], 10, 64)
 			by, _ := strconv.ParseUint(m[2], 10, 64)
-			st.Rules[i].Packets += pk
-			st.Rules[i].Bytes += by
+			rc := &st.Rules[i]
+			rc.Packets += pk
+			rc.Bytes += by
+			dir := &rc.In
+			if m[3] == "o" {
+				dir = &rc.Out
+			}
+			dir.Packets += pk
+			dir.Bytes += by
 		}
 	}
 	if _, err := exec.LookPath("ipset"); err != nil {
@@ -526,8 +543,8 @@ func ReadStatus(ctx context.Context, prefix string, o Options) (*Status, error) 
 }
 
 // InForce reports whether the kernel still holds what Apply loaded for p
-// in both families: the same chains with as many rules, the jumps into
-// them, and every set of p (its ban sets included). False means another
+// in both families: the same chains with as many rules in the raw,
+// mangle and filter tables, the jumps into them, and every set of p (its ban sets included). False means another
 // program removed or changed them (a firewall reload, `iptables -F`);
 // the daemon then loads p again. Counters and rule order are not
 // compared.
@@ -546,7 +563,7 @@ func InForce(ctx context.Context, p *Program, o Options) (bool, error) {
 			return false, err
 		}
 		want := p.Desired(f)
-		if !same(&cur.Raw, &want.Raw) || !same(&cur.Filter, &want.Filter) {
+		if !same(&cur.Raw, &want.Raw) || !same(&cur.Mangle, &want.Mangle) || !same(&cur.Filter, &want.Filter) {
 			return false, nil
 		}
 	}

@@ -190,56 +190,66 @@ func withoutEmptyTables(save string) string {
 // changed policy over it, and flushes: the host's rules and sets are as
 // they were.
 func TestApplyVerdicts(t *testing.T) {
-	for _, tc := range []struct {
-		backend plan.Backend
-		flavour string
-	}{{plan.IPSet, ipt.NFT}, {plan.IPSet, ipt.Legacy}, {plan.IPTablesSplit, ipt.NFT}, {plan.IPTablesSplit, ipt.Legacy}} {
+	eachBackend(t, func(t *testing.T, lab *netns.Lab, tc backendCase) {
+		ctx := context.Background()
+		host := hostRules(t, lab.FW, tc.flavour)
+		before := host()
+		o := ipt.Options{NetNS: lab.FW, Flavour: tc.flavour}
+		in := testInput(t, tc.backend)
+		for round := range 2 {
+			if round == 1 {
+				// Rules go (the reject chain with them), move
+				// and change action.
+				in.Rules = []plan.RuleInput{in.Rules[2], in.Rules[1], in.Rules[4]}
+				in.Rules[1].Action = plan.Reject
+			}
+			p, prog := compile(t, in)
+			res, err := ipt.Apply(ctx, prog, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("round %d: %+v", round, res)
+			decided, rejected := checkVerdicts(t, lab, p, sample(p, 1500), 9000, 53)
+			checkCounters(t, o, p.Table, decided, rejected)
+			st, err := ipt.ReadStatus(ctx, p.Table, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Sets) != len(prog.Sets) {
+				t.Errorf("status lists %d sets, the program has %d", len(st.Sets), len(prog.Sets))
+			}
+			listed := map[string]int{}
+			for _, ss := range st.Sets {
+				listed[ss.Name] = ss.Elements
+			}
+			for _, s := range prog.Sets {
+				if n, ok := listed[s.Name]; !ok || n != len(s.Elems) {
+					t.Errorf("status: set %s lists %d elements (listed: %v), the program has %d", s.Name, n, ok, len(s.Elems))
+				}
+			}
+		}
+		found, err := ipt.Flush(ctx, "ipfence", o)
+		if err != nil || !found {
+			t.Fatalf("flush: %v, %v", found, err)
+		}
+		if after := host(); after != before {
+			t.Errorf("the host's rules and sets changed:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
+}
+
+// backendCase is one iptables backend in one flavour.
+type backendCase struct {
+	backend plan.Backend
+	flavour string
+}
+
+// eachBackend runs test for each iptables backend and flavour, as a
+// subtest with a fresh lab.
+func eachBackend(t *testing.T, test func(t *testing.T, lab *netns.Lab, tc backendCase)) {
+	for _, tc := range []backendCase{{plan.IPSet, ipt.NFT}, {plan.IPSet, ipt.Legacy}, {plan.IPTablesSplit, ipt.NFT}, {plan.IPTablesSplit, ipt.Legacy}} {
 		t.Run(fmt.Sprintf("%s-%s", tc.backend, tc.flavour), func(t *testing.T) {
-			lab := netnstest.New(t, "ipset", "iptables-"+tc.flavour+"-restore", "ip6tables-"+tc.flavour+"-restore")
-			ctx := context.Background()
-			host := hostRules(t, lab.FW, tc.flavour)
-			before := host()
-			o := ipt.Options{NetNS: lab.FW, Flavour: tc.flavour}
-			in := testInput(t, tc.backend)
-			for round := range 2 {
-				if round == 1 {
-					// Rules go (the reject chain with them), move
-					// and change action.
-					in.Rules = []plan.RuleInput{in.Rules[2], in.Rules[1], in.Rules[4]}
-					in.Rules[1].Action = plan.Reject
-				}
-				p, prog := compile(t, in)
-				res, err := ipt.Apply(ctx, prog, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("round %d: %+v", round, res)
-				decided, rejected := checkVerdicts(t, lab, p, sample(p, 1500), 9000, 53)
-				checkCounters(t, o, p.Table, decided, rejected)
-				st, err := ipt.ReadStatus(ctx, p.Table, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(st.Sets) != len(prog.Sets) {
-					t.Errorf("status lists %d sets, the program has %d", len(st.Sets), len(prog.Sets))
-				}
-				listed := map[string]int{}
-				for _, ss := range st.Sets {
-					listed[ss.Name] = ss.Elements
-				}
-				for _, s := range prog.Sets {
-					if n, ok := listed[s.Name]; !ok || n != len(s.Elems) {
-						t.Errorf("status: set %s lists %d elements (listed: %v), the program has %d", s.Name, n, ok, len(s.Elems))
-					}
-				}
-			}
-			found, err := ipt.Flush(ctx, "ipfence", o)
-			if err != nil || !found {
-				t.Fatalf("flush: %v, %v", found, err)
-			}
-			if after := host(); after != before {
-				t.Errorf("the host's rules and sets changed:\nbefore:\n%s\nafter:\n%s", before, after)
-			}
+			test(t, netnstest.New(t, "ipset", "iptables-"+tc.flavour+"-restore", "ip6tables-"+tc.flavour+"-restore"), tc)
 		})
 	}
 }

@@ -3,22 +3,50 @@
 // chains of plain rules, split by address block).
 //
 // FromPlan lowers a plan into a Program: a small, closed model of exactly
-// the objects ipfence creates (ipsets, chains in the raw table, and a
-// reject chain in the filter table), pure and testable without root.
-// Render writes it as `ipset restore` and `iptables-restore` input, and
-// Apply loads it: sets filled beside the live ones and swapped in, each
-// family's chains replaced in one iptables-restore commit.
+// the objects ipfence creates (ipsets, chains in the raw and mangle
+// tables, and a reject chain in the filter table), pure and testable
+// without root. Render writes it as `ipset restore` and
+// `iptables-restore` input, and Apply loads it: sets filled beside the
+// live ones and swapped in, each family's chains replaced in one
+// iptables-restore commit per table.
 //
-// The ipset backend's main chain sends a packet by goto to the hit chain
-// of the first rule that matches it, so a RETURN there returns to
-// PREROUTING: accepted packets go on through the host's own raw rules, as
-// they do past ipfence's nftables table. The split backend's main chain
-// calls (-j) each rule's tree of chains in turn, and a packet the tree
-// does not match returns to it for the next rule; its hit chains accept
-// with ACCEPT, which ends the raw table's PREROUTING for that packet.
-// (Trees chained by gotos, rule to rule, would keep the first design, but
-// nest as deep as all the trees together: nf_tables, under iptables-nft,
-// refuses rulesets more than 16 chains deep and counts gotos.)
+// Where the rules run, in the order a packet meets them:
+//
+//	raw PREROUTING -> Main       bans (ipset), then the stateless inbound
+//	                             rules (and accept rules before them):
+//	                             before conntrack, every packet
+//	mangle PREROUTING -> -in     RETURN for packets Main rejected or
+//	                             accepted (marks), RETURN for the packets
+//	                             of connections conntrack knows
+//	                             (ESTABLISHED, RELATED: replies to the
+//	                             host's own connections, ICMP errors),
+//	                             then the other inbound rules
+//	mangle OUTPUT, FORWARD -> -out  the stateless outbound rules, RETURN
+//	                             for known connections, the others; by
+//	                             destination
+//	filter INPUT, FORWARD, OUTPUT   reject the packets a reject rule
+//	                             marked (RejectMark): only the filter
+//	                             table can
+//
+// Bans and stateless rules stay before conntrack, where dropping costs
+// least and replies are judged too; the mangle table is the first after
+// conntrack (priority -150, conntrack -200) and, unlike the filter
+// table, where an ACCEPT would skip the host's own filter rules, it
+// decides nothing for the host's firewall. An accept rule that runs in
+// raw marks the packets it accepts (PassMark), so that the rules in
+// mangle let them pass, and -in clears the mark.
+//
+// The ipset backend's chains send a packet by goto to the hit chain of
+// the first rule that matches it, so a RETURN there returns to the
+// built-in chain: accepted packets go on through the host's own rules of
+// the table, as they do past ipfence's nftables table. The split
+// backend's chains call (-j) each rule's tree of chains in turn, and a
+// packet the tree does not match returns for the next rule; its hit
+// chains accept with ACCEPT, which ends the table's built-in chain for
+// that packet. (Trees chained by gotos, rule to rule, would keep the
+// first design, but nest as deep as all the trees together: nf_tables,
+// under iptables-nft, refuses rulesets more than 16 chains deep and
+// counts gotos.)
 package ipt
 
 import (
@@ -60,8 +88,14 @@ type Program struct {
 	// Tables are the chains of each family (Tables[IPv4], Tables[IPv6]).
 	Tables [2]Tables
 	// RejectMark is the packet mark bit that tells the filter table to
-	// reject a packet a reject rule matched in raw (raw cannot reject).
+	// reject a packet a reject rule matched in raw or mangle (they
+	// cannot reject).
 	RejectMark uint32
+	// PassMark is the mark bit an accept rule that runs in raw sets when
+	// rules run after conntrack too, which let the packet pass and clear
+	// the bit: the bit above RejectMark (below it, when RejectMark is
+	// the top bit).
+	PassMark uint32
 	// Bans says Main starts by dropping the sources in the ban sets
 	// (BanSet), which bans go into one by one with their time (Ban).
 	// Loads create them when missing and never replace them.
@@ -70,12 +104,21 @@ type Program struct {
 
 // Tables are one family's chains.
 type Tables struct {
-	// Raw are the chains of the raw table; the first is Main.
+	// Raw are the chains of the raw table, Main first: the bans and the
+	// inbound rules that run before conntrack (the stateless ones, and
+	// the accept rules before them). None when there are neither.
 	Raw []*Chain
+	// Mangle are the chains of the mangle table: InChain, with the
+	// other inbound rules, and OutChain, with the outbound rules, each
+	// first of its chains and only when it has rules.
+	Mangle []*Chain
 	// Reject says whether the family has reject rules, which need the
 	// filter table's reject chain.
 	Reject bool
 }
+
+// NumChains is how many chains t holds (the reject chain not counted).
+func (t *Tables) NumChains() int { return len(t.Raw) + len(t.Mangle) }
 
 // Set is one ipset.
 type Set struct {
@@ -97,21 +140,26 @@ type Chain struct {
 // Rule is one iptables rule, of the few shapes ipfence writes.
 type Rule struct {
 	Iif        string       // "-i lo"
+	Oif        string       // "-o lo"
 	ICMPv6Type uint8        // neighbour and router discovery (133-137)
-	Proto      string       // "tcp" or "udp", with Ports
-	Ports      []plan.Port  // one protocol's ranges (at most 15 ports' worth: multiport)
 	Src        netip.Prefix // "-s", when valid
 	NotSrc     netip.Prefix // "! -s", when valid
-	Sets       []SetMatch   // "-m set [!] --match-set NAME src", all must match
+	Dst        netip.Prefix // "-d", when valid
+	NotDst     netip.Prefix // "! -d", when valid
+	Proto      string       // "tcp" or "udp", with Ports
+	Ports      []plan.Port  // one protocol's ranges (at most 15 ports' worth: multiport)
+	Sets       []SetMatch   // "-m set [!] --match-set NAME src|dst", all must match
 	Mark       uint32       // "-m mark --mark M/M", when not 0
+	CtState    string       // "-m conntrack --ctstate S", when not ""
 	Target     Target
 	Comment    string
 }
 
-// SetMatch is a match of the source against a set.
+// SetMatch is a match of the source (or destination) against a set.
 type SetMatch struct {
 	Set    string
 	Negate bool
+	Dst    bool
 }
 
 // TargetKind is what a rule does with matching packets.
@@ -122,6 +170,7 @@ const (
 	Return                             // -j RETURN
 	DropPacket                         // -j DROP
 	SetMark                            // -j MARK --set-xmark Mark/Mark (then the next rule)
+	ClearMark                          // -j MARK --set-xmark 0x0/Mark (then the next rule)
 	RejectTCP                          // -j REJECT --reject-with tcp-reset
 	RejectOther                        // -j REJECT with ICMP admin-prohibited
 	Jump                               // -j Chain
@@ -131,7 +180,8 @@ const (
 // Target is a rule's target.
 type Target struct {
 	Kind  TargetKind
-	Chain string // Goto
+	Chain string // Goto, Jump
+	Mark  uint32 // SetMark, ClearMark
 }
 
 // DefaultRejectMark is the mark bit reject rules set when the policy does
@@ -195,6 +245,10 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	if prog.RejectMark == 0 {
 		prog.RejectMark = DefaultRejectMark
 	}
+	prog.PassMark = prog.RejectMark << 1
+	if prog.PassMark == 0 {
+		prog.PassMark = prog.RejectMark >> 1
+	}
 	// Each rule's prefixes, by family, listed once for both families.
 	prefixes := make([][2][]netip.Prefix, len(p.Rules))
 	for i, r := range p.Rules {
@@ -206,15 +260,12 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 			prefixes[i][f] = append(prefixes[i][f], pr)
 		}
 	}
+	inRaw, outLead := leading(p.Rules, plan.Direction.In), leading(p.Rules, plan.Direction.Out)
+	sets := map[string]bool{}
 	for _, f := range []Family{IPv4, IPv6} {
-		lw := lowering{prog: prog, fam: f, nft: opt.Flavour == NFT, main: &Chain{Name: prog.Main()}}
-		lw.t.Raw = []*Chain{lw.main}
-		if prog.Bans {
-			// Bans are guarded when made (never a protected or own
-			// address), so they need no loopback or discovery pass.
-			lw.main.Rules = append(lw.main.Rules, Rule{Sets: []SetMatch{{Set: prog.BanSet(f)}}, Target: Target{Kind: DropPacket}, Comment: "ipfence bans"})
-		}
+		lw := lowering{prog: prog, fam: f, nft: opt.Flavour == NFT, sets: sets}
 		var rules []int // the rules with addresses of the family
+		afterCT := false
 		for i, r := range p.Rules {
 			l := r.V4
 			if f == IPv6 {
@@ -222,34 +273,103 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 			}
 			if l.Kind != plan.KindEmpty {
 				rules = append(rules, i)
+				afterCT = afterCT || r.Direction.In() && i >= inRaw
 			}
+		}
+		raw := lw.stage(prog.Main(), false)
+		if afterCT {
+			raw.mark = prog.PassMark
+		}
+		if prog.Bans {
+			// Bans are guarded when made (never a protected or own
+			// address), so they need no loopback or discovery pass.
+			raw.main.Rules = append(raw.main.Rules, Rule{Sets: []SetMatch{{Set: prog.BanSet(f)}}, Target: Target{Kind: DropPacket}, Comment: "ipfence bans"})
 		}
 		for _, i := range rules {
+			if i < inRaw && p.Rules[i].Direction.In() {
+				raw.rule(i, p.Rules[i], prefixes[i][f])
+			}
+		}
+		in := lw.stage(prog.InChain(), false)
+		if raw.reject {
+			in.main.Rules = append(in.main.Rules, Rule{Mark: prog.RejectMark, Target: Target{Kind: Return}, Comment: "rejected before conntrack"})
+		}
+		if raw.accept {
+			in.main.Rules = append(in.main.Rules, Rule{Mark: prog.PassMark, Target: Target{Kind: Goto, Chain: prog.PassChain()}, Comment: "accepted before conntrack"})
+			in.below = append(in.below, &Chain{Name: prog.PassChain(), Rules: []Rule{{Target: Target{Kind: ClearMark, Mark: prog.PassMark}}}})
+		}
+		in.main.Rules = append(in.main.Rules, knownConnections)
+		out := lw.stage(prog.OutChain(), true)
+		known := false // out has knownConnections
+		for _, i := range rules {
 			r := p.Rules[i]
-			hit := lw.hitChain(i, r).Name
-			ps := prefixes[i][f]
-			if p.Backend == plan.IPSet {
-				lw.ipsetRule(r, hit, ps)
+			if r.Direction.In() && i >= inRaw {
+				in.rule(i, r, prefixes[i][f])
+			}
+			if !r.Direction.Out() {
 				continue
 			}
-			lw.main.Rules = append(lw.main.Rules, Rule{Target: Target{Kind: Jump, Chain: prog.splitEntry(i)}})
-			lw.splitRule(i, r, hit, ps)
+			if i >= outLead && !known {
+				out.main.Rules, known = append(out.main.Rules, knownConnections), true
+			}
+			out.rule(i, r, prefixes[i][f])
 		}
-		lw.t.Raw = append(lw.t.Raw, lw.hits...)
+		if !afterCT {
+			in.main.Rules = nil
+		}
+		lw.t.Raw = raw.chains()
+		lw.t.Mangle = append(in.chains(), out.chains()...)
 		prog.Tables[f] = lw.t
 	}
 	return prog, nil
 }
 
-// Main is the name of the chain PREROUTING jumps to.
+// knownConnections lets the packets of the connections conntrack knows
+// pass a stage after conntrack: only the rules before it, the stateless
+// ones, judge them.
+var knownConnections = Rule{CtState: "RELATED,ESTABLISHED", Target: Target{Kind: Return}, Comment: "known connections"}
+
+// leading returns the index after the last stateless rule of the
+// direction dir says yes to: the rules before it run before conntrack
+// (inbound) or judge established packets too (outbound). The plan
+// refuses stateless rules after connection-aware blocking ones, so
+// every rule there is stateless or an accept rule (which accepts the
+// established packets of its sources too: they pass either way, unless
+// a later stateless rule would drop them).
+func leading(rules []*plan.Rule, dir func(plan.Direction) bool) int {
+	n := 0
+	for i, r := range rules {
+		if dir(r.Direction) && r.Stateless {
+			n = i + 1
+		}
+	}
+	return n
+}
+
+// Main is the name of the raw table's chain PREROUTING jumps to.
 func (p *Program) Main() string { return p.Prefix }
+
+// InChain is the name of the mangle table's chain PREROUTING jumps to,
+// for the inbound rules after conntrack.
+func (p *Program) InChain() string { return p.Prefix + "-in" }
+
+// OutChain is the name of the mangle table's chain OUTPUT and FORWARD
+// jump to, for the outbound rules.
+func (p *Program) OutChain() string { return p.Prefix + "-out" }
+
+// PassChain is the name of the mangle chain that clears PassMark.
+func (p *Program) PassChain() string { return p.Prefix + "-pass" }
 
 // RejectChain is the name of the filter chain that rejects marked packets.
 func (p *Program) RejectChain() string { return p.Prefix + "-reject" }
 
 // HitChain is the name of the chain that counts and applies rule i's
-// action.
+// action to inbound packets.
 func (p *Program) HitChain(i int) string { return fmt.Sprintf("%s-h%d", p.Prefix, i) }
+
+// OutHitChain is the name of the chain that counts and applies rule i's
+// action to outbound packets.
+func (p *Program) OutHitChain(i int) string { return fmt.Sprintf("%s-o%d", p.Prefix, i) }
 
 // SetName names the set of rule r's single addresses (kind "a") or
 // prefixes ("n") of family f: the prefix, the start of the rule's name and
@@ -257,7 +377,7 @@ func (p *Program) HitChain(i int) string { return fmt.Sprintf("%s-h%d", p.Prefix
 // ("ipfence-feeds1a2bd-n4"). A set keeps its name while its rule keeps
 // name and action, so a reload swaps the new content in under the rules
 // in force; a rule whose action changes gets new sets, which only the new
-// rules use.
+// rules use. Inbound and outbound rules match the same set.
 func (p *Program) SetName(r *plan.Rule, kind string, f Family) string {
 	short := unsafeName.ReplaceAllString(r.Name, "_")
 	if len(short) > 6 {
@@ -292,16 +412,75 @@ type lowering struct {
 	fam  Family
 	nft  bool // for iptables-nft (LowerOptions.Flavour)
 	t    Tables
+	sets map[string]bool // the sets made, of both families
+}
+
+// stage is one chain a hook jumps to and the rules it runs: the raw
+// table's Main, the mangle table's InChain or OutChain.
+type stage struct {
+	lw   *lowering
 	main *Chain
-	hits []*Chain
+	out  bool   // judges destinations (outbound)
+	mark uint32 // the mark accept rules set (PassMark), when not 0
+	// below are the chains below main: trees, hit chains.
+	below []*Chain
+	// reject and accept say whether it has reject rules and accept
+	// rules that mark.
+	reject, accept bool
+}
+
+func (lw *lowering) stage(name string, out bool) *stage {
+	return &stage{lw: lw, main: &Chain{Name: name}, out: out}
+}
+
+// chains are the stage's chains, main first; none when main has no
+// rules.
+func (s *stage) chains() []*Chain {
+	if len(s.main.Rules) == 0 {
+		return nil
+	}
+	return append([]*Chain{s.main}, s.below...)
+}
+
+// match returns r matching the address p (or every other address,
+// with not): the source, or for outbound stages the destination.
+func (s *stage) match(r Rule, p netip.Prefix, not bool) Rule {
+	switch {
+	case s.out && not:
+		r.NotDst = p
+	case s.out:
+		r.Dst = p
+	case not:
+		r.NotSrc = p
+	default:
+		r.Src = p
+	}
+	return r
+}
+
+// rule lowers rule i, of prefixes ps in the family, into the stage.
+func (s *stage) rule(i int, r *plan.Rule, ps []netip.Prefix) {
+	hit := s.hitChain(i, r).Name
+	if s.lw.prog.Backend == plan.IPSet {
+		s.ipsetRule(r, hit, ps)
+		return
+	}
+	entry := s.lw.prog.splitEntry(i, s.out)
+	s.main.Rules = append(s.main.Rules, Rule{Target: Target{Kind: Jump, Chain: entry}})
+	s.splitRule(entry, r, hit, ps)
 }
 
 // hitChain adds the chain that counts and applies rule i's action. A
 // blocking rule first lets loopback and (IPv6) neighbour discovery
 // through, which no rule may block. It lets packets through past
 // ipfence's other rules with pass (see the package comment).
-func (lw *lowering) hitChain(i int, r *plan.Rule) *Chain {
+func (s *stage) hitChain(i int, r *plan.Rule) *Chain {
+	lw := s.lw
 	c := &Chain{Name: lw.prog.HitChain(i)}
+	lo := Rule{Iif: "lo"}
+	if s.out {
+		c.Name, lo = lw.prog.OutHitChain(i), Rule{Oif: "lo"}
+	}
 	pass := Target{Kind: Return}
 	if lw.prog.Backend == plan.IPTablesSplit {
 		pass = Target{Kind: AcceptPacket}
@@ -309,37 +488,42 @@ func (lw *lowering) hitChain(i int, r *plan.Rule) *Chain {
 	comment := "ipfence rule " + r.Name
 	a := r.Hit()
 	if a != plan.Accept {
-		c.Rules = append(c.Rules, Rule{Iif: "lo", Target: pass, Comment: "loopback"})
+		lo.Target, lo.Comment = pass, "loopback"
+		c.Rules = append(c.Rules, lo)
 		if lw.fam == IPv6 {
 			for typ := uint8(133); typ <= 137; typ++ {
 				c.Rules = append(c.Rules, Rule{ICMPv6Type: typ, Target: pass, Comment: "IPv6 neighbour discovery"})
 			}
 		}
 	}
-	switch a {
-	case plan.Accept:
+	switch {
+	case a == plan.Accept && s.mark != 0:
+		s.accept = true
+		c.Rules = append(c.Rules, Rule{Target: Target{Kind: SetMark, Mark: s.mark}, Comment: comment}, Rule{Target: pass})
+	case a == plan.Accept:
 		c.Rules = append(c.Rules, Rule{Target: pass, Comment: comment})
-	case plan.Reject:
-		lw.t.Reject = true
-		c.Rules = append(c.Rules, Rule{Target: Target{Kind: SetMark}, Comment: comment},
+	case a == plan.Reject:
+		lw.t.Reject, s.reject = true, true
+		c.Rules = append(c.Rules, Rule{Target: Target{Kind: SetMark, Mark: lw.prog.RejectMark}, Comment: comment},
 			Rule{Target: pass})
 	default:
 		c.Rules = append(c.Rules, Rule{Target: Target{Kind: DropPacket}, Comment: comment})
 	}
-	lw.hits = append(lw.hits, c)
+	s.below = append(s.below, c)
 	return c
 }
 
-// ipsetRule puts rule r, of prefixes ps in the family, into the main
-// chain: per port group, one rule per set that sends members to the hit
-// chain, or for allow-only one rule that sends non-members of every set
-// there.
-func (lw *lowering) ipsetRule(r *plan.Rule, hit string, ps []netip.Prefix) {
+// ipsetRule puts rule r, of prefixes ps in the family, into the stage's
+// main chain: per port group, one rule per set that sends members to
+// the hit chain, or for allow-only one rule that sends non-members of
+// every set there.
+func (s *stage) ipsetRule(r *plan.Rule, hit string, ps []netip.Prefix) {
+	lw := s.lw
 	if len(ps) == 1 && ps[0].Bits() == 0 {
 		// The whole family (an accept rule's): no set holds a /0.
 		if r.Action != plan.AllowOnly {
 			for _, pm := range portGroups(r.Ports) {
-				lw.main.Rules = append(lw.main.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports,
+				s.main.Rules = append(s.main.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports,
 					Target: Target{Kind: Goto, Chain: hit}, Comment: r.Name})
 			}
 		}
@@ -368,22 +552,30 @@ func (lw *lowering) ipsetRule(r *plan.Rule, hit string, ps []netip.Prefix) {
 			continue
 		}
 		name := lw.prog.SetName(r, k.kind, lw.fam)
-		lw.prog.Sets = append(lw.prog.Sets, newSet(name, k.typ, lw.fam, k.elems))
-		matches = append(matches, SetMatch{Set: name, Negate: r.Action == plan.AllowOnly})
+		if !lw.sets[name] {
+			lw.sets[name] = true
+			lw.prog.Sets = append(lw.prog.Sets, newSet(name, k.typ, lw.fam, k.elems))
+		}
+		matches = append(matches, SetMatch{Set: name, Negate: r.Action == plan.AllowOnly, Dst: s.out})
 	}
 	for _, pm := range portGroups(r.Ports) {
+		base := Rule{Proto: pm.Proto, Ports: pm.Ports, Target: Target{Kind: Goto, Chain: hit}, Comment: r.Name}
 		if r.Action == plan.AllowOnly {
-			lw.main.Rules = append(lw.main.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports, NotSrc: null, Sets: matches,
-				Target: Target{Kind: Goto, Chain: hit}, Comment: r.Name})
+			m := base
+			if null.IsValid() {
+				m = s.match(base, null, true)
+			}
+			m.Sets = matches
+			s.main.Rules = append(s.main.Rules, m)
 			continue
 		}
 		if null.IsValid() {
-			lw.main.Rules = append(lw.main.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports, Src: null,
-				Target: Target{Kind: Goto, Chain: hit}, Comment: r.Name})
+			s.main.Rules = append(s.main.Rules, s.match(base, null, false))
 		}
-		for _, m := range matches {
-			lw.main.Rules = append(lw.main.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports, Sets: []SetMatch{m},
-				Target: Target{Kind: Goto, Chain: hit}, Comment: r.Name})
+		for _, sm := range matches {
+			m := base
+			m.Sets = []SetMatch{sm}
+			s.main.Rules = append(s.main.Rules, m)
 		}
 	}
 }
@@ -459,11 +651,17 @@ const (
 	splitDepth     = 10
 )
 
-// splitEntry names the entry chain of rule i for the split backend.
-func (p *Program) splitEntry(i int) string { return fmt.Sprintf("%s-r%d", p.Prefix, i) }
+// splitEntry names the entry chain of rule i for the split backend:
+// "-r<i>" inbound, "-d<i>" outbound (by destination).
+func (p *Program) splitEntry(i int, out bool) string {
+	if out {
+		return fmt.Sprintf("%s-d%d", p.Prefix, i)
+	}
+	return fmt.Sprintf("%s-r%d", p.Prefix, i)
+}
 
-// splitRule lowers rule i for the split backend into chains the main
-// chain calls, which return to it when the rule does not decide:
+// splitRule lowers a rule for the split backend into chains the stage's
+// main chain calls, which return to it when the rule does not decide:
 //
 //	entry:  per port group "-p P --dports X -g match", then RETURN
 //	        (without ports, entry is the match chain)
@@ -471,8 +669,7 @@ func (p *Program) splitEntry(i int) string { return fmt.Sprintf("%s-r%d", p.Pref
 //
 // where matching prefixes go to IN, the hit chain, and the rest to OUT,
 // RETURN; allow-only rules swap the two.
-func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, ps []netip.Prefix) {
-	name := lw.prog.splitEntry(i)
+func (s *stage) splitRule(name string, r *plan.Rule, hit string, ps []netip.Prefix) {
 	in, out := Target{Kind: Goto, Chain: hit}, Target{Kind: Return}
 	if r.Action == plan.AllowOnly {
 		in, out = out, in
@@ -481,14 +678,14 @@ func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, ps []netip.Prefix
 	if len(r.Ports) > 0 {
 		entry := match
 		match = &Chain{Name: name + "-m"}
-		lw.t.Raw = append(lw.t.Raw, entry)
+		s.below = append(s.below, entry)
 		for _, pm := range portGroups(r.Ports) {
 			entry.Rules = append(entry.Rules, Rule{Proto: pm.Proto, Ports: pm.Ports, Target: Target{Kind: Goto, Chain: match.Name}, Comment: r.Name})
 		}
 		entry.Rules = append(entry.Rules, Rule{Target: Target{Kind: Return}})
 	}
-	t := splitTree{lw: lw, name: name, in: in, out: out, leaf: splitLeaf}
-	if lw.nft {
+	t := splitTree{s: s, name: name, in: in, out: out, leaf: splitLeaf}
+	if s.lw.nft {
 		t.leaf = max(t.leaf, len(ps)/splitChainsNFT)
 	}
 	t.chain(match, ps, 0)
@@ -496,7 +693,7 @@ func (lw *lowering) splitRule(i int, r *plan.Rule, hit string, ps []netip.Prefix
 
 // splitTree builds one rule's tree of chains.
 type splitTree struct {
-	lw      *lowering
+	s       *stage
 	name    string
 	in, out Target
 	n       int // chains made, for their names
@@ -509,10 +706,11 @@ type splitTree struct {
 // down, are plain rules. More are split: the block all of them share is
 // cut into blocks splitStride bits longer; a prefix shorter than those,
 // or alone in its block, is a plain rule, and each other block is
-// "-s BLOCK -g CHILD", CHILD built the same way. Prefixes are disjoint,
-// so the order of the rules does not change what matches.
+// "-s BLOCK -g CHILD" ("-d" outbound), CHILD built the same way.
+// Prefixes are disjoint, so the order of the rules does not change what
+// matches.
 func (t *splitTree) chain(c *Chain, ps []netip.Prefix, depth int) {
-	t.lw.t.Raw = append(t.lw.t.Raw, c)
+	t.s.below = append(t.s.below, c)
 	split := len(ps) > t.leaf && depth < splitDepth
 	cut := 0
 	if split {
@@ -529,13 +727,13 @@ func (t *splitTree) chain(c *Chain, ps []netip.Prefix, depth int) {
 			if n > 1 {
 				child := &Chain{Name: fmt.Sprintf("%s-b%d", t.name, t.n)}
 				t.n++
-				c.Rules = append(c.Rules, Rule{Src: block, Target: Target{Kind: Goto, Chain: child.Name}})
+				c.Rules = append(c.Rules, t.s.match(Rule{Target: Target{Kind: Goto, Chain: child.Name}}, block, false))
 				t.chain(child, ps[:n], depth+1)
 				ps = ps[n:]
 				continue
 			}
 		}
-		c.Rules = append(c.Rules, Rule{Src: ps[0], Target: t.in})
+		c.Rules = append(c.Rules, t.s.match(Rule{Target: t.in}, ps[0], false))
 		ps = ps[1:]
 	}
 	c.Rules = append(c.Rules, Rule{Target: t.out})

@@ -32,8 +32,10 @@ func compile(t *testing.T, in *plan.Input) (*plan.Plan, *ipt.Program) {
 }
 
 // TestRestoreText pins the shape of what the ipset backend loads: sets
-// sized from the data, the jump from PREROUTING first, gotos into hit
-// chains, and the filter table only for reject rules.
+// sized from the data, connection-aware rules in the mangle table after
+// the known connections' RETURN, the jump from PREROUTING first, gotos
+// into hit chains, nothing in raw without bans or stateless rules, and
+// the filter table only for reject rules.
 func TestRestoreText(t *testing.T) {
 	_, prog := compile(t, &plan.Input{Backend: plan.IPSet, Rules: []plan.RuleInput{
 		{Name: "feeds", Action: plan.Drop, IPv4: true, IPv6: true, Set: set(t, "1.0.0.0/8", "9.9.9.9", "2001:db8::/32")},
@@ -56,13 +58,15 @@ func TestRestoreText(t *testing.T) {
 	for _, line := range []string{
 		"*filter\n:ipfence-reject - [0:0]\n",
 		"-I INPUT 1 -m mark --mark 0x100000/0x100000 -j ipfence-reject\n",
+		"-I OUTPUT 1 -m mark --mark 0x100000/0x100000 -j ipfence-reject\n",
 		"-A ipfence-reject -p tcp -m comment --comment \"ipfence reject\" -j REJECT --reject-with tcp-reset\n",
 		"-A ipfence-reject -m comment --comment \"ipfence reject\" -j REJECT --reject-with icmp-admin-prohibited\n",
-		"*raw\n:ipfence - [0:0]\n",
-		"-I PREROUTING 1 -j ipfence\n",
+		"*mangle\n:ipfence-in - [0:0]\n",
+		"-I PREROUTING 1 -j ipfence-in\n",
+		"-A ipfence-in -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment \"known connections\" -j RETURN\n-A ipfence-in -m set",
 		"-m set --match-set " + prog.Sets[0].Name + " src -m comment --comment \"feeds\" -g ipfence-h0\n",
 		// ipset cannot hold 0.0.0.0, which allow-only rules let pass
-		"-A ipfence ! -s 0.0.0.0/32 -p tcp -m multiport --dports 80,8000:8080 -m set ! --match-set " + prog.Sets[2].Name + " src -m comment --comment \"web\" -g ipfence-h1\n",
+		"-A ipfence-in ! -s 0.0.0.0/32 -p tcp -m multiport --dports 80,8000:8080 -m set ! --match-set " + prog.Sets[2].Name + " src -m comment --comment \"web\" -g ipfence-h1\n",
 		"-A ipfence-h0 -i lo -m comment --comment \"loopback\" -j RETURN\n",
 		"-A ipfence-h0 -m comment --comment \"ipfence rule feeds\" -j DROP\n",
 		"-A ipfence-h1 -m comment --comment \"ipfence rule web\" -j MARK --set-xmark 0x100000/0x100000\n",
@@ -71,7 +75,10 @@ func TestRestoreText(t *testing.T) {
 			t.Errorf("missing %q in\n%s", line, got)
 		}
 	}
-	if strings.Index(got, "*filter") > strings.Index(got, "*raw") {
+	if strings.Contains(got, "*raw") || strings.Contains(got, "ipfence-out") {
+		t.Errorf("raw or outbound chains without bans, stateless or outbound rules:\n%s", got)
+	}
+	if strings.Index(got, "*filter") > strings.Index(got, "*mangle") {
 		t.Errorf("the filter table must come first when it gains the reject chain:\n%s", got)
 	}
 	// IPv6 has no reject rule: no filter table, and NDP passes.
@@ -83,13 +90,15 @@ func TestRestoreText(t *testing.T) {
 
 	// Reading back what was loaded and going to nothing removes it all.
 	save := "*raw\n:PREROUTING ACCEPT [0:0]\n:host - [0:0]\n:ipfence - [0:0]\n:ipfence-h0 - [0:0]\n-A PREROUTING -s 192.0.2.1/32 -j host\n-A PREROUTING -j ipfence\n-A PREROUTING -s 192.0.2.2/32 -j LOG --log-prefix ipfence\n-A ipfence -j ipfence-h0\nCOMMIT\n" +
+		"*mangle\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ipfence-out - [0:0]\n-A OUTPUT -j ipfence-out\n-A ipfence-out -j RETURN\nCOMMIT\n" +
 		"*filter\n:INPUT ACCEPT [0:0]\n:ipfence-reject - [0:0]\n-A INPUT -m mark --mark 0x100000/0x100000 -j ipfence-reject\n-A INPUT -j ACCEPT\nCOMMIT\n"
 	cur := ipt.ParseSave("ipfence", save)
-	if strings.Join(cur.Raw.Chains, ",") != "ipfence,ipfence-h0" || len(cur.Raw.Jumps) != 1 || len(cur.Filter.Jumps) != 1 || len(cur.Raw.Rules) != 1 {
+	if strings.Join(cur.Raw.Chains, ",") != "ipfence,ipfence-h0" || len(cur.Raw.Jumps) != 1 || len(cur.Filter.Jumps) != 1 || len(cur.Raw.Rules) != 1 ||
+		len(cur.Mangle.Chains) != 1 || len(cur.Mangle.Jumps) != 1 {
 		t.Errorf("ParseSave: %+v", cur)
 	}
 	flush := ipt.Transition(&cur, &ipt.State{})
-	for _, line := range []string{"-D PREROUTING -j ipfence\n", "-F ipfence-h0\n", "-X ipfence\n", "-D INPUT -m mark --mark 0x100000/0x100000 -j ipfence-reject\n", "-X ipfence-reject\n"} {
+	for _, line := range []string{"-D PREROUTING -j ipfence\n", "-F ipfence-h0\n", "*mangle\n", "-D OUTPUT -j ipfence-out\n", "-X ipfence-out\n", "-X ipfence\n", "-D INPUT -m mark --mark 0x100000/0x100000 -j ipfence-reject\n", "-X ipfence-reject\n"} {
 		if !strings.Contains(flush, line) {
 			t.Errorf("flush: missing %q in\n%s", line, flush)
 		}
@@ -108,10 +117,10 @@ func TestSplitChains(t *testing.T) {
 		{Name: "b", Action: plan.AllowOnly, IPv4: true, Set: set(t, "20.0.0.0/8")},
 	}})
 	want := prog.Desired(ipt.IPv4)
-	text := strings.Join(want.Raw.Rules, "\n") + "\n"
+	text := strings.Join(want.Mangle.Rules, "\n") + "\n"
 	for _, line := range []string{
-		"-A ipfence -j ipfence-r0\n",
-		"-A ipfence -j ipfence-r1\n",
+		"-A ipfence-in -j ipfence-r0\n",
+		"-A ipfence-in -j ipfence-r1\n",
 		"-A ipfence-r0 -s 2.0.0.0/7 -g ipfence-h0\n",
 		"-A ipfence-r0 -s 10.2.3.4/32 -g ipfence-h0\n",
 		"-A ipfence-r0 -j RETURN\n",
@@ -163,7 +172,7 @@ func TestSplitTree(t *testing.T) {
 				}
 				chains := map[string]*ipt.Chain{}
 				longest := 0
-				for _, c := range prog.Tables[f].Raw {
+				for _, c := range prog.Tables[f].Mangle {
 					chains[c.Name] = c
 					longest = max(longest, len(c.Rules))
 				}
@@ -176,7 +185,7 @@ func TestSplitTree(t *testing.T) {
 				}
 				var path, most int
 				for _, a := range append(demo.Sample(r, tc.set, 5000), randomAddrs(r, v6, 5000)...) {
-					hit := walk(t, chains, prog.Main(), a, &path) == prog.HitChain(0)
+					hit := walk(t, chains, prog.InChain(), a, &path) == prog.HitChain(0)
 					most = max(most, path)
 					if want := rule.Set.Contains(a) != (tc.action == plan.AllowOnly); hit != want {
 						t.Fatalf("%s: hit %v, want %v", a, hit, want)
@@ -203,7 +212,10 @@ func walk(t *testing.T, chains map[string]*ipt.Chain, start string, a netip.Addr
 		if steps > 64 {
 			t.Fatalf("%s: a loop from %s", a, start)
 		}
-		i := slices.IndexFunc(c.Rules[from:], func(r ipt.Rule) bool { return !r.Src.IsValid() || r.Src.Contains(a) })
+		// New connections: the known connections' RETURN does not match.
+		i := slices.IndexFunc(c.Rules[from:], func(r ipt.Rule) bool {
+			return r.CtState == "" && (!r.Src.IsValid() || r.Src.Contains(a)) && (!r.Dst.IsValid() || r.Dst.Contains(a))
+		})
 		tg := ipt.Target{Kind: ipt.Return} // the end of a chain
 		if i >= 0 {
 			*path += i + 1
@@ -288,7 +300,7 @@ func TestSplitDepth(t *testing.T) {
 	_, prog := compile(t, in)
 	for _, f := range []ipt.Family{ipt.IPv4, ipt.IPv6} {
 		chains := map[string]*ipt.Chain{}
-		for _, c := range prog.Tables[f].Raw {
+		for _, c := range prog.Tables[f].Mangle {
 			chains[c.Name] = c
 		}
 		depth := map[string]int{} // the deepest path below a chain, itself included
@@ -306,8 +318,78 @@ func TestSplitDepth(t *testing.T) {
 			depth[name] = d
 			return d
 		}
-		if d := 1 + below(prog.Main()); d > 16 { // and PREROUTING
+		if d := 1 + below(prog.InChain()); d > 16 { // and PREROUTING
 			t.Errorf("%s: %d chains deep", f, d)
 		}
+	}
+}
+
+// TestLayout pins where each part runs: bans and stateless rules (and
+// the accept rule before them) in raw, before conntrack; the other
+// inbound rules in mangle after the marks of raw's verdicts and the
+// known connections' RETURN; outbound rules by destination in mangle
+// OUTPUT and FORWARD, stateless ones before the known connections'
+// RETURN; a rule of both directions matches one set both ways.
+func TestLayout(t *testing.T) {
+	p, err := plan.Compile(&plan.Input{Backend: plan.IPSet, Rules: []plan.RuleInput{
+		{Name: "office", Action: plan.Accept, IPv4: true, Set: set(t, "10.0.0.0/8")},
+		{Name: "ddos", Action: plan.Reject, Stateless: true, IPv4: true, Set: set(t, "1.0.0.0/8")},
+		{Name: "geo", Action: plan.AllowOnly, IPv4: true, Set: set(t, "20.0.0.0/8")},
+		{Name: "egress", Action: plan.Reject, Direction: plan.Outbound, Stateless: true, IPv4: true, Set: set(t, "40.0.0.0/8")},
+		{Name: "c2", Action: plan.Drop, Direction: plan.BothWays, IPv4: true, Set: set(t, "30.0.0.0/8", "31.1.1.1")},
+	}}, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ipt.FromPlan(p, ipt.LowerOptions{Bans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prog.PassMark != ipt.DefaultRejectMark<<1 {
+		t.Errorf("PassMark %#x", prog.PassMark)
+	}
+	if len(prog.Sets) != 6 { // office, ddos, geo, egress, c2 (nets and an address)
+		t.Errorf("%d sets, want 6 (one per kind and rule, whatever its directions)", len(prog.Sets))
+	}
+	c2 := prog.SetName(p.Rules[4], "n", ipt.IPv4)
+	want := prog.Desired(ipt.IPv4)
+	text := ipt.Transition(&ipt.State{}, &want)
+	order := []string{
+		"*filter\n",
+		"-I OUTPUT 1 -m mark --mark 0x100000/0x100000 -j ipfence-reject\n",
+		"*mangle\n",
+		"-I OUTPUT 1 -j ipfence-out\n", // inserted first, in reverse
+		"-I FORWARD 1 -j ipfence-out\n",
+		"-I PREROUTING 1 -j ipfence-in\n",
+		"-A ipfence-in -m mark --mark 0x100000/0x100000 -m comment --comment \"rejected before conntrack\" -j RETURN\n",
+		"-A ipfence-in -m mark --mark 0x200000/0x200000 -m comment --comment \"accepted before conntrack\" -g ipfence-pass\n",
+		"-A ipfence-in -m conntrack --ctstate RELATED,ESTABLISHED",
+		"-A ipfence-in ! -s 0.0.0.0/32 -m set ! --match-set",
+		"-A ipfence-in -m set --match-set " + c2 + " src -m comment --comment \"c2\" -g ipfence-h4\n",
+		"-A ipfence-pass -j MARK --set-xmark 0x0/0x200000\n",
+		"-A ipfence-h4 -i lo -m comment --comment \"loopback\" -j RETURN\n",
+		"-A ipfence-out -m set --match-set " + prog.SetName(p.Rules[3], "n", ipt.IPv4) + " dst -m comment --comment \"egress\" -g ipfence-o3\n",
+		"-A ipfence-out -m conntrack --ctstate RELATED,ESTABLISHED",
+		"-A ipfence-out -m set --match-set " + c2 + " dst -m comment --comment \"c2\" -g ipfence-o4\n",
+		"-A ipfence-o3 -m comment --comment \"ipfence rule egress\" -j MARK --set-xmark 0x100000/0x100000\n",
+		"-A ipfence-o4 -o lo -m comment --comment \"loopback\" -j RETURN\n",
+		"*raw\n",
+		"-I PREROUTING 1 -j ipfence\n",
+		"-A ipfence -m set --match-set ipfence-ban4 src -m comment --comment \"ipfence bans\" -j DROP\n",
+		"\" -g ipfence-h0\n", // office
+		"\" -g ipfence-h1\n", // ddos
+		"-A ipfence-h0 -m comment --comment \"ipfence rule office\" -j MARK --set-xmark 0x200000/0x200000\n-A ipfence-h0 -j RETURN\n",
+		"-A ipfence-h1 -m comment --comment \"ipfence rule ddos\" -j MARK --set-xmark 0x100000/0x100000\n",
+	}
+	at := 0
+	for _, line := range order {
+		i := strings.Index(text[at:], line)
+		if i < 0 {
+			t.Fatalf("missing %q after byte %d (or out of order) in\n%s", line, at, text)
+		}
+		at += i + len(line)
+	}
+	if strings.Contains(text, "-g ipfence-h2\n-A ipfence ") || strings.Contains(strings.Join(want.Raw.Rules, "\n"), "geo") {
+		t.Errorf("connection-aware rule geo in raw:\n%s", text)
 	}
 }

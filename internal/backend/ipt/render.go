@@ -2,6 +2,7 @@ package ipt
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,16 +106,20 @@ type Table struct {
 
 func (t *Table) empty() bool { return len(t.Chains) == 0 && len(t.Jumps) == 0 }
 
-// State is what one family's raw and filter tables hold of ipfence's.
+// State is what one family's raw, mangle and filter tables hold of
+// ipfence's.
 type State struct {
-	Raw, Filter Table
+	Raw, Mangle, Filter Table
 }
 
 // Empty reports whether the family holds nothing of ipfence's.
-func (s *State) Empty() bool { return s.Raw.empty() && s.Filter.empty() }
+func (s *State) Empty() bool { return s.Raw.empty() && s.Mangle.empty() && s.Filter.empty() }
+
+// savedTables are the tables whose iptables-save output ParseSave reads.
+var savedTables = []string{"raw", "mangle", "filter"}
 
 // ParseSave reads the state of ipfence's chains of prefix from the output
-// of `iptables-save` (of the raw and filter tables, one or both).
+// of `iptables-save` (of the raw, mangle and filter tables, any of them).
 func ParseSave(prefix, save string) State {
 	var st State
 	var t *Table
@@ -122,7 +127,7 @@ func ParseSave(prefix, save string) State {
 		line = strings.TrimRight(line, "\n")
 		switch {
 		case strings.HasPrefix(line, "*"):
-			t = map[string]*Table{"raw": &st.Raw, "filter": &st.Filter}[line[1:]]
+			t = map[string]*Table{"raw": &st.Raw, "mangle": &st.Mangle, "filter": &st.Filter}[line[1:]]
 		case t == nil:
 		case strings.HasPrefix(line, ":"):
 			if name, _, _ := strings.Cut(line[1:], " "); own(prefix, name) {
@@ -161,46 +166,71 @@ func own(prefix, chain string) bool {
 	return chain == prefix || strings.HasPrefix(chain, prefix+"-")
 }
 
-// Desired is the state family f's tables have once p is loaded: the raw
-// chains with PREROUTING's jump to Main first, and when the family has
-// reject rules the filter table's reject chain, which INPUT and FORWARD
-// send marked packets to first.
+// Desired is the state family f's tables have once p is loaded: the
+// chains of each table with the built-in chains' jumps to them first
+// (raw PREROUTING to Main; mangle PREROUTING to InChain, FORWARD and
+// OUTPUT to OutChain), and when the family has reject rules the filter
+// table's reject chain, which INPUT, FORWARD and OUTPUT send marked
+// packets to first. Jumps are in iptables-save's order.
 func (p *Program) Desired(f Family) State {
 	var st State
 	t := p.Tables[f]
-	n := 0
-	for _, c := range t.Raw {
-		n += len(c.Rules)
-	}
-	st.Raw.Rules = make([]string, 0, n)
-	for _, c := range t.Raw {
-		st.Raw.Chains = append(st.Raw.Chains, c.Name)
-		st.Raw.Rules = appendChain(st.Raw.Rules, p, f, c)
-	}
-	st.Raw.Jumps = []string{"-A PREROUTING -j " + p.Main()}
+	st.Raw = desiredTable(p, f, t.Raw, map[string][]string{p.Main(): {"PREROUTING"}})
+	st.Mangle = desiredTable(p, f, t.Mangle, map[string][]string{p.InChain(): {"PREROUTING"}, p.OutChain(): {"FORWARD", "OUTPUT"}})
 	if t.Reject {
 		rc := &Chain{Name: p.RejectChain(), Rules: []Rule{
 			{Proto: "tcp", Target: Target{Kind: RejectTCP}, Comment: "ipfence reject"},
 			{Target: Target{Kind: RejectOther}, Comment: "ipfence reject"}}}
-		st.Filter.Chains = []string{rc.Name}
-		st.Filter.Rules = appendChain(nil, p, f, rc)
+		st.Filter = desiredTable(p, f, []*Chain{rc}, nil)
 		mark := fmt.Sprintf("-m mark --mark %#x/%#x", p.RejectMark, p.RejectMark)
-		for _, hook := range []string{"INPUT", "FORWARD"} {
+		for _, hook := range []string{"INPUT", "FORWARD", "OUTPUT"} {
 			st.Filter.Jumps = append(st.Filter.Jumps, fmt.Sprintf("-A %s %s -j %s", hook, mark, rc.Name))
 		}
 	}
 	return st
 }
 
+// hookOrder is the order iptables-save lists the built-in chains in.
+var hookOrder = []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
+
+// desiredTable is a table of chains, with jumps to those hooks names
+// (chain name: built-in chains).
+func desiredTable(p *Program, f Family, chains []*Chain, hooks map[string][]string) Table {
+	var t Table
+	n := 0
+	for _, c := range chains {
+		n += len(c.Rules)
+	}
+	t.Rules = make([]string, 0, n)
+	for _, c := range chains {
+		t.Chains = append(t.Chains, c.Name)
+		t.Rules = appendChain(t.Rules, f, c)
+	}
+	for _, hook := range hookOrder {
+		for _, c := range chains {
+			if slices.Contains(hooks[c.Name], hook) {
+				t.Jumps = append(t.Jumps, "-A "+hook+" -j "+c.Name)
+			}
+		}
+	}
+	return t
+}
+
 // Transition is the `iptables-restore --noflush` input that takes a
 // family's tables from one state of ipfence's to another, touching
-// nothing else: each table in one commit, the filter table first when it
-// gains the reject chain (so that marks are rejected before raw sets
-// any), last otherwise.
+// nothing else: each table in one commit; the filter table first when it
+// gains the reject chain (so that marks are rejected before raw or
+// mangle sets any), last otherwise; mangle before raw, so that while
+// rules move from one to the other, they run in both for a moment
+// rather than in neither, and the marks of raw's accept rules are let
+// through before raw sets any.
 func Transition(from, to *State) string {
 	var b strings.Builder
 	n := 256
 	for _, l := range to.Raw.Rules {
+		n += len(l) + 1
+	}
+	for _, l := range to.Mangle.Rules {
 		n += len(l) + 1
 	}
 	b.Grow(n)
@@ -208,6 +238,7 @@ func Transition(from, to *State) string {
 	if !to.Filter.empty() {
 		filter()
 	}
+	transition(&b, "mangle", &from.Mangle, &to.Mangle)
 	transition(&b, "raw", &from.Raw, &to.Raw)
 	if to.Filter.empty() {
 		filter()
@@ -258,33 +289,38 @@ func transition(b *strings.Builder, name string, from, to *Table) {
 }
 
 // appendChain appends c's rules as iptables-save lines.
-func appendChain(lines []string, p *Program, f Family, c *Chain) []string {
+func appendChain(lines []string, f Family, c *Chain) []string {
 	buf := make([]byte, 0, 160)
 	for i := range c.Rules {
 		buf = append(buf[:0], "-A "...)
 		buf = append(buf, c.Name...)
-		buf = appendRule(buf, p, f, &c.Rules[i])
+		buf = appendRule(buf, f, &c.Rules[i])
 		lines = append(lines, string(buf))
 	}
 	return lines
 }
 
 // appendRule writes a rule's matches and target.
-func appendRule(buf []byte, p *Program, f Family, r *Rule) []byte {
+func appendRule(buf []byte, f Family, r *Rule) []byte {
 	if r.Iif != "" {
 		buf = append(buf, " -i "...)
 		buf = append(buf, r.Iif...)
 	}
+	if r.Oif != "" {
+		buf = append(buf, " -o "...)
+		buf = append(buf, r.Oif...)
+	}
 	if r.ICMPv6Type != 0 {
 		buf = fmt.Appendf(buf, " -p ipv6-icmp -m icmp6 --icmpv6-type %d", r.ICMPv6Type)
 	}
-	if r.Src.IsValid() {
-		buf = append(buf, " -s "...)
-		buf = r.Src.AppendTo(buf)
-	}
-	if r.NotSrc.IsValid() {
-		buf = append(buf, " ! -s "...)
-		buf = r.NotSrc.AppendTo(buf)
+	for _, m := range [...]struct {
+		opt string
+		p   netip.Prefix
+	}{{" -s ", r.Src}, {" ! -s ", r.NotSrc}, {" -d ", r.Dst}, {" ! -d ", r.NotDst}} {
+		if m.p.IsValid() {
+			buf = append(buf, m.opt...)
+			buf = m.p.AppendTo(buf)
+		}
 	}
 	if r.Proto != "" {
 		buf = append(buf, " -p "...)
@@ -310,7 +346,18 @@ func appendRule(buf []byte, p *Program, f Family, r *Rule) []byte {
 		}
 		buf = append(buf, "--match-set "...)
 		buf = append(buf, m.Set...)
-		buf = append(buf, " src"...)
+		if m.Dst {
+			buf = append(buf, " dst"...)
+		} else {
+			buf = append(buf, " src"...)
+		}
+	}
+	if r.Mark != 0 {
+		buf = fmt.Appendf(buf, " -m mark --mark %#x/%#x", r.Mark, r.Mark)
+	}
+	if r.CtState != "" {
+		buf = append(buf, " -m conntrack --ctstate "...)
+		buf = append(buf, r.CtState...)
 	}
 	if r.Comment != "" {
 		buf = append(buf, " -m comment --comment "...)
@@ -330,7 +377,9 @@ func appendRule(buf []byte, p *Program, f Family, r *Rule) []byte {
 	case DropPacket:
 		buf = append(buf, " -j DROP"...)
 	case SetMark:
-		buf = fmt.Appendf(buf, " -j MARK --set-xmark %#x/%#x", p.RejectMark, p.RejectMark)
+		buf = fmt.Appendf(buf, " -j MARK --set-xmark %#x/%#x", r.Target.Mark, r.Target.Mark)
+	case ClearMark:
+		buf = fmt.Appendf(buf, " -j MARK --set-xmark 0x0/%#x", r.Target.Mark)
 	case RejectTCP:
 		buf = append(buf, " -j REJECT --reject-with tcp-reset"...)
 	case RejectOther:
