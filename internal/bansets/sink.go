@@ -250,13 +250,24 @@ type IPSetSink struct {
 
 // Send sends ch as one `ipset restore`.
 func (s *IPSetSink) Send(ctx context.Context, ch Change) error {
-	var add []ipt.BanEntry
 	var del []netip.Prefix
-	for i := range ch.Add {
-		for _, e := range ch.Add[i] {
+	for i := range ch.Del {
+		for _, e := range ch.Del[i] {
+			del = append(del, e.Prefix)
+		}
+	}
+	return ipt.Ban(ctx, s.Prefix, ipt.Options{NetNS: s.NetNS}, entries(ch.Add, ch.Now), del)
+}
+
+// entries are the elements of snap as ipset ban entries with their time
+// left at now; those with less than a millisecond left are left out.
+func entries(snap Snapshot, now time.Time) []ipt.BanEntry {
+	var out []ipt.BanEntry
+	for _, es := range snap {
+		for _, e := range es {
 			be := ipt.BanEntry{Prefix: e.Prefix}
 			if !e.Expires.IsZero() {
-				if be.TTL = e.Expires.Sub(ch.Now); be.TTL < time.Millisecond {
+				if be.TTL = e.Expires.Sub(now); be.TTL < time.Millisecond {
 					continue
 				}
 				if be.TTL > ipt.MaxBanTimeout {
@@ -265,21 +276,18 @@ func (s *IPSetSink) Send(ctx context.Context, ch Change) error {
 					be.TTL = 0
 				}
 			}
-			add = append(add, be)
-		}
-		for _, e := range ch.Del[i] {
-			del = append(del, e.Prefix)
+			out = append(out, be)
 		}
 	}
-	return ipt.Ban(ctx, s.Prefix, ipt.Options{NetNS: s.NetNS}, add, del)
+	return out
 }
 
 // Close does nothing: every change is a process of its own.
 func (s *IPSetSink) Close() {}
 
-// Fill puts a whole snapshot into the ban sets (after a load created
-// them, or a reboot emptied them): present elements get their time left
-// again, missing ones are added.
+// Fill makes the ban sets hold exactly snap (after a load created them,
+// or a reboot emptied them): filled beside the live ones and swapped in,
+// so that elements the store does not hold go too.
 func (s *IPSetSink) Fill(ctx context.Context, snap Snapshot, now time.Time) error {
-	return s.Send(ctx, Change{Now: now, Add: snap})
+	return ipt.SetBans(ctx, s.Prefix, ipt.Options{NetNS: s.NetNS}, entries(snap, now))
 }

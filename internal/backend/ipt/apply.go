@@ -319,6 +319,39 @@ type BanEntry struct {
 	TTL    time.Duration
 }
 
+// banLine is an ipset restore line adding e to set.
+func banLine(b *strings.Builder, set string, e BanEntry) {
+	secs := 0 // until lifted
+	if e.TTL > 0 {
+		secs = int(min(e.TTL, MaxBanTimeout).Round(time.Second) / time.Second)
+		secs = max(secs, 1)
+	}
+	fmt.Fprintf(b, "add %s %s timeout %d\n", set, e.Prefix, secs)
+}
+
+// SetBans makes the ban sets of prefix's program hold exactly bans: each
+// family's set is filled beside the live one and swapped in (never empty,
+// never half filled), so that bans the kernel holds and the caller does
+// not (of a lost or other state folder) go too.
+func SetBans(ctx context.Context, prefix string, o Options, bans []BanEntry) error {
+	var b strings.Builder
+	for _, f := range []Family{IPv4, IPv6} {
+		live := banSet(prefix, f)
+		tmp := live + TempSuffix
+		fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\nflush %s\n", tmp, ipsetFamily[f], BanMaxElem, tmp)
+		for _, e := range bans {
+			if e.Prefix.Addr().Is4() == (f == IPv4) {
+				banLine(&b, tmp, e)
+			}
+		}
+		fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\nswap %s %s\ndestroy %s\n", live, ipsetFamily[f], BanMaxElem, tmp, live, tmp)
+	}
+	if _, err := run(ctx, o.NetNS, b.String(), "ipset", "restore", "-exist"); err != nil {
+		return fmt.Errorf("loading %d bans into the ban sets: %w", len(bans), err)
+	}
+	return nil
+}
+
 // Ban lifts the bans of lift, then adds bans to the ban sets of prefix's
 // program, replacing the time left of those already there, in one ipset
 // restore. The kernel lets each ban go when its time is up. Protected and
@@ -336,12 +369,7 @@ func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []n
 		fmt.Fprintf(&b, "del %s %s\n", set(p), p)
 	}
 	for _, e := range add {
-		secs := 0 // until lifted
-		if e.TTL > 0 {
-			secs = int(min(e.TTL, MaxBanTimeout).Round(time.Second) / time.Second)
-			secs = max(secs, 1)
-		}
-		fmt.Fprintf(&b, "add %s %s timeout %d\n", set(e.Prefix), e.Prefix, secs)
+		banLine(&b, set(e.Prefix), e)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -403,7 +403,7 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]`)
 // setPattern matches the names SetName gives with prefix, temporary
 // ones included, and the ban sets.
 func setPattern(prefix string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-([A-Za-z0-9_]{0,6}[0-9a-f]{4}[drao]-[na][46](` + TempSuffix + `)?|ban[46])$`)
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-([A-Za-z0-9_]{0,6}[0-9a-f]{4}[drao]-[na][46](` + TempSuffix + `)?|ban[46](` + TempSuffix + `)?)$`)
 }
 
 // lowering builds one family's chains.

@@ -80,10 +80,25 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 	base := []*Chain{BaseChain(heads, p.Priority, bans)}
 	if c := ConnChain(heads); c != nil {
 		base = append(base, c)
+	} else if xdpConnAware(p) {
+		// The XDP program looks flows up in conntrack, which tracks a
+		// namespace's packets only while some rule needs it.
+		base = append(base, &Chain{Name: ConnChainName, Hook: &Hook{Priority: ConnPriority},
+			Rules: []Rule{{Known: true, Verdict: Verdict{Kind: Accept}, Comment: "known connections (conntrack for XDP)"}}})
 	}
 	base = append(base, OutChains(heads, p.Priority)...)
 	prog.Chains = append(base, prog.Chains...)
 	return prog
+}
+
+// xdpConnAware reports whether a connection-aware rule runs in XDP.
+func xdpConnAware(p *plan.Plan) bool {
+	for _, r := range p.Rules {
+		if r.Backend == plan.XDP && !r.Stateless {
+			return true
+		}
+	}
+	return false
 }
 
 // keyOnDestination makes an outbound rule's chains and maps look the
