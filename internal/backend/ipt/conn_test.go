@@ -36,64 +36,13 @@ const (
 	passed  = 3 * time.Second
 )
 
-// echo serves TCP and UDP echo on echoPort of addrs in a namespace (do
-// is lab.DoFW or lab.DoGen) until the test ends.
-func echo(t *testing.T, do func(func() error) error, addrs ...netip.Addr) {
+// echo serves TCP and UDP echo on echoPort of addrs in namespace ns
+// until the test ends.
+func echo(t *testing.T, ns string, addrs ...netip.Addr) {
 	t.Helper()
 	for _, a := range addrs {
-		ap := netip.AddrPortFrom(a, echoPort).String()
-		var l net.Listener
-		var pc net.PacketConn
-		err := do(func() (err error) {
-			if l, err = net.Listen("tcp", ap); err != nil {
-				return err
-			}
-			pc, err = net.ListenPacket("udp", ap)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close(); pc.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(c, c); c.Close() }()
-			}
-		}()
-		go func() {
-			buf := make([]byte, 1500)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(buf[:n], from)
-			}
-		}()
+		netnstest.Listen(t, ns, a, echoPort)
 	}
-}
-
-// dial opens a connection (network "tcp" or "udp") from local (when
-// valid) to dst in a namespace.
-func dial(do func(func() error) error, network string, local netip.Addr, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
-	var c net.Conn
-	err := do(func() (err error) {
-		d := net.Dialer{Timeout: timeout}
-		if local.IsValid() {
-			ip := local.AsSlice()
-			d.LocalAddr = &net.TCPAddr{IP: ip}
-			if network == "udp" {
-				d.LocalAddr = &net.UDPAddr{IP: ip}
-			}
-		}
-		c, err = d.Dial(network, dst.String())
-		return err
-	})
-	return c, err
 }
 
 // roundTrip sends msg on c and waits up to timeout for it to come back.
@@ -116,7 +65,7 @@ func roundTrip(c net.Conn, msg string, timeout time.Duration) error {
 // should meet.
 type conn struct {
 	what    string
-	do      func(func() error) error
+	ns      string
 	network string
 	local   netip.Addr
 	dst     netip.AddrPort
@@ -132,7 +81,7 @@ func (c conn) check(t *testing.T) net.Conn {
 	if c.pass {
 		timeout = passed
 	}
-	nc, err := dial(c.do, c.network, c.local, c.dst, timeout)
+	nc, err := netnstest.DialTimeout(c.ns, c.network, c.local, c.dst, timeout)
 	if err == nil {
 		t.Cleanup(func() { nc.Close() })
 		err = roundTrip(nc, c.what, timeout)
@@ -168,8 +117,8 @@ func testConnections(t *testing.T, lab *netns.Lab, backend plan.Backend, flavour
 	ctx := context.Background()
 	netnstest.Exec(t, lab.Gen, "ip", "addr", "add", friends[0].String()+"/24", "dev", lab.GenIf)
 	netnstest.Exec(t, lab.Gen, "ip", "addr", "add", friends[1].String()+"/64", "dev", lab.GenIf, "nodad")
-	echo(t, lab.DoGen, append(peers[:], friends[:]...)...)
-	echo(t, lab.DoFW, fws[:]...)
+	echo(t, lab.Gen, append(peers[:], friends[:]...)...)
+	echo(t, lab.FW, fws[:]...)
 	o := ipt.Options{NetNS: lab.FW, Flavour: flavour}
 	load := func(rules ...plan.RuleInput) *ipt.Program {
 		t.Helper()
@@ -194,20 +143,20 @@ func testConnections(t *testing.T, lab *netns.Lab, backend plan.Backend, flavour
 	for f := range 2 {
 		peer, friend, fw := peers[f], friends[f], fws[f]
 		for _, c := range []conn{
-			{fmt.Sprintf("fw's TCP connection to %s outside the set", peer), lab.DoFW, "tcp", netip.Addr{}, netip.AddrPortFrom(peer, echoPort), true},
-			{fmt.Sprintf("fw's UDP flow to %s outside the set", peer), lab.DoFW, "udp", netip.Addr{}, netip.AddrPortFrom(peer, echoPort), true},
-			{fmt.Sprintf("new TCP connection from %s outside the set", peer), lab.DoGen, "tcp", peer, netip.AddrPortFrom(fw, echoPort), false},
-			{fmt.Sprintf("new UDP flow from %s outside the set", peer), lab.DoGen, "udp", peer, netip.AddrPortFrom(fw, echoPort), false},
-			{fmt.Sprintf("new TCP connection from member %s", friend), lab.DoGen, "tcp", friend, netip.AddrPortFrom(fw, echoPort), true},
-			{fmt.Sprintf("new UDP flow from member %s", friend), lab.DoGen, "udp", friend, netip.AddrPortFrom(fw, echoPort), true},
-			{fmt.Sprintf("fw's TCP connection to %s, listed outbound", friend), lab.DoFW, "tcp", netip.Addr{}, netip.AddrPortFrom(friend, echoPort), false},
+			{fmt.Sprintf("fw's TCP connection to %s outside the set", peer), lab.FW, "tcp", netip.Addr{}, netip.AddrPortFrom(peer, echoPort), true},
+			{fmt.Sprintf("fw's UDP flow to %s outside the set", peer), lab.FW, "udp", netip.Addr{}, netip.AddrPortFrom(peer, echoPort), true},
+			{fmt.Sprintf("new TCP connection from %s outside the set", peer), lab.Gen, "tcp", peer, netip.AddrPortFrom(fw, echoPort), false},
+			{fmt.Sprintf("new UDP flow from %s outside the set", peer), lab.Gen, "udp", peer, netip.AddrPortFrom(fw, echoPort), false},
+			{fmt.Sprintf("new TCP connection from member %s", friend), lab.Gen, "tcp", friend, netip.AddrPortFrom(fw, echoPort), true},
+			{fmt.Sprintf("new UDP flow from member %s", friend), lab.Gen, "udp", friend, netip.AddrPortFrom(fw, echoPort), true},
+			{fmt.Sprintf("fw's TCP connection to %s, listed outbound", friend), lab.FW, "tcp", netip.Addr{}, netip.AddrPortFrom(friend, echoPort), false},
 		} {
 			if nc := c.check(t); nc != nil && c.network == "tcp" && c.dst.Addr() == peer {
 				open = append(open, nc)
 			}
 		}
 		// The peer's ICMP port unreachable for fw's own UDP flow.
-		nc, err := dial(lab.DoFW, "udp", netip.Addr{}, netip.AddrPortFrom(peer, closedPort), passed)
+		nc, err := netnstest.DialTimeout(lab.FW, "udp", netip.Addr{}, netip.AddrPortFrom(peer, closedPort), passed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,9 +218,9 @@ func testConnections(t *testing.T, lab *netns.Lab, backend plan.Backend, flavour
 	load(plan.RuleInput{Name: "members", Action: plan.AllowOnly, Stateless: true, IPv4: true, IPv6: true, Set: members})
 	for f := range 2 {
 		for _, c := range []conn{
-			{fmt.Sprintf("fw's TCP connection to %s outside the stateless set", peers[f]), lab.DoFW, "tcp", netip.Addr{}, netip.AddrPortFrom(peers[f], echoPort), false},
-			{fmt.Sprintf("fw's UDP flow to %s outside the stateless set", peers[f]), lab.DoFW, "udp", netip.Addr{}, netip.AddrPortFrom(peers[f], echoPort), false},
-			{fmt.Sprintf("new TCP connection from member %s, stateless", friends[f]), lab.DoGen, "tcp", friends[f], netip.AddrPortFrom(fws[f], echoPort), true},
+			{fmt.Sprintf("fw's TCP connection to %s outside the stateless set", peers[f]), lab.FW, "tcp", netip.Addr{}, netip.AddrPortFrom(peers[f], echoPort), false},
+			{fmt.Sprintf("fw's UDP flow to %s outside the stateless set", peers[f]), lab.FW, "udp", netip.Addr{}, netip.AddrPortFrom(peers[f], echoPort), false},
+			{fmt.Sprintf("new TCP connection from member %s, stateless", friends[f]), lab.Gen, "tcp", friends[f], netip.AddrPortFrom(fws[f], echoPort), true},
 		} {
 			c.check(t)
 		}

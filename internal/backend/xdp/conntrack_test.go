@@ -2,7 +2,6 @@ package xdp
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -52,29 +51,7 @@ func newConnLab(t testing.TB) *connLab {
 			return err
 		}
 	}
-	if err := lab.DoGen(listen(c.peer, 53)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { udp.Close(); tcp.Close() })
-	go func(u net.PacketConn) {
-		buf := make([]byte, 512)
-		for {
-			n, from, err := u.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			u.WriteTo(buf[:n], from)
-		}
-	}(udp)
-	go func(l net.Listener) {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer conn.Close(); io.Copy(conn, conn) }()
-		}
-	}(tcp)
+	netnstest.Listen(t, lab.Gen, c.peer, 53)
 	if err := lab.DoFW(listen(c.fwAddr, 7000)); err != nil {
 		t.Fatal(err)
 	}

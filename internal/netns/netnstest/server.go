@@ -161,7 +161,12 @@ func Listen(t testing.TB, ns string, addr netip.Addr, port uint16) {
 // routed one when from is invalid), a connection to to:port over network
 // ("udp" or "tcp"), within the exchange timeout.
 func Dial(ns, network string, from netip.Addr, to netip.AddrPort) (net.Conn, error) {
-	d := net.Dialer{Timeout: exchangeTimeout}
+	return DialTimeout(ns, network, from, to, exchangeTimeout)
+}
+
+// DialTimeout is Dial with its own timeout.
+func DialTimeout(ns, network string, from netip.Addr, to netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
 	if from.IsValid() {
 		if network == "tcp" {
 			d.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
