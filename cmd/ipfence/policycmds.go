@@ -442,7 +442,11 @@ func printIPTStatus(w io.Writer, s *ipt.Status, a *statedir.Applied) {
 	fmt.Fprintf(w, "backend %s loaded (iptables %s flavour): %d chains, %d ipsets\n", a.Backend, s.Flavour, s.Chains, len(s.Sets))
 	printApplied(w, a)
 	for _, r := range s.Rules {
-		fmt.Fprintf(w, "  rule %-24s %12d packets %14d bytes\n", r.Rule, r.Packets, r.Bytes)
+		fmt.Fprintf(w, "  rule %-24s %12d packets %14d bytes", r.Rule, r.Packets, r.Bytes)
+		if r.Out.Packets > 0 {
+			fmt.Fprintf(w, " (in %d, out %d packets)", r.In.Packets, r.Out.Packets)
+		}
+		fmt.Fprintln(w)
 	}
 	if s.Rejected > 0 {
 		fmt.Fprintf(w, "  rejected in the filter table %12d packets\n", s.Rejected)

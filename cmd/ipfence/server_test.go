@@ -78,6 +78,15 @@ func TestServerKeepsWorking(t *testing.T) {
 				}
 			}
 
+			// status says conntrack is relied on, and XDP what it passed.
+			out, err := run(t, append(append([]string{"status"}, args...), pins...)...)
+			if err != nil || !strings.Contains(out, "conntrack: ") {
+				t.Errorf("status: %v; want the conntrack table's fill:\n%s", err, out)
+			}
+			if backend == "xdp" && !strings.Contains(out, "passed: known connections") {
+				t.Errorf("status does not count XDP's known-connection passes:\n%s", out)
+			}
+
 			// A ban cuts an established connection from an allowed host
 			// (iptables-split has no ban sets: see TestBanWithoutDaemon).
 			if backend != "iptables-split" {

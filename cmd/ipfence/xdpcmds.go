@@ -70,4 +70,8 @@ func printXDPStatus(w io.Writer, s *apply.XDPStatus) {
 		}
 		fmt.Fprintf(w, "  %-32s %12d packets %14d bytes  (%s)\n", what, r.Total.Packets, r.Total.Bytes, strings.Join(cpus, ", "))
 	}
+	if s.Conn != nil {
+		c := xdp.Sum(s.Conn)
+		fmt.Fprintf(w, "  %-32s %12d packets %14d bytes\n", "passed: known connections", c.Packets, c.Bytes)
+	}
 }

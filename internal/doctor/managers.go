@@ -201,7 +201,7 @@ func Managers(r *Ruleset, priority int32) []Manager {
 	}
 	if e := has(chain(prefix("ufw"))); e != "" {
 		out = append(out, Manager{Name: "ufw", Evidence: e,
-			Advice: before + ", before ufw's filter chains; ufw's chains are never touched (ipfence's iptables backends use the raw table and chains of their own)"})
+			Advice: before + ", before ufw's filter chains; ufw's chains are never touched (ipfence's iptables backends use chains of their own in raw and mangle, and in filter only a reject chain)"})
 	}
 	for _, c := range r.Chains {
 		f := strings.Fields(c)

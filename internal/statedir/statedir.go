@@ -110,10 +110,14 @@ func (a *Applied) XDPRules() []string {
 	return out
 }
 
-// ConnectionAware reports whether some rule relies on conntrack.
+// ConnectionAware reports whether some rule relies on conntrack (none
+// did in tables loaded before connection-aware rules).
 func (a *Applied) ConnectionAware() bool {
-	for _, h := range a.RuleHeads() {
-		if !h.Stateless {
+	if a.Lowering < Lowering {
+		return false
+	}
+	for _, r := range a.Rules {
+		if !r.Stateless {
 			return true
 		}
 	}
@@ -135,6 +139,9 @@ type RuleApplied struct {
 	PrefixesV4 int          `json:"prefixes_ipv4"`
 	PrefixesV6 int          `json:"prefixes_ipv6"`
 	Prefixes   []string     `json:"prefixes"`
+	// Direction and Stateless are the rule's (see plan.Rule).
+	Direction plan.Direction `json:"direction,omitempty"`
+	Stateless bool           `json:"stateless,omitempty"`
 }
 
 // backend is where the rule ran; records older than backends say
@@ -154,7 +161,8 @@ func Summarize(p *plan.Plan) *Applied {
 		a.Heads = nft.Heads(p)
 	}
 	for _, r := range p.Rules {
-		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, Backend: r.Backend, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes}
+		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, Backend: r.Backend, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes,
+			Direction: r.Direction, Stateless: r.Stateless}
 		if r.V4.Kind == plan.KindEmpty {
 			ra.PrefixesV4 = 0
 		}
