@@ -547,7 +547,7 @@ func sameXDP(a, b *plan.Plan) bool {
 		return false
 	}
 	for i := range ra {
-		if ra[i].Name != rb[i].Name || ra[i].Action != rb[i].Action ||
+		if ra[i].Name != rb[i].Name || ra[i].Action != rb[i].Action || ra[i].Stateless != rb[i].Stateless ||
 			!slices.Equal(ra[i].Set.Ranges(), rb[i].Set.Ranges()) {
 			return false
 		}

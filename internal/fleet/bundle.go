@@ -22,8 +22,13 @@ import (
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
-// BundleVersion is the bundle format this build writes and reads.
-const BundleVersion = 1
+// BundleVersion is the newest bundle format this build writes and reads:
+// 2 added the rules' direction, which a version-1 reader would ignore (an
+// outbound rule would load as an inbound one, and could block every
+// service). A bundle whose rules are all inbound is written as version
+// 1, which older agents read as this build does (they run every rule
+// stateless, as they always did).
+const BundleVersion = 2
 
 // Bundle is one revision of a group's policy: the policy file as written,
 // for the record, and what it resolved to on the publisher, so that every
@@ -65,7 +70,11 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 	b := &Bundle{Version: BundleVersion, Created: now.UTC(), PolicyFile: name, Policy: text,
 		Table: in.Table, Priority: in.Priority, Backend: string(in.Backend), Interfaces: in.Interfaces,
 		RejectMark: rejectMark, Protect: prefixLines(in.Protect)}
+	b.Version = 1
 	for _, r := range in.Rules {
+		if r.Direction.Out() {
+			b.Version = BundleVersion
+		}
 		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
 			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set)})
 	}
@@ -89,7 +98,7 @@ var ErrBundle = errors.New("malformed bundle")
 
 // Input is the plan input b records.
 func (b *Bundle) Input() (*plan.Input, error) {
-	if b.Version != BundleVersion {
+	if b.Version < 1 || b.Version > BundleVersion {
 		return nil, fmt.Errorf("%w: format version %d, this build reads %d (upgrade ipfence on this host)", ErrBundle, b.Version, BundleVersion)
 	}
 	protect, err := parseLines(b.Protect)

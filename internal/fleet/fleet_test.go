@@ -251,3 +251,25 @@ func TestDrift(t *testing.T) {
 		t.Errorf("counts %v", r.Counts)
 	}
 }
+
+// TestBundleVersion writes version 2 only for a policy with outbound
+// rules, which a version-1 reader would load as inbound ones, and reads
+// the direction back.
+func TestBundleVersion(t *testing.T) {
+	var b netipx.IPSetBuilder
+	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
+	set, _ := b.IPSet()
+	in := &plan.Input{Rules: []plan.RuleInput{{Name: "feed", Action: plan.Drop, IPv4: true, Set: set}}}
+	if v := fleet.NewBundle(in, 0, "p.yaml", "", time.Now()).Version; v != 1 {
+		t.Errorf("inbound rules only: version %d, want 1", v)
+	}
+	in.Rules[0].Direction = plan.BothWays
+	bd := fleet.NewBundle(in, 0, "p.yaml", "", time.Now())
+	if bd.Version != 2 {
+		t.Errorf("an outbound rule: version %d, want 2", bd.Version)
+	}
+	got, err := bd.Input()
+	if err != nil || got.Rules[0].Direction != plan.BothWays {
+		t.Errorf("read back: %v, direction %q; want both", err, got.Rules[0].Direction)
+	}
+}

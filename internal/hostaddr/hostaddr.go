@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
@@ -48,6 +49,11 @@ func CheckPlan(p *plan.Plan, ns string) error {
 	if err != nil {
 		return err
 	}
+	// The host's connections to its own addresses (its public name
+	// from a local program) leave through loopback.
+	for _, a := range addrs {
+		ups = append(ups, ownAddr{ip: a.ip, dev: "this host's own address" + a.dev})
+	}
 	for _, u := range ups {
 		if rule, blocked := p.BlockedOut(u.ip); blocked {
 			return fmt.Errorf("rule %q: %w %s (%s); add it to protect: in the policy", rule, ErrBlocksUpstream, u.ip, u.dev)
@@ -58,19 +64,31 @@ func CheckPlan(p *plan.Plan, ns string) error {
 
 // resolvConf is where the namespace's resolvers are read; `ip netns
 // exec` binds /etc/netns/NAME/resolv.conf over it where that exists.
-var resolvConf = "/etc/resolv.conf"
+// resolvedConf lists the upstreams of systemd-resolved.
+var (
+	resolvConf   = "/etc/resolv.conf"
+	resolvedConf = "/run/systemd/resolve/resolv.conf"
+)
 
 // upstreams are the resolvers (dev: "resolver in /etc/resolv.conf") and
 // default gateways (dev: "default gateway on eth0") of namespace ns.
 func upstreams(ns string) ([]ownAddr, error) {
 	var out []ownAddr
-	conf := resolvConf
+	confs := []string{resolvConf}
 	if ns != "" {
 		if alt := filepath.Join("/etc/netns", filepath.Base(ns), "resolv.conf"); fileExists(alt) {
-			conf = alt
+			confs[0] = alt
 		}
+	} else if fileExists(resolvedConf) {
+		// systemd-resolved's stub (127.0.0.53) hides the resolvers it
+		// asks: they are listed here.
+		confs = append(confs, resolvedConf)
 	}
-	if data, err := os.ReadFile(conf); err == nil {
+	for _, conf := range confs {
+		data, err := os.ReadFile(conf)
+		if err != nil {
+			continue
+		}
 		for line := range strings.Lines(string(data)) {
 			f := strings.Fields(line)
 			if len(f) >= 2 && f[0] == "nameserver" {
@@ -85,7 +103,8 @@ func upstreams(ns string) ([]ownAddr, error) {
 		return nil, err
 	}
 	defer h.Close()
-	routes, err := h.RouteList(nil, netlink.FAMILY_ALL)
+	// Every routing table's default routes (policy routing too).
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("listing the host's routes: %w", err)
 	}

@@ -390,8 +390,27 @@ func (p *Plan) XDPRules() []*Rule {
 	return p.Rules[:n]
 }
 
+// outboundProtect are destinations outbound rules never block, besides
+// the plan's protected prefixes: multicast and the broadcast address,
+// where DHCP, DHCPv6, neighbour discovery's MLD and routing protocols
+// send (no packet comes from them, so inbound rules need not know).
+var outboundProtect = func() *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for _, p := range []string{"224.0.0.0/4", "255.255.255.255/32", "ff00::/8"} {
+		b.AddPrefix(netip.MustParsePrefix(p))
+	}
+	s, _ := b.IPSet()
+	return s
+}()
+
 func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 	var warn []string
+	if ri.Direction.Out() {
+		var b netipx.IPSetBuilder
+		b.AddSet(prot)
+		b.AddSet(outboundProtect)
+		prot, _ = b.IPSet()
+	}
 	set := ri.Set
 	if set == nil {
 		set = &netipx.IPSet{}
@@ -563,7 +582,10 @@ func (r *Rule) judgedBy(pkt Packet) bool {
 	if pkt.Out && !r.Direction.Out() || !pkt.Out && !r.Direction.In() {
 		return false
 	}
-	return r.Stateless || !pkt.Established
+	// An accept rule judges packets of known connections too: ahead of
+	// a stateless rule it runs before conntrack, where their state is
+	// not known (and elsewhere accepting them changes nothing).
+	return r.Stateless || r.Action == Accept || !pkt.Established
 }
 
 // Decision is the model's verdict for a packet.

@@ -44,6 +44,19 @@ func TestConnectionAwareModel(t *testing.T) {
 	if p.Rules[2].Direction != Outbound || p.Rules[1].Direction != Inbound || !p.Rules[0].Stateless || p.Rules[1].Stateless {
 		t.Errorf("directions/statelessness not kept: %+v %+v %+v", p.Rules[0], p.Rules[1], p.Rules[2])
 	}
+	egress, err := Compile(&Input{Rules: []RuleInput{{Name: "egress", Action: AllowOnly, Direction: Outbound, IPv4: true, IPv6: true,
+		Set: set("198.51.100.0/24", "2001:db8::/32"), Where: "p:1"}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{"224.0.0.251", "255.255.255.255", "ff02::1:2", "ff02::16"} {
+		if d := egress.Verdict(Packet{Out: true, Dst: a(dst)}); d.Rule != "" {
+			t.Errorf("outbound allow-only blocks %s (DHCP, mDNS, MLD): %+v", dst, d)
+		}
+	}
+	if d := egress.Verdict(Packet{Out: true, Dst: a("8.8.8.8")}); d.Rule != "egress" {
+		t.Errorf("outbound allow-only lets 8.8.8.8 through: %+v", d)
+	}
 	if r, ok := p.BlockedOut(a("203.0.113.1")); !ok || r != "c2" {
 		t.Errorf("BlockedOut(203.0.113.1) = %q, %v; want c2", r, ok)
 	}

@@ -200,17 +200,18 @@ func Heads(p *plan.Plan) []RuleHead {
 
 // BaseChain is the prerouting base chain before conntrack, for rules
 // heads at priority: the lookups of each ban set that holds anything (an
-// empty one costs every packet a lookup for nothing), and a jump per
-// stateless rule and family (and per protocol when the rule has ports)
-// into the rule's root chain. Bans are absolute: they drop packets of
-// every connection, and come after the leading accept rules only, so
-// that an allowlist ahead of everything else also wins over bans; those
-// accept rules are repeated here only when bans or stateless rules
-// follow them (they run again in ConnChain, first there too). The plan
-// puts stateless rules before every connection-aware blocking rule.
+// empty one costs every packet a lookup for nothing), and a jump per rule
+// and family (and per protocol when the rule has ports) into the root
+// chains of every inbound rule up to the last stateless one. Bans are
+// absolute: they drop packets of every connection, and come after the
+// leading accept rules only, so that an allowlist ahead of everything
+// else also wins over bans; those accept rules are here only when bans or
+// stateless rules follow them. The plan puts stateless rules before every
+// connection-aware blocking rule, so what runs here is accept rules and
+// stateless rules, in policy order; accept rules run again in ConnChain
+// (an accept ends one base chain only).
 func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 	base := &Chain{Name: BaseChainName, Hook: &Hook{Priority: priority}}
-	var accepts []Rule
 	var lookups []Rule
 	for i, s := range BanSets() {
 		if len(bans.of(i)) > 0 {
@@ -218,33 +219,42 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 				Verdict: Verdict{Kind: Goto, Chain: BanChain}, Comment: "ban"})
 		}
 	}
+	last := lastStateless(heads, plan.Direction.In)
 	banned := false
 	for i, h := range heads {
+		if i > last && (banned || len(lookups) == 0) {
+			break
+		}
 		if !h.Direction.In() {
 			continue
 		}
-		switch {
-		case h.Action == plan.Accept && !banned:
-			accepts = append(accepts, jumps(i, h, false)...)
-			continue
-		case !h.Stateless:
-			if h.Action == plan.Accept {
-				continue
-			}
-		default:
-			if !banned {
-				banned = true
-				base.Rules = append(append(base.Rules, accepts...), lookups...)
-			}
-			base.Rules = append(base.Rules, jumps(i, h, false)...)
-			continue
+		if h.Action != plan.Accept && !banned {
+			banned = true
+			base.Rules = append(base.Rules, lookups...)
 		}
-		break // the first connection-aware blocking rule: the rest are in ConnChain
+		if i <= last || h.Action == plan.Accept {
+			base.Rules = append(base.Rules, jumps(i, h, false)...)
+		}
 	}
-	if !banned && len(lookups) > 0 {
-		base.Rules = append(append(base.Rules, accepts...), lookups...)
+	if !banned {
+		base.Rules = append(base.Rules, lookups...)
+	}
+	if len(lookups) == 0 && last < 0 {
+		base.Rules = nil // leading accept rules alone decide nothing here
 	}
 	return base
+}
+
+// lastStateless is the index of the last stateless rule of the
+// direction dir asks for, -1 when there is none.
+func lastStateless(heads []RuleHead, dir Direction) int {
+	last := -1
+	for i, h := range heads {
+		if dir(h.Direction) && h.Stateless {
+			last = i
+		}
+	}
+	return last
 }
 
 // ConnChain is the prerouting base chain after conntrack: packets of
@@ -277,30 +287,23 @@ type Direction = func(plan.Direction) bool
 // one (output at priority); then packets of known connections pass;
 // then the connection-aware rules judge the new connections.
 func OutChains(heads []RuleHead, priority int32) []*Chain {
-	var lead []Rule // the leading accept and stateless rules' jumps
-	stateless := false
-	for i, h := range heads {
-		if !h.Direction.Out() {
-			continue
+	last := lastStateless(heads, plan.Direction.Out)
+	var lead []Rule // the rules up to the last stateless one: accept and stateless rules
+	for i, h := range heads[:last+1] {
+		if h.Direction.Out() {
+			lead = append(lead, jumps(i, h, true)...)
 		}
-		if !h.Stateless && h.Action != plan.Accept {
-			break
-		}
-		stateless = stateless || h.Stateless
-		lead = append(lead, jumps(i, h, true)...)
 	}
 	var out []*Chain
-	if stateless {
+	if last >= 0 {
 		out = append(out, &Chain{Name: OutRawChainName, Hook: &Hook{Num: Output, Priority: priority}, Rules: lead})
-	} else {
-		lead = nil
 	}
 	if c := connChain(OutChainName, &Hook{Num: Output, Priority: ConnPriority}, nil, heads, plan.Direction.Out, true); c != nil {
 		out = append(out, c)
 	}
 	if c := connChain(ForwardChainName, &Hook{Num: Forward, Priority: ConnPriority}, lead, heads, plan.Direction.Out, true); c != nil {
 		out = append(out, c)
-	} else if stateless {
+	} else if last >= 0 {
 		out = append(out, &Chain{Name: ForwardChainName, Hook: &Hook{Num: Forward, Priority: ConnPriority}, Rules: lead})
 	}
 	return out
@@ -308,14 +311,20 @@ func OutChains(heads []RuleHead, priority int32) []*Chain {
 
 // connChain is a base chain that runs first, then accepts the packets
 // of known connections, then jumps into the connection-aware rules of
-// the direction dir asks for (keyed on the destination when dst); nil
-// when there are none.
+// the direction dir asks for (keyed on the destination when dst) and
+// every accept rule (a stateless one too: its accept before conntrack
+// ended that chain only); nil when no rule is connection-aware.
 func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Direction, dst bool) *Chain {
 	var rules []Rule
+	aware := false
 	for i, h := range heads {
-		if dir(h.Direction) && !h.Stateless {
+		if dir(h.Direction) && (!h.Stateless || h.Action == plan.Accept) {
 			rules = append(rules, jumps(i, h, dst)...)
+			aware = aware || !h.Stateless
 		}
+	}
+	if !aware {
+		return nil
 	}
 	if len(rules) == 0 {
 		return nil

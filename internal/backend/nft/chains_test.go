@@ -1,0 +1,75 @@
+package nft
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ipfence/ipfence/internal/plan"
+)
+
+// chainOrder lists the rules a base chain jumps to, in order ("ban" for
+// a ban set lookup, "known" for the known-connections accept).
+func chainOrder(c *Chain) string {
+	if c == nil {
+		return "-"
+	}
+	var out []string
+	for _, r := range c.Rules {
+		switch {
+		case r.Known:
+			out = append(out, "known")
+		case r.Lookup != nil:
+			out = append(out, "ban")
+		case len(out) == 0 || out[len(out)-1] != r.Comment:
+			out = append(out, r.Comment)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// TestBaseChainsKeepPolicyOrder pins which rules run before conntrack
+// and which after, so that each chain, read in order, decides as the
+// model does: accept rules run wherever a later rule does (an accept
+// ends one base chain only), stateless rules and the accept rules among
+// them before conntrack, bans after the leading accept rules.
+func TestBaseChainsKeepPolicyOrder(t *testing.T) {
+	h := func(name string, a plan.Action, stateless bool, dir plan.Direction) RuleHead {
+		return RuleHead{Name: name, Action: a, Stateless: stateless, Direction: dir, V4: true}
+	}
+	in, out, both := plan.Inbound, plan.Outbound, plan.BothWays
+	banned := Bans{Addrs4: []Elem{{}}}
+	for _, tc := range []struct {
+		name            string
+		heads           []RuleHead
+		bans            Bans
+		raw, conn       string
+		outRaw, outConn string
+		fwd             string
+	}{
+		{"connection-aware only", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, Bans{},
+			"", "known ok geo", "-", "-", "-"},
+		{"bans after the allowlist", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, banned,
+			"ok ban", "known ok geo", "-", "-", "-"},
+		{"a stateless accept also after conntrack", []RuleHead{h("trusted", plan.Accept, true, in), h("feed", plan.Drop, false, in)}, Bans{},
+			"trusted", "known trusted feed", "-", "-", "-"},
+		{"an accept between stateless rules", []RuleHead{h("s1", plan.Drop, true, in), h("a", plan.Accept, false, in), h("s2", plan.Drop, true, in), h("geo", plan.AllowOnly, false, in)}, banned,
+			"ban s1 a s2", "known a geo", "-", "-", "-"},
+		{"outbound", []RuleHead{h("trustout", plan.Accept, true, out), h("edge", plan.Drop, true, both), h("c2", plan.Reject, false, out)}, Bans{},
+			"edge", "-", "trustout edge", "known trustout c2", "trustout edge known trustout c2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outs := map[string]*Chain{}
+			for _, c := range OutChains(tc.heads, -300) {
+				outs[c.Name] = c
+			}
+			got := []string{chainOrder(BaseChain(tc.heads, -300, tc.bans)), chainOrder(ConnChain(tc.heads)),
+				chainOrder(outs[OutRawChainName]), chainOrder(outs[OutChainName]), chainOrder(outs[ForwardChainName])}
+			want := []string{tc.raw, tc.conn, tc.outRaw, tc.outConn, tc.fwd}
+			for i, what := range []string{"prerouting (raw)", "inbound", "output_raw", "outbound", "forward"} {
+				if got[i] != want[i] {
+					t.Errorf("%s: %q, want %q", what, got[i], want[i])
+				}
+			}
+		})
+	}
+}
