@@ -41,6 +41,11 @@ var benchScenarios = []benchScenario{
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
 			return bench.HTTP(ctx, lab, pick(q, bench.QuickHTTP, bench.FullHTTP), p)
 		}},
+	{"server", "a real server behind \"allow only Europe\" (examples/europe.yaml) in namespaces: its DNS round trip and HTTP fetch to a blocked country, an interactive round trip from an allowed one, through no firewall, a plain nft interval set and ipfence; per packet with conntrack: established, new allowed and blocked new connections",
+		func(q bool) int { return bench.ServerSteps(pick(q, bench.QuickServer, bench.FullServer)) },
+		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
+			return bench.Server(ctx, lab, pick(q, bench.QuickServer, bench.FullServer), p)
+		}},
 	{"control", "nft sets' control plane: a ban into hash and interval sets of 0 to 1M elements with 1 and 8 writers; loading a set; counting by listing; bulk inserts by transaction size",
 		func(q bool) int { return bench.ControlSteps(pick(q, bench.QuickControl, bench.FullControl)) },
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {

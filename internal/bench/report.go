@@ -22,6 +22,7 @@ var (
 	_ Report = (*ScaleResult)(nil)
 	_ Report = (*GeoResult)(nil)
 	_ Report = (*HTTPResult)(nil)
+	_ Report = (*ServerResult)(nil)
 )
 
 // spreadCell formats a median with its min–max spread.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
@@ -104,4 +105,52 @@ func TestScale(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", res.DDoS)
+}
+
+// TestServer runs the server scenario in its --quick form: every config
+// has the three measurements; the plain interval set breaks the server's
+// own DNS round trip and HTTP fetch to the blocked country, and ipfence
+// keeps both working; the interactive round trip from the allowed
+// country works through every config; every per-packet cell is measured.
+func TestServer(t *testing.T) {
+	lab := netnstest.New(t, "nft")
+	o := QuickServer
+	res, err := Server(context.Background(), lab, o, NewProgress(nil, ServerSteps(o)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(ServerConfigs) * len(ServerMeasures); len(res.Rows) != want {
+		t.Errorf("%d measurements, want %d", len(res.Rows), want)
+	}
+	for _, c := range ServerConfigs {
+		for _, m := range ServerMeasures {
+			x, ok := res.Row(c, m)
+			if !ok {
+				t.Errorf("%s: no %s measurement", c, m)
+				continue
+			}
+			if x.Samples+x.Failed != o.Samples*o.Rounds {
+				t.Errorf("%s %s: %d samples and %d failures, want %d in all", c, m, x.Samples, x.Failed, o.Samples*o.Rounds)
+			}
+			broken := c == "nft-interval-set" && m != "interactive"
+			if x.Broken() != broken {
+				t.Errorf("%s %s: %+v, want broken %v", c, m, x, broken)
+			}
+			if !broken && (x.Failed > 0 || x.P50us <= 0) {
+				t.Errorf("%s %s: %+v, want every sample to succeed", c, m, x)
+			}
+		}
+	}
+	if want := (len(ServerPacketConfigs) + 1) * len(ServerTraffic); len(res.Packets) != want {
+		t.Errorf("%d per-packet rows, want %d", len(res.Packets), want)
+	}
+	for _, x := range res.Packets {
+		if x.NsPerPacket <= 0 || x.Packets <= 0 {
+			t.Errorf("per packet %+v: no measurement", x)
+		}
+	}
+	md := res.Markdown()
+	if !strings.Contains(md, "**fails**: timeout") {
+		t.Errorf("the report does not show the plain set's failures:\n%s", md)
+	}
 }
