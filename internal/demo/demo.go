@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"go4.org/netipx"
@@ -36,6 +37,13 @@ type Options struct {
 	Sources int
 	// Rounds and Packets shape the per-packet measurement (0 skips it).
 	Rounds, Packets int
+	// Pass is how the measurement draws legitimate ("pass") sources: one
+	// of PassModes; "" means PassAddresses.
+	Pass string
+	// CompareV1 adds a config "ipfence-v1" to the measurement: the same
+	// policy laid out with plan.ModelV1, the chooser's traffic model
+	// before issue 23, measured in the same interleaved rounds.
+	CompareV1 bool
 	// Out receives the report; Progress, progress lines (stderr).
 	Out, Progress io.Writer
 }
@@ -53,6 +61,25 @@ type Report struct {
 	Dropped     int                    `json:"verdict_dropped"`
 	PerPacket   *bench.PerPacketResult `json:"per_packet,omitempty"`
 	PlainLoadMs int64                  `json:"plain_load_ms,omitempty"`
+	// Pass is how legitimate sources were drawn; Model, the layout's
+	// lookups for each measured traffic (the chooser's model, evaluated
+	// on the very sources sent), keyed by traffic; with CompareV1 also
+	// "v1/" + traffic for the ipfence-v1 config, whose plan is PlanV1.
+	Pass   string                `json:"pass_sources,omitempty"`
+	Model  map[string]ModelStats `json:"model,omitempty"`
+	PlanV1 *plan.Plan            `json:"plan_v1,omitempty"`
+}
+
+// ModelStats are what the compiled layouts do for one traffic, on
+// average per packet: map lookups, 32-bit key words loaded (IPv4: one per
+// lookup; IPv6: the words a level's key reads), lookups in a rest
+// interval set, and the model's prediction of lookups for the
+// family's traffic type (LookupsPass or LookupsRandom), summed over rules.
+type ModelStats struct {
+	Lookups   float64 `json:"lookups"`
+	Words     float64 `json:"words"`
+	Rest      float64 `json:"rest_lookups"`
+	Predicted float64 `json:"predicted_lookups"`
 }
 
 // LoadReport describes the apply.
@@ -160,8 +187,30 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		if err != nil {
 			return nil, err
 		}
-		traffic := Traffic(r, p, 100_000)
+		if o.Pass == "" {
+			o.Pass = PassAddresses
+		}
+		traffic, err := Traffic(r, p, o.Pass, 100_000)
+		if err != nil {
+			return nil, err
+		}
+		rep.Pass = o.Pass
+		rep.Model = map[string]ModelStats{}
+		for _, tr := range traffic {
+			rep.Model[tr.Name] = Model(p, tr.Srcs, strings.HasPrefix(tr.Name, "pass"))
+		}
 		cfgs := []bench.Config{{Name: "none"}, {Name: "plain-set", Program: nft.FromPlan(plain, nft.Bans{})}, {Name: "ipfence", Program: prog}}
+		if o.CompareV1 {
+			v1, err := plan.Compile(res.Input, plan.Options{Model: plan.ModelV1})
+			if err != nil {
+				return nil, err
+			}
+			rep.PlanV1 = v1
+			for _, tr := range traffic {
+				rep.Model["v1/"+tr.Name] = Model(v1, tr.Srcs, strings.HasPrefix(tr.Name, "pass"))
+			}
+			cfgs = append(cfgs, bench.Config{Name: "ipfence-v1", Program: nft.FromPlan(v1, nft.Bans{})})
+		}
 		say("measuring per-packet cost: %d rounds × %d configs × %d traffics × %d packets", o.Rounds+1, len(cfgs), len(traffic), o.Packets)
 		pp, err := bench.PerPacket(ctx, lab, cfgs, traffic, bench.PerPacketOptions{
 			Rounds: o.Rounds, Packets: o.Packets, Progress: func(s string) { say("  %s", s) }})
@@ -187,28 +236,102 @@ func Sample(r *rand.Rand, set *netipx.IPSet, n int) []netip.Addr {
 	return out
 }
 
+// How the measurement draws legitimate ("pass") sources, from the
+// addresses the policy lets through:
+const (
+	// PassAddresses: IPv4 uniform over the addresses (big networks
+	// weigh most), IPv6 a uniformly chosen prefix of the minimal cover,
+	// then an address in it (pktgen.RandomFromSet).
+	PassAddresses = "addresses"
+	// PassRanges: a uniformly chosen range (maximal run of allowed
+	// addresses), then an address in it, both families: every network
+	// is equally busy whatever its size.
+	PassRanges = "ranges"
+	// PassZipf: 4,096 sources drawn as for PassRanges, sending with
+	// Zipf(s = 1.1) weights (a few busy clients and a long tail).
+	PassZipf = "zipf"
+)
+
+// PassModes lists the values of Options.Pass.
+var PassModes = []string{PassAddresses, PassRanges, PassZipf}
+
 // Traffic returns the measurement traffics: "pass" sources (that the
-// policy lets through: legitimate traffic) and uniformly random sources,
-// per family.
-func Traffic(r *rand.Rand, p *plan.Plan, n int) []bench.Traffic {
+// policy lets through: legitimate traffic) drawn as mode says (one of
+// PassModes), and uniformly random sources, per family. It fails on an
+// unknown mode.
+func Traffic(r *rand.Rand, p *plan.Plan, mode string, n int) ([]bench.Traffic, error) {
 	var pass4, pass6 []netip.Addr
-	cand := append(pktgen.RandomFromSet(r, passSet(p), 4*n), pktgen.RandomV4(r, 4*n)...)
-	for _, a := range cand {
-		if p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9}).Verdict != "accept" {
-			continue
+	keep := func(cand []netip.Addr) {
+		for _, a := range cand {
+			if p.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 9}).Verdict != "accept" {
+				continue
+			}
+			if a.Is4() && len(pass4) < n {
+				pass4 = append(pass4, a)
+			} else if !a.Is4() && len(pass6) < n {
+				pass6 = append(pass6, a)
+			}
 		}
-		if a.Is4() && len(pass4) < n {
-			pass4 = append(pass4, a)
-		} else if !a.Is4() && len(pass6) < n {
-			pass6 = append(pass6, a)
+	}
+	pass := passSet(p)
+	switch mode {
+	case PassAddresses:
+		keep(append(pktgen.RandomFromSet(r, pass, 4*n), pktgen.RandomV4(r, 4*n)...))
+	case PassRanges, PassZipf:
+		m := n
+		if mode == PassZipf {
+			m = 4096
 		}
+		keep(pktgen.RandomFromRanges(r, pass, true, m))
+		keep(pktgen.RandomFromRanges(r, pass, false, m))
+		if mode == PassZipf {
+			pass4, pass6 = pktgen.Zipf(r, pass4, 1.1, n), pktgen.Zipf(r, pass6, 1.1, n)
+		}
+	default:
+		return nil, fmt.Errorf("pass sources %q: want one of %s", mode, strings.Join(PassModes, ", "))
 	}
 	return []bench.Traffic{
 		{Name: "pass-ipv4", Srcs: pass4},
 		{Name: "random-ipv4", Srcs: pktgen.RandomV4(r, n)},
 		{Name: "pass-ipv6", Srcs: pass6},
 		{Name: "random-ipv6", Srcs: pktgen.RandomV6(r, n)},
+	}, nil
+}
+
+// Model evaluates the plan's layouts on srcs as the kernel runs them
+// (plan.Layout.Lookups) and averages per packet; pass says which of the
+// layouts' predictions to report. Rules a packet never reaches (an
+// earlier rule decided it) count too: an upper bound for such plans.
+func Model(p *plan.Plan, srcs []netip.Addr, pass bool) ModelStats {
+	var m ModelStats
+	if len(srcs) == 0 {
+		return m
 	}
+	for _, rule := range p.Rules {
+		for _, l := range []*plan.Layout{rule.V4, rule.V6} {
+			if l == nil || l.Kind != plan.KindTree || l.Is4 != srcs[0].Is4() {
+				continue
+			}
+			if pass {
+				m.Predicted += l.Cost.LookupsPass
+			} else {
+				m.Predicted += l.Cost.LookupsRandom
+			}
+			for _, a := range srcs {
+				w, lk, rest := l.Trace(a)
+				m.Words += float64(w)
+				m.Lookups += float64(lk)
+				if rest {
+					m.Rest++
+				}
+			}
+		}
+	}
+	n := float64(len(srcs))
+	m.Words /= n
+	m.Lookups /= n
+	m.Rest /= n
+	return m
 }
 
 // passSet is where legitimate traffic comes from: for allow-only rules

@@ -216,3 +216,85 @@ func Zipf(r *rand.Rand, population []netip.Addr, s float64, n int) []netip.Addr 
 	}
 	return out
 }
+
+// RandomFromRanges returns n addresses of one family (is4) drawn from the
+// testable part of s range by range: a range of s.Ranges() uniformly, then
+// an address uniformly within it. Every network is then equally busy
+// whatever its size (a /24 weighs as much as a /8), as with many small
+// sites behind their own allocations. Nil if s has no such range.
+func RandomFromRanges(r *rand.Rand, s *netipx.IPSet, is4 bool, n int) []netip.Addr {
+	var ranges []netipx.IPRange
+	for _, rg := range TestableSet(s).Ranges() {
+		if rg.From().Is4() == is4 {
+			ranges = append(ranges, rg)
+		}
+	}
+	if len(ranges) == 0 || n <= 0 {
+		return nil
+	}
+	out := make([]netip.Addr, n)
+	for i := range out {
+		out[i] = randomInRange(r, ranges[r.IntN(len(ranges))])
+	}
+	return out
+}
+
+// randomInRange returns an address drawn uniformly from rg.
+func randomInRange(r *rand.Rand, rg netipx.IPRange) netip.Addr {
+	from, to := rg.From().As16(), rg.To().As16()
+	lo, hi := u128(from), u128(to)
+	size := hi.sub(lo) // size-1; the whole of IPv6 is never a range here
+	var off [2]uint64
+	switch {
+	case size[0] == 0 && size[1] == ^uint64(0):
+		off[1] = r.Uint64()
+	case size[0] == 0:
+		off[1] = r.Uint64N(size[1] + 1)
+	default:
+		for { // rejection: uniform over [0, size]
+			off = [2]uint64{r.Uint64N(size[0] + 1), r.Uint64()}
+			if off[0] < size[0] || off[1] <= size[1] {
+				break
+			}
+		}
+	}
+	a := lo.add(off)
+	var b [16]byte
+	for j := range 8 {
+		b[j] = byte(a[0] >> (56 - 8*j))
+		b[8+j] = byte(a[1] >> (56 - 8*j))
+	}
+	if rg.From().Is4() {
+		return netip.AddrFrom16(b).Unmap()
+	}
+	return netip.AddrFrom16(b)
+}
+
+type u128v [2]uint64
+
+func u128(b [16]byte) u128v {
+	var u u128v
+	for j := range 8 {
+		u[0] = u[0]<<8 | uint64(b[j])
+		u[1] = u[1]<<8 | uint64(b[8+j])
+	}
+	return u
+}
+
+func (u u128v) sub(v u128v) u128v {
+	lo := u[1] - v[1]
+	hi := u[0] - v[0]
+	if u[1] < v[1] {
+		hi--
+	}
+	return u128v{hi, lo}
+}
+
+func (u u128v) add(v u128v) u128v {
+	lo := u[1] + v[1]
+	hi := u[0] + v[0]
+	if lo < u[1] {
+		hi++
+	}
+	return u128v{hi, lo}
+}

@@ -178,3 +178,35 @@ func TestZipf(t *testing.T) {
 		t.Error("empty population: want nil")
 	}
 }
+
+// TestRandomFromRanges: every draw lies in s and in the family asked for,
+// and ranges are equally likely whatever their size.
+func TestRandomFromRanges(t *testing.T) {
+	s := set(t, "10.0.0.0/8", "192.0.2.7/32", "198.51.100.0/30", "2001:db8::/32", "2001:db9::5/128", "2001:dba::/127")
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, is4 := range []bool{true, false} {
+		got := RandomFromRanges(r, s, is4, 30000)
+		counts := map[netipx.IPRange]int{}
+		for _, a := range got {
+			if !s.Contains(a) || a.Is4() != is4 {
+				t.Fatalf("%v: outside the set or the family", a)
+			}
+			for _, rg := range s.Ranges() {
+				if rg.Contains(a) {
+					counts[rg]++
+				}
+			}
+		}
+		if len(counts) != 3 {
+			t.Fatalf("IPv4 %v: ranges drawn %v, want 3", is4, counts)
+		}
+		for rg, c := range counts {
+			if math.Abs(float64(c)-10000) > 500 {
+				t.Errorf("range %v drawn %d times of 30000, want about 10000", rg, c)
+			}
+		}
+	}
+	if RandomFromRanges(r, set(t, "10.0.0.0/8"), false, 5) != nil {
+		t.Error("no IPv6 range: want nil")
+	}
+}

@@ -169,18 +169,42 @@ func (l *Layout) Depth() int {
 // the layout exactly as the kernel will (the model the tests compare the
 // set and the kernel against). Addresses of the other family are not in.
 func (l *Layout) Contains(addr netip.Addr) bool {
-	in, _ := l.lookup(addr)
+	in, _ := l.lookup(addr, nil)
 	return in
 }
 
 // Lookups is how many map lookups the kernel does for addr (tree layouts;
 // 0 for the others): what a packet from addr costs.
 func (l *Layout) Lookups(addr netip.Addr) int {
-	_, n := l.lookup(addr)
+	_, n := l.lookup(addr, nil)
 	return n
 }
 
-func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
+// Trace is Lookups with the detail of the cost: the 32-bit key words the
+// lookups read (IPv4: one per lookup; IPv6: the fewest words holding
+// each level's bits, see KeyWords) and whether the packet ended in the
+// rest interval set (counted as one lookup, no words).
+func (l *Layout) Trace(addr netip.Addr) (words, lookups int, rest bool) {
+	var t trace
+	_, lookups = l.lookup(addr, &t)
+	return t.words, lookups, t.rest
+}
+
+type trace struct {
+	words int
+	rest  bool
+}
+
+// KeyWords is how many 32-bit words of the source a level of the given
+// length reads as its key (IPv4: always one).
+func KeyWords(is4 bool, bits int) int {
+	if is4 {
+		return 1
+	}
+	return max(1, (bits+31)/32)
+}
+
+func (l *Layout) lookup(addr netip.Addr, t *trace) (in bool, lookups int) {
 	if addr.Is4() != l.Is4 || addr.Is4In6() {
 		return false, 0
 	}
@@ -211,6 +235,9 @@ func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
 	}
 	def, i := l.RootIn, l.Root
 	for n := 1; n <= len(l.Levels); n++ {
+		if t != nil {
+			t.words += KeyWords(l.Is4, l.Levels[i].Bits)
+		}
 		e, ok := l.index[i][netip.PrefixFrom(addr, l.Levels[i].Bits).Masked().Addr()]
 		if !ok {
 			return def, n
@@ -225,6 +252,9 @@ func (l *Layout) lookup(addr netip.Addr) (in bool, lookups int) {
 		case DescendOut:
 			def = false
 		case DescendRest:
+			if t != nil {
+				t.rest = true
+			}
 			for _, p := range l.Rest {
 				if p.Contains(addr) {
 					return true, n + 1
@@ -255,7 +285,35 @@ type Options struct {
 	// PassIsIn says the traffic that passes the rule is the traffic in
 	// the set (allow-only); otherwise it is the traffic outside it.
 	PassIsIn bool
+	// Model is the traffic the chooser minimises lookups for; the zero
+	// value means DefaultModel.
+	Model TrafficModel
 }
+
+// TrafficModel is the traffic the layout chooser expects, as shares of
+// all packets (they need not add up to 1: only ratios matter), and what a
+// lookup costs.
+type TrafficModel struct {
+	// Legitimate traffic (the addresses the rule lets through), drawn
+	// uniformly over those addresses (big networks weigh most), over
+	// their ranges (maximal runs; then an address in the range: every
+	// network equally busy), or over the prefixes of their minimal CIDR
+	// cover (a range cut into many prefixes weighs more).
+	Addresses, Ranges, Prefixes float64
+	// Random is uniformly random traffic (IPv6: from 2000::/3).
+	Random float64
+	// ExtraWord is what each 32-bit key word after the first adds to a
+	// lookup, in one-word lookups (IPv6 keys read up to four words).
+	ExtraWord float64
+}
+
+// Traffic models: DefaultModel is what Build uses; ModelV1 is the model
+// before issue 23 (address- and prefix-uniform legitimate traffic, key
+// width ignored), kept to compare layouts side by side.
+var (
+	DefaultModel = TrafficModel{Addresses: 0.3, Ranges: 0.3, Prefixes: 0.3, Random: 0.1, ExtraWord: 0.15}
+	ModelV1      = TrafficModel{Addresses: 0.45, Prefixes: 0.45, Random: 0.1}
+)
 
 // Defaults of Options.
 const (
@@ -340,7 +398,11 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 		}
 	}
 	l.Kind = KindTree
-	if !buildTree(l, pieces, is4, opt.PassIsIn, strides, maxEntries, price) {
+	model := opt.Model
+	if model == (TrafficModel{}) {
+		model = DefaultModel
+	}
+	if !buildTree(l, pieces, is4, opt.PassIsIn, strides, maxEntries, price, model) {
 		return nil, fmt.Errorf("building %d %s prefixes: %w (%d elements)", l.Prefixes, familyName(is4), ErrTooLarge, maxEntries)
 	}
 	return l, nil

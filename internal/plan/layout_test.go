@@ -193,7 +193,7 @@ func TestChooserModel(t *testing.T) {
 			if len(pieces) < 2 {
 				continue
 			}
-			c := newChooser(pieces, is4, iter%2 == 0, nil)
+			c := newChooser(pieces, is4, iter%2 == 0, nil, DefaultModel)
 			price := DefaultElementPrice / 1e6
 			c.solve(price)
 			for l := range c.buckets {
@@ -216,15 +216,18 @@ func TestChooserModel(t *testing.T) {
 	}
 }
 
-// bucketCost is the cost and elements solve chose for c.buckets[l][k].
+// bucketCost is the cost (its own lookup included) and elements solve
+// chose for c.buckets[l][k].
 func bucketCost(c *chooser, l, k int) (cost, elems float64) {
-	b, s := c.buckets[l][k], c.sums[l]
-	return s[k+1].cost - s[k].cost - (c.wsum[b.end] - c.wsum[b.start]), s[k+1].elems - s[k].elems
+	s := c.sums[l]
+	return s[k+1].cost - s[k].cost, s[k+1].elems - s[k].elems
 }
 
 // modelEvaluate prices bucket b at length l resolved at length o by
 // walking its pieces: each piece up to /o is a uniform child, each longer
-// one lies in a mixed child bucket of length o.
+// one lies in a mixed child bucket of length o. The traffic reaching b
+// pays its lookup, keyed at /o (one word more than IPv4's costs
+// ExtraWord), and its mixed children's.
 func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems float64) {
 	var full, empty, mixed float64
 	for i := int(b.start); i < int(b.end); {
@@ -245,7 +248,7 @@ func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems
 		}
 		mixed++
 		chCost, chElems := bucketCost(c, o, k)
-		cost += c.wsum[ch.end] - c.wsum[ch.start] + chCost
+		cost += chCost
 		elems += chElems
 		i = int(ch.end)
 	}
@@ -253,5 +256,9 @@ func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems
 		panic(fmt.Sprintf("bucket /%d at /%d: %g full, %g empty, %g mixed children", l, o, full, empty, mixed))
 	}
 	own := min(full, empty) + mixed
-	return cost + price*own, elems + own
+	lookup := 1 + DefaultModel.ExtraWord*float64((o+31)/32-1)
+	if c.w == 32 {
+		lookup = 1
+	}
+	return cost + (c.wsum[b.end]-c.wsum[b.start])*lookup + price*own, elems + own
 }

@@ -20,12 +20,21 @@ import (
 //
 //	expected map lookups per packet + price × map elements
 //
-// Traffic is modelled per piece of the partition: 90% legitimate traffic,
-// half uniform over the addresses the rule lets through and half uniform
-// over its prefixes (each network equally busy whatever its size: address
-// weighting alone hides the many small IPv6 networks), and 10% uniform
-// random sources (IPv6: from 2000::/3), which the first level mostly
-// decides anyway. A bucket's lookup costs the traffic share reaching it.
+// Traffic is modelled per piece of the partition (TrafficModel,
+// DefaultModel): legitimate traffic uniform over the addresses the rule
+// lets through, over its ranges (every network equally busy whatever its
+// size) and over the prefixes of its cover, in equal parts, and 10%
+// uniform random sources (IPv6: from 2000::/3), which the first level
+// mostly decides anyway. A bucket's lookup costs the traffic share
+// reaching it, times the lookup's price: one for a one-word key, plus
+// ExtraWord for each further 32-bit word an IPv6 key reads.
+//
+// Issue 23: this model cannot make range-uniform IPv4 traffic cheaper
+// than about two lookups per packet at today's element price. Most
+// ranges are smaller than the first level's buckets (/17../20), so they
+// sit in mixed buckets and need a second lookup; deciding them in one
+// takes a first level at /22../24, three to twenty times the elements
+// (docs/benchmarks.md, "Layout on unseen data").
 
 // dpBucket is a mixed bucket at some length: pieces[start:end]. Its
 // cost and elements are kept in the chooser's sums.
@@ -47,9 +56,12 @@ type chooser struct {
 	wrand  []float64 // prefix sums of random-traffic weight
 	// inU are prefix sums of the in pieces' sizes (addresses, modulo
 	// 2**128): with sums they count a bucket's uniform children in O(1).
-	inU    []prefix.U128
-	maxLen int
-	cands  []int // candidate lengths, increasing, ending at maxLen
+	inU []prefix.U128
+	// lookupCost[o] is what a lookup keyed at length o costs, in
+	// one-word lookups (TrafficModel.ExtraWord).
+	lookupCost [129]float64
+	maxLen     int
+	cands      []int // candidate lengths, increasing, ending at maxLen
 	// forced: when set, a bucket at cands[k] may only use cands[k+1].
 	forced  bool
 	buckets [129][]dpBucket
@@ -67,14 +79,20 @@ type childSum struct {
 	in          prefix.U128
 }
 
-func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
+func newChooser(pieces []piece, is4, passIsIn bool, forced []int, m TrafficModel) *chooser {
 	w := familyBits(is4)
 	n := len(pieces)
 	c := &chooser{w: w, pieces: pieces, addr: make([]prefix.U128, n), in: make([]bool, n), plen: make([]uint8, n), cpl: make([]uint8, n),
 		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1), inU: make([]prefix.U128, n+1)}
-	var passAddr, passCnt, randTot float64
+	for o := range c.lookupCost {
+		c.lookupCost[o] = 1 + m.ExtraWord*float64(KeyWords(is4, o)-1)
+	}
+	var passAddr, passCnt, passRanges, randTot float64
 	size := make([]float64, n)
 	rsize := make([]float64, n)
+	// rangeSize[i]: the size of the range (run of consecutive pass
+	// pieces) piece i lies in.
+	rangeSize := make([]float64, n)
 	global := prefix.U128{Hi: 0x2000 << 48}
 	for i, p := range pieces {
 		c.addr[i] = p.addr
@@ -98,18 +116,32 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int) *chooser {
 		if p.in == passIsIn {
 			passAddr += size[i]
 			passCnt++
+			if i == 0 || pieces[i-1].in != passIsIn {
+				passRanges++
+			}
 		}
 		randTot += rsize[i]
 	}
+	for i := 0; i < n; {
+		j, sum := i, 0.0
+		for ; j < n && pieces[j].in == pieces[i].in; j++ {
+			sum += size[j]
+		}
+		for k := i; k < j; k++ {
+			rangeSize[k] = sum
+		}
+		i = j
+	}
+	legit := m.Addresses + m.Ranges + m.Prefixes
 	for i, p := range pieces {
 		var pass float64
 		if p.in == passIsIn {
-			pass = 0.5*size[i]/max(passAddr, 1) + 0.5/max(passCnt, 1)
+			pass = (m.Addresses*size[i]/max(passAddr, 1) + m.Ranges*size[i]/rangeSize[i]/max(passRanges, 1) + m.Prefixes/max(passCnt, 1)) / legit
 		}
 		r := rsize[i] / max(randTot, 1)
 		c.wpass[i+1] = c.wpass[i] + pass
 		c.wrand[i+1] = c.wrand[i] + r
-		c.wsum[i+1] = c.wsum[i] + 0.9*pass + 0.1*r
+		c.wsum[i+1] = c.wsum[i] + legit*pass + m.Random*r
 		c.inU[i+1] = c.inU[i]
 		if p.in {
 			c.inU[i+1] = c.inU[i].Add(prefix.Pow2(w - int(c.plen[i])))
@@ -200,6 +232,8 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 			cost, elems = math.Inf(1), 0
 			for oi, o := range opts {
 				oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi])
+				// The traffic reaching b pays its lookup, keyed at o.
+				oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
 				if oc < cost {
 					cost, elems, b.child, b.def = oc, oe, uint8(o), def
 				}
@@ -210,7 +244,7 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 				}
 			}
 			sums[bi+1] = childSum{
-				cost:  sums[bi].cost + c.wsum[b.end] - c.wsum[b.start] + cost,
+				cost:  sums[bi].cost + cost,
 				elems: sums[bi].elems + elems,
 				in:    sums[bi].in.Add(c.inU[b.end].Sub(c.inU[b.start])),
 			}
@@ -329,8 +363,8 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 
 // buildTree chooses and emits a tree layout into l. It returns false when
 // nothing fits in maxEntries.
-func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxEntries int, price float64) bool {
-	c := newChooser(pieces, is4, passIsIn, forced)
+func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxEntries int, price float64, m TrafficModel) bool {
+	c := newChooser(pieces, is4, passIsIn, forced, m)
 	for ; price < 1e3; price *= 4 {
 		root, cost, elems := c.solve(price / 1e6)
 		if math.IsInf(cost, 1) {
