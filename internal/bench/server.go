@@ -398,16 +398,7 @@ func serverServices(s *netns.Server) (stop func(), err error) {
 		stop()
 		return nil, err
 	}
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := dns.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = dns.WriteTo(buf[:n], from)
-		}
-	}()
+	go netns.ServeUDPEcho(dns)
 	page := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", serverBody, strings.Repeat("x", serverBody)))
 	serve := func(ln net.Listener, fn func(net.Conn)) {
 		for {

@@ -3,6 +3,7 @@ package netns
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -128,4 +129,17 @@ func (s *Server) Close() error {
 	}
 	s.removes = nil
 	return errors.Join(errs...)
+}
+
+// ServeUDPEcho answers each datagram on pc with the same bytes, until pc
+// is closed: a resolver's stand-in for tests and benchmarks.
+func ServeUDPEcho(pc net.PacketConn) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = pc.WriteTo(buf[:n], from)
+	}
 }

@@ -64,16 +64,7 @@ func Listen(t testing.TB, ns string, addr netip.Addr, port uint16) {
 		t.Fatalf("listening in %s on %s: %v", ns, ap, err)
 	}
 	t.Cleanup(func() { ln.Close(); pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
+	go netns.ServeUDPEcho(pc)
 	go func() {
 		for {
 			c, err := ln.Accept()
