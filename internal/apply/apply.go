@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
@@ -440,15 +439,11 @@ type Conntrack struct {
 // ReadConntrack reads the conntrack table's fill level in ns; nil when
 // conntrack is not loaded (no rule has needed it yet).
 func ReadConntrack(ns string) *Conntrack {
-	n, err1 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_count")
-	m, err2 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_max")
-	if err1 != nil || err2 != nil {
+	n, m, ok := netns.Conntrack(ns)
+	if !ok {
 		return nil
 	}
-	c := &Conntrack{}
-	c.Entries, _ = strconv.Atoi(n)
-	c.Max, _ = strconv.Atoi(m)
-	return c
+	return &Conntrack{Entries: n, Max: m}
 }
 
 // Status is what the kernel holds of ipfence in one namespace.

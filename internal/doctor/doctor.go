@@ -303,10 +303,9 @@ func Pick() (plan.Backend, string, error) {
 // conntrack reports on connection tracking in namespace ns: whether it
 // is loaded (and so already costs every packet a lookup) and its fill.
 func conntrack(ns string) Check {
-	n, err1 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_count")
-	m, err2 := netns.Sysctl(ns, "net/netfilter/nf_conntrack_max")
-	if err1 != nil || err2 != nil {
+	n, m, ok := netns.Conntrack(ns)
+	if !ok {
 		return Check{OK: true, Detail: "not in use yet: connection-aware rules (the default) load it, and every packet then pays a conntrack lookup; stateless rules do not need it"}
 	}
-	return Check{OK: true, Detail: fmt.Sprintf("in use: %s of %s entries; connection-aware rules (the default) rely on it", n, m)}
+	return Check{OK: true, Detail: fmt.Sprintf("in use: %d of %d entries; connection-aware rules (the default) rely on it", n, m)}
 }

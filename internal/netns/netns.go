@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -441,4 +442,18 @@ func Sysctl(ns, name string) (string, error) {
 		return "", fmt.Errorf("reading sysctl %s: %w", name, err)
 	}
 	return strings.TrimSpace(string(v)), nil
+}
+
+// Conntrack reads the fill level of namespace ns's connection tracking
+// table: its entries and nf_conntrack_max; ok is false when conntrack is
+// not loaded (no rule of the host has needed it yet).
+func Conntrack(ns string) (entries, limit int, ok bool) {
+	n, err1 := Sysctl(ns, "net/netfilter/nf_conntrack_count")
+	m, err2 := Sysctl(ns, "net/netfilter/nf_conntrack_max")
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	entries, err1 = strconv.Atoi(n)
+	limit, err2 = strconv.Atoi(m)
+	return entries, limit, err1 == nil && err2 == nil
 }

@@ -267,9 +267,9 @@ func toSet(ps []string) *netipx.IPSet {
 	return s
 }
 
-// Key is the name a namespace's files have in the state folder: its
+// key is the name a namespace's files have in the state folder: its
 // name, or _current for the namespace ipfence runs in ("").
-func Key(netns string) string {
+func key(netns string) string {
 	if netns == "" {
 		return "_current"
 	}
@@ -277,13 +277,13 @@ func Key(netns string) string {
 }
 
 func (d Dir) appliedPath(netns string) string {
-	return filepath.Join(d.Path, "applied", Key(netns)+".json")
+	return filepath.Join(d.Path, "applied", key(netns)+".json")
 }
 
 // BansPath is where netns's bans are kept (a ban.Store); its folder is
 // made, root-only, by OpenBans' callers through MkdirBans.
 func (d Dir) BansPath(netns string) string {
-	return filepath.Join(d.Path, "bans", Key(netns)+".db")
+	return filepath.Join(d.Path, "bans", key(netns)+".db")
 }
 
 // MkdirBans makes the bans folder (mode 0700).
@@ -296,7 +296,7 @@ func (d Dir) MkdirBans() error {
 
 // FleetDir is where a fleet agent for netns keeps its revisions.
 func (d Dir) FleetDir(netns string) string {
-	return filepath.Join(d.Path, "fleet", Key(netns))
+	return filepath.Join(d.Path, "fleet", key(netns))
 }
 
 // LoadApplied reads what was applied in netns ("" = current namespace).
