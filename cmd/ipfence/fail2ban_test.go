@@ -80,7 +80,8 @@ func TestFail2ban(t *testing.T) {
 	write(t, dir, "auth.log", "")
 	write(t, conf, "jail.local", fmt.Sprintf("[DEFAULT]\nbackend = polling\n\n[%s]\nenabled = true\nfilter = sshd\n"+
 		"logpath = %s\nmaxretry = 3\nfindtime = 10m\nbantime = %d\n"+
-		"action = ipfence[ipfence=\"%s\", socket=\"%s\"]\n", jail, authLog, int(bantime.Seconds()), exe, socket))
+		"action = ipfence[ipfence=\"%s\", socket=\"%s\", ipfence_opts=\"--netns %s --state %s\"]\n", jail, authLog, int(bantime.Seconds()), exe, socket,
+		lab.FW, filepath.Join(dir, "state")))
 
 	var server *exec.Cmd
 	startF2B := func() {

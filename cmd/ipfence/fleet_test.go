@@ -359,12 +359,16 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("%s: %d verdicts differ from revision 3", lab.FW, n)
 		}
 	}
-	out, err := run(t, "--json", "bans", "--socket", r.socket(2))
+	// Agent 2's bans: from its daemon, or (were it between restarts)
+	// from its own state folder, never the host's.
+	out, err := run(t, "--json", "bans", "--socket", r.socket(2), "--netns", r.labs[2].FW, "--state", filepath.Join(r.dir, "state2"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var bans struct{ Bans []ban.Ban }
-	_ = json.Unmarshal([]byte(out), &bans)
+	if err := json.Unmarshal([]byte(out), &bans); err != nil {
+		t.Fatalf("bans --json: %v\n%s", err, out)
+	}
 	for _, b := range bans.Bans {
 		if b.Prefix.Addr() == away {
 			if d := b.Expires.Sub(banAt.Add(time.Hour)); d < -2*time.Second || d > 2*time.Second {
