@@ -297,8 +297,12 @@ func describeLayout(l *plan.Layout) string {
 	switch l.Kind {
 	case plan.KindTree:
 		st := l.Strides()
-		return fmt.Sprintf("%d prefixes → %d hash maps of %d lengths (/%d../%d), %d elements, ≤ %d lookups (model: %.2f for legitimate traffic)",
-			l.Prefixes, len(l.Levels), len(st), st[0], st[len(st)-1], l.Entries(), l.Depth(), l.Cost.LookupsPass)
+		bitmap := ""
+		if l.BitmapRoot() {
+			bitmap, st = "/16 bitmaps, then ", st[1:]
+		}
+		return fmt.Sprintf("%d prefixes → %s%d hash maps of %d lengths (/%d../%d), %d elements, ≤ %d lookups (model: %.2f for legitimate traffic)",
+			l.Prefixes, bitmap, l.Maps(), len(st), st[0], st[len(st)-1], l.Entries(), l.MaxLookups(), l.Cost.LookupsPass)
 	case plan.KindPlain:
 		return fmt.Sprintf("%d prefixes → interval set", l.Prefixes)
 	case plan.KindXDP:

@@ -90,7 +90,10 @@ func (s *NFTSink) Send(ctx context.Context, ch Change) error {
 		u.Sets = append(u.Sets, nft.SetChange{Set: set, Add: elems(ch.Add[i], ch.Now), Del: elems(ch.Del[i], time.Time{})})
 	}
 	if ch.Present != ch.Was {
-		u.Chains = []*nft.Chain{nft.BaseChain(s.Heads, s.Priority, presence(ch.Present))}
+		// The base chain exists only while it has rules (nft.FromPlan):
+		// created with the first ban, deleted with the last one, unless
+		// stateless rules keep it.
+		u.Ensure = []*nft.Chain{nft.BaseChain(s.Heads, s.Priority, presence(ch.Present))}
 	}
 	return s.apply(ctx, u)
 }

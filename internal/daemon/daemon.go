@@ -637,6 +637,19 @@ func (d *Daemon) checkTable(ctx context.Context) error {
 	for _, c := range ts.Chains {
 		got["chain "+c.Name] = true
 	}
+	if base := "chain " + nft.BaseChainName; !want[base] {
+		// Without stateless rules the base chain before conntrack comes
+		// and goes with the bans (the ban sink makes it): it must be
+		// there while a ban is, and may be there after the last one
+		// (gone with the next change of the bans).
+		banned := false
+		d.ctl.View(func(s *ban.Set) { banned = s.Len() > 0 })
+		if banned {
+			want[base] = true
+		} else {
+			delete(got, base)
+		}
+	}
 	drift := !ts.Exists || len(got) != len(want)
 	for k := range want {
 		drift = drift || !got[k]

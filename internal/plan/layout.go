@@ -91,7 +91,15 @@ type Level struct {
 	Bits    int
 	Depth   int
 	Entries []Entry
+	// Bitmap (an IPv4 root level at /16 only) says the level is looked
+	// up in bitmaps of the address's leading 16 bits (16 KiB each,
+	// always in cache), one per verdict: In, Out, and Descend to the one
+	// level every mixed /16 bucket continues at, with either default.
+	Bitmap bool `json:",omitempty"`
 }
+
+// BitmapBits is the length of a Bitmap level.
+const BitmapBits = 16
 
 // Layout is how one address family of one rule's set is represented.
 //
@@ -156,13 +164,22 @@ func (l *Layout) Strides() []int {
 	return s
 }
 
-// Depth is the most lookups a packet does.
+// Depth is the most lookups a packet does, a Bitmap level included.
 func (l *Layout) Depth() int {
 	d := 0
 	for _, lv := range l.Levels {
 		d = max(d, lv.Depth)
 	}
 	return d
+}
+
+// MaxLookups is the most map lookups a packet does: Depth but a Bitmap
+// level.
+func (l *Layout) MaxLookups() int {
+	if l.BitmapRoot() {
+		return l.Depth() - 1
+	}
+	return l.Depth()
 }
 
 // Contains reports whether the layout puts addr in the set, evaluating
@@ -174,10 +191,34 @@ func (l *Layout) Contains(addr netip.Addr) bool {
 }
 
 // Lookups is how many map lookups the kernel does for addr (tree layouts;
-// 0 for the others): what a packet from addr costs.
+// 0 for the others): what a packet from addr costs. A Bitmap root level
+// is not a map lookup and is not counted.
 func (l *Layout) Lookups(addr netip.Addr) int {
 	_, n := l.lookup(addr, nil)
-	return n
+	return n - l.bitmapRoot(n)
+}
+
+// BitmapRoot reports whether a tree layout starts with a Bitmap level.
+func (l *Layout) BitmapRoot() bool {
+	return l.Kind == KindTree && l.Levels[l.Root].Bitmap
+}
+
+// Maps is the number of hash maps of a tree layout: its levels but a
+// Bitmap one.
+func (l *Layout) Maps() int {
+	if l.BitmapRoot() {
+		return len(l.Levels) - 1
+	}
+	return len(l.Levels)
+}
+
+// bitmapRoot is 1 when a packet that did n lookups (n > 0) started at a
+// Bitmap root level, else 0.
+func (l *Layout) bitmapRoot(n int) int {
+	if n > 0 && l.BitmapRoot() {
+		return 1
+	}
+	return 0
 }
 
 // Trace is Lookups with the detail of the cost: the 32-bit key words the
@@ -187,7 +228,7 @@ func (l *Layout) Lookups(addr netip.Addr) int {
 func (l *Layout) Trace(addr netip.Addr) (words, lookups int, rest bool) {
 	var t trace
 	_, lookups = l.lookup(addr, &t)
-	return t.words, lookups, t.rest
+	return t.words, lookups - l.bitmapRoot(lookups), t.rest
 }
 
 type trace struct {
@@ -235,7 +276,7 @@ func (l *Layout) lookup(addr netip.Addr, t *trace) (in bool, lookups int) {
 	}
 	def, i := l.RootIn, l.Root
 	for n := 1; n <= len(l.Levels); n++ {
-		if t != nil {
+		if t != nil && !l.Levels[i].Bitmap {
 			t.words += KeyWords(l.Is4, l.Levels[i].Bits)
 		}
 		e, ok := l.index[i][netip.PrefixFrom(addr, l.Levels[i].Bits).Masked().Addr()]
@@ -305,13 +346,18 @@ type TrafficModel struct {
 	// ExtraWord is what each 32-bit key word after the first adds to a
 	// lookup, in one-word lookups (IPv6 keys read up to four words).
 	ExtraWord float64
+	// BitmapLookup is the price, in map lookups, of an IPv4 root level
+	// at /16 looked up in bitmaps and a map of the mixed buckets only
+	// (Level.Bitmap), which stay in cache where a large map's lookup
+	// misses it; 0 means no such level.
+	BitmapLookup float64
 }
 
 // Traffic models: DefaultModel is what Build uses; ModelV1 is the model
 // before issue 23 (address- and prefix-uniform legitimate traffic, key
 // width ignored), kept to compare layouts side by side.
 var (
-	DefaultModel = TrafficModel{Addresses: 0.3, Ranges: 0.3, Prefixes: 0.3, Random: 0.1, ExtraWord: 0.15}
+	DefaultModel = TrafficModel{Addresses: 0.3, Ranges: 0.3, Prefixes: 0.3, Random: 0.1, ExtraWord: 0.15, BitmapLookup: 0.5}
 	ModelV1      = TrafficModel{Addresses: 0.45, Prefixes: 0.45, Random: 0.1}
 )
 
@@ -436,6 +482,7 @@ type layoutJSON struct {
 	Prefixes int           `json:"prefixes"`
 	Strides  []int         `json:"strides,omitempty"`
 	Depth    int           `json:"max_lookups,omitempty"`
+	Bitmap   bool          `json:"bitmap_root,omitempty"`
 	Maps     int           `json:"maps,omitempty"`
 	Elements int           `json:"elements,omitempty"`
 	Root     int           `json:"root_level,omitempty"`
@@ -448,7 +495,8 @@ type layoutJSON struct {
 func (l *Layout) MarshalJSON() ([]byte, error) {
 	j := layoutJSON{Kind: l.Kind, Prefixes: l.Prefixes}
 	if l.Kind == KindTree {
-		j.Strides, j.Depth, j.Maps, j.Elements = l.Strides(), l.Depth(), len(l.Levels), l.Entries()
+		j.Strides, j.Depth, j.Maps, j.Elements = l.Strides(), l.MaxLookups(), l.Maps(), l.Entries()
+		j.Bitmap = l.BitmapRoot()
 		j.Root, j.RootIn, j.Rest = l.Root, l.RootIn, len(l.Rest)
 		j.Cost = &l.Cost
 	}

@@ -163,19 +163,27 @@ func TestLayoutKinds(t *testing.T) {
 }
 
 func TestChooseSingleAddresses(t *testing.T) {
-	// A feed of scattered single addresses is best as one /32 hash.
+	// A feed of scattered single addresses is best as one /32 hash,
+	// behind the /16 bitmaps where there are any.
 	r := rand.New(rand.NewPCG(3, 4))
 	var b netipx.IPSetBuilder
 	for i := 0; i < 5000; i++ {
 		b.Add(prefix.U128{Lo: uint64(r.Uint32())}.Addr(32))
 	}
 	s, _ := b.IPSet()
-	l, err := Build(s, true, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(l.Strides()) != "[32]" {
-		t.Errorf("strides %v, want [32]", l.Strides())
+	noBitmap := DefaultModel
+	noBitmap.BitmapLookup = 0
+	for _, tc := range []struct {
+		m    TrafficModel
+		want string
+	}{{DefaultModel, "[16 32]"}, {noBitmap, "[32]"}} {
+		l, err := Build(s, true, Options{Model: tc.m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(l.Strides()) != tc.want {
+			t.Errorf("bitmap lookup %g: strides %v, want %s", tc.m.BitmapLookup, l.Strides(), tc.want)
+		}
 	}
 }
 
@@ -193,7 +201,9 @@ func TestChooserModel(t *testing.T) {
 			if len(pieces) < 2 {
 				continue
 			}
-			c := newChooser(pieces, is4, iter%2 == 0, nil, DefaultModel)
+			m := DefaultModel
+			m.BitmapLookup = 0 // TestBitmapRoot checks that level
+			c := newChooser(pieces, is4, iter%2 == 0, nil, m)
 			price := DefaultElementPrice / 1e6
 			c.solve(price)
 			for l := range c.buckets {
@@ -211,6 +221,108 @@ func TestChooserModel(t *testing.T) {
 							iter, l, b.start, b.end, bc, be, b.child, cost, elems)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestBitmapRootElementLimit: a Bitmap root's entries are bitmap bits,
+// not charged against MaxEntries, as the chooser counts them: a set that
+// fits the limit builds with the bitmaps too.
+func TestBitmapRootElementLimit(t *testing.T) {
+	var b netipx.IPSetBuilder
+	for i := range 20 {
+		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(20 + 2*i), 0, 0, 0}), 8))
+		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(100 + i), 7, 7, 0}), 24))
+	}
+	s, _ := b.IPSet()
+	l, err := Build(s, true, Options{MaxEntries: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLayout(t, s, l, probes(rand.New(rand.NewPCG(1, 1)), s, true, 200))
+}
+
+// TestBitmapRoot checks the chooser's Bitmap root level against the
+// direct model: the root's children are /16 buckets whose lookup costs
+// BitmapLookup and which are no elements; the mixed ones all use the one
+// child length that costs least in total; and the layout built from it
+// decides every address as the set does.
+func TestBitmapRoot(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	ran := 0
+	defer func() {
+		if ran < 20 {
+			t.Errorf("only %d of 30 sets had a bitmap root", ran)
+		}
+	}()
+	for iter := range 30 {
+		s := randomSet(r, true, 50+r.IntN(2000))
+		pieces := partition(s, true)
+		c := newChooser(pieces, true, iter%2 == 0, nil, DefaultModel)
+		if !c.bitmap {
+			continue
+		}
+		ran++
+		price := DefaultElementPrice / 1e6
+		root, cost, elems := c.solve(price)
+		if root.child != BitmapBits {
+			t.Fatalf("iter %d: root child /%d, want /%d", iter, root.child, BitmapBits)
+		}
+		bs := c.buckets[BitmapBits]
+		best := math.Inf(1)
+		for _, o := range c.cands {
+			if o <= BitmapBits {
+				continue
+			}
+			var total float64
+			for _, b := range bs {
+				oc, _ := modelEvaluate(c, b, BitmapBits, o, price)
+				total += oc
+			}
+			best = min(best, total)
+		}
+		var got, gotElems float64
+		for k, b := range bs {
+			if b.child != bs[0].child {
+				t.Fatalf("iter %d: mixed /16 buckets use /%d and /%d", iter, bs[0].child, b.child)
+			}
+			bc, be := bucketCost(c, BitmapBits, k)
+			got += bc
+			gotElems += be
+		}
+		if math.Abs(got-best) > 1e-9*max(1, best) {
+			t.Fatalf("iter %d: the /16 buckets cost %g at /%d, the best length %g", iter, got, bs[0].child, best)
+		}
+		if want := got + c.wsum[len(pieces)]*DefaultModel.BitmapLookup; math.Abs(cost-want) > 1e-9*max(1, want) || elems != gotElems {
+			t.Fatalf("iter %d: root cost %g elems %g, want %g and %g (bitmap bits are no elements)", iter, cost, elems, want, gotElems)
+		}
+		l, err := Build(s, true, Options{PassIsIn: iter%2 == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Levels[l.Root].Bitmap || l.Levels[l.Root].Bits != BitmapBits {
+			t.Fatalf("iter %d: root level /%d, bitmap %v", iter, l.Levels[l.Root].Bits, l.Levels[l.Root].Bitmap)
+		}
+		next := -1
+		for _, e := range l.Levels[l.Root].Entries {
+			if e.Kind == DescendIn || e.Kind == DescendOut {
+				if next >= 0 && e.Next != next {
+					t.Fatalf("iter %d: root entries descend to levels %d and %d", iter, next, e.Next)
+				}
+				next = e.Next
+			}
+		}
+		for i, lv := range l.Levels {
+			if lv.Bitmap && i != l.Root {
+				t.Fatalf("iter %d: level %d (/%d) is a bitmap but not the root", iter, i, lv.Bits)
+			}
+		}
+		ps := probes(r, s, true, 300)
+		checkLayout(t, s, l, ps)
+		for _, a := range ps {
+			if _, n := l.lookup(a, nil); l.Lookups(a) != n-1 {
+				t.Fatalf("iter %d: %v: %d lookups counted of %d levels visited (the bitmap is no map lookup)", iter, a, l.Lookups(a), n)
 			}
 		}
 	}

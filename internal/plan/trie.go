@@ -63,8 +63,13 @@ type chooser struct {
 	maxLen     int
 	cands      []int // candidate lengths, increasing, ending at maxLen
 	// forced: when set, a bucket at cands[k] may only use cands[k+1].
-	forced  bool
-	buckets [129][]dpBucket
+	forced bool
+	// bitmap: the root's children are /16 buckets (Level.Bitmap), whose
+	// lookup costs bitmapCost and which are bitmap bits, not elements;
+	// the mixed ones share one child length (shared).
+	bitmap     bool
+	bitmapCost float64
+	buckets    [129][]dpBucket
 	// sums[l][k] sums over buckets[l][:k], for evaluate to take a range
 	// of children at once.
 	sums [129][]childSum
@@ -165,6 +170,8 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int, m TrafficModel
 		}
 	}
 	c.cands = append(c.cands, c.maxLen)
+	c.bitmap = is4 && m.BitmapLookup > 0 && c.maxLen > BitmapBits
+	c.bitmapCost = m.BitmapLookup
 	return c
 }
 
@@ -178,6 +185,9 @@ func (c *chooser) options(l int) []int {
 		return c.cands[i:min(i+1, len(c.cands))]
 	}
 	if l == 0 {
+		if c.bitmap {
+			return []int{BitmapBits}
+		}
 		return c.cands
 	}
 	limit := 12 // bits one lookup may resolve below a bucket
@@ -225,15 +235,26 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 		}
 		bs := c.mixedBuckets(l)
 		opts := c.options(l)
+		if c.bitmap && l == BitmapBits {
+			// Every longer length: one map holds them all.
+			i, _ := slices.BinarySearch(c.cands, l+1)
+			c.buckets[l], c.sums[l] = c.shared(bs, c.cands[i:], price)
+			continue
+		}
 		cursor := make([]int, len(opts))
 		sums := make([]childSum, len(bs)+1)
 		for bi := range bs {
 			b := &bs[bi]
 			cost, elems = math.Inf(1), 0
 			for oi, o := range opts {
-				oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi])
+				bitmap := l == 0 && c.bitmap
+				oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi], bitmap)
 				// The traffic reaching b pays its lookup, keyed at o.
-				oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
+				lc := c.lookupCost[o]
+				if bitmap {
+					lc = c.bitmapCost
+				}
+				oc += (c.wsum[b.end] - c.wsum[b.start]) * lc
 				if oc < cost {
 					cost, elems, b.child, b.def = oc, oe, uint8(o), def
 				}
@@ -255,12 +276,47 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 	return c.buckets[0][0], cost, elems
 }
 
+// shared resolves the mixed /16 buckets under a Bitmap root: they are
+// classified by bitmaps too, one per child length and default, each a
+// rule that every packet reaching the later ones pays for, so they share
+// one child length (and one map at that length), the one of least total
+// cost.
+func (c *chooser) shared(bs []dpBucket, opts []int, price float64) ([]dpBucket, []childSum) {
+	var best []childSum
+	bestCost := math.Inf(1)
+	out := slices.Clone(bs)
+	for _, o := range opts {
+		cand := slices.Clone(bs)
+		sums := make([]childSum, len(bs)+1)
+		cursor := 0
+		for bi := range cand {
+			b := &cand[bi]
+			oc, oe, def, _ := c.evaluate(b, BitmapBits, o, price, &cursor, false)
+			oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
+			b.child, b.def = uint8(o), def
+			sums[bi+1] = childSum{
+				cost:  sums[bi].cost + oc,
+				elems: sums[bi].elems + oe,
+				in:    sums[bi].in.Add(c.inU[b.end].Sub(c.inU[b.start])),
+			}
+		}
+		if total := sums[len(bs)].cost; total < bestCost {
+			bestCost, best, out = total, sums, cand
+		}
+	}
+	if best == nil {
+		best = make([]childSum, len(bs)+1)
+	}
+	return out, best
+}
+
 // evaluate prices bucket b (at length l) resolved at child length o:
 // its mixed children are the buckets of length o within it (every piece
 // longer than o lies in one), and its pieces up to /o are uniform
 // children, full or empty. cursor walks c.buckets[o] forward across the
-// (ordered) calls for one length. leaf says no child is mixed.
-func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int) (cost, elems float64, def, leaf bool) {
+// (ordered) calls for one length. leaf says no child is mixed. With
+// bitmap the uniform children are bits of a bitmap, not elements.
+func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int, bitmap bool) (cost, elems float64, def, leaf bool) {
 	children := c.buckets[o]
 	k1 := *cursor
 	for k1 < len(children) && children[k1].start < b.start {
@@ -277,6 +333,9 @@ func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int) (c
 	full := c.inU[b.end].Sub(c.inU[b.start]).Sub(s2.in.Sub(s1.in)).Shr(c.w - o).Float64()
 	empty := pow2[o-l] - nMixed - full
 	own := min(full, empty) + nMixed
+	if bitmap {
+		own = 0 // the root's children, mixed or not, are bitmap bits
+	}
 	return s2.cost - s1.cost + price*own, s2.elems - s1.elems + own, full > empty, k1 == k2
 }
 
@@ -306,6 +365,9 @@ type treeBuilder struct {
 func (t *treeBuilder) build(b dpBucket, depth int) {
 	c := t.c
 	o := int(b.child)
+	// The entries of a Bitmap root are bits of its bitmaps, as the
+	// chooser counted them: not charged against the element limit.
+	free := depth == 1 && c.bitmap
 	lv := t.levels[[2]int{depth, o}]
 	if lv == nil {
 		lv = &Level{Bits: o, Depth: depth}
@@ -325,7 +387,9 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 					kind = In
 				}
 				n := uint64(1) << (o - l)
-				t.left -= int(n)
+				if !free {
+					t.left -= int(n)
+				}
 				for k := uint64(0); k < n; k++ {
 					a := c.addr[i].Add(prefix.U128{Lo: k}.Shl(c.w - o))
 					lv.Entries = append(lv.Entries, Entry{Key: netip.PrefixFrom(a.Addr(c.w), o), Kind: kind})
@@ -336,7 +400,9 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 		}
 		ch := c.bucketAt(o, i)
 		key := netip.PrefixFrom(p.addr.Addr(c.w), o).Masked()
-		t.left--
+		if !free {
+			t.left--
+		}
 		t.pass += c.wpass[ch.end] - c.wpass[ch.start]
 		t.random += c.wrand[ch.end] - c.wrand[ch.start]
 		if depth+1 >= MaxDepth {
@@ -365,8 +431,20 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 // nothing fits in maxEntries.
 func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxEntries int, price float64, m TrafficModel) bool {
 	c := newChooser(pieces, is4, passIsIn, forced, m)
+	bitmap := c.bitmap
 	for ; price < 1e3; price *= 4 {
+		// A Bitmap root only where the model says it pays.
+		c.bitmap = false
 		root, cost, elems := c.solve(price / 1e6)
+		if bitmap {
+			c.bitmap = true
+			if r2, c2, e2 := c.solve(price / 1e6); c2 < cost {
+				root, cost, elems = r2, c2, e2
+			} else {
+				c.bitmap = false
+				root, cost, elems = c.solve(price / 1e6)
+			}
+		}
 		if math.IsInf(cost, 1) {
 			return false
 		}
@@ -406,8 +484,13 @@ func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxE
 		}
 		l.Rest = t.rest
 		l.Root = index[[2]int{1, int(root.child)}]
+		l.Levels[l.Root].Bitmap = c.bitmap
 		l.RootIn = root.def
-		l.Cost = CostEstimate{LookupsPass: 1 + t.pass, LookupsRandom: 1 + t.random}
+		root0 := 1.0 // the root's lookup; a bitmap is none
+		if c.bitmap {
+			root0 = 0
+		}
+		l.Cost = CostEstimate{LookupsPass: root0 + t.pass, LookupsRandom: root0 + t.random}
 		return true
 	}
 	return false

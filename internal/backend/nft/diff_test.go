@@ -176,7 +176,7 @@ func shapesGrow(p *Program) {
 
 // preRefs are the sets chain pre of shapesProgram looks up.
 var preRefs = []string{"ref allow4", "ref allow6", "ref ban4", "ref bannet4_empty", "ref bannet6", "ref empty6",
-	"ref host4", "ref v4_16", "ref v6_32", "ref w6_24"}
+	"ref half4", "ref host4", "ref v4_16", "ref v6_32", "ref w6_24"}
 
 func TestDiff(t *testing.T) {
 	for _, tc := range []struct {
@@ -208,10 +208,10 @@ func TestDiff(t *testing.T) {
 			setOf(p, "allow4").Elems = append(setOf(p, "allow4").Elems, Elem{Key: pfx("0.0.0.0/8")})
 		}, []string{"set allow4 +0.0.0.0/8 len=5 zero"}},
 		{"set grows past its size", shapesGrow, append([]string{
-			"chain pre (16 rules)", "del set host4", "new set host4 (22)",
+			"chain pre (17 rules)", "del set host4", "new set host4 (22)",
 		}, slices.DeleteFunc(slices.Clone(preRefs), func(s string) bool { return s == "ref host4" })...)},
-		{"rule in the base chain", func(p *Program) { chainOf(p, "pre").Rules[15].Counter = false },
-			append([]string{"chain pre (16 rules)"}, preRefs...)},
+		{"rule in the base chain", func(p *Program) { chainOf(p, "pre").Rules[16].Counter = false },
+			append([]string{"chain pre (17 rules)"}, preRefs...)},
 		{"new base chain", func(p *Program) {
 			p.Chains = append(p.Chains, &Chain{Name: "pre2", Hook: &Hook{Priority: 10}, Rules: []Rule{
 				{Lookup: &Lookup{Family: IPv4, Set: "allow4"}, Verdict: Verdict{Kind: Jump, Chain: "services"}},
@@ -221,7 +221,7 @@ func TestDiff(t *testing.T) {
 			dropSet(p, "empty6")
 			pre := chainOf(p, "pre")
 			pre.Rules = slices.DeleteFunc(pre.Rules, func(r Rule) bool { return r.Lookup != nil && r.Lookup.Set == "empty6" })
-		}, append([]string{"chain pre (15 rules)", "del set empty6"},
+		}, append([]string{"chain pre (16 rules)", "del set empty6"},
 			slices.DeleteFunc(slices.Clone(preRefs), func(s string) bool { return s == "ref empty6" })...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -318,7 +318,7 @@ func TestDiffKeeping(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append([]string{
-		"chain pre (15 rules)", "new set bans_new (1)",
+		"chain pre (16 rules)", "new set bans_new (1)",
 		"set host4 +198.51.100.8/32 -198.51.100.7/32",
 	}, slices.DeleteFunc(slices.Clone(preRefs), func(s string) bool { return s == "ref host4" || s == "ref bannet4_empty" })...)
 	slices.Sort(want)

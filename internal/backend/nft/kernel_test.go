@@ -320,6 +320,8 @@ func TestListing(t *testing.T) {
 			switch {
 			case s.Key == KeyWords:
 				w = string(appendWords(nil, k))
+			case s.Key == KeyHalf:
+				w = string(appendHalf(nil, k))
 			case s.Interval && k.Bits() != k.Addr().BitLen():
 				w = k.String()
 			}
@@ -567,6 +569,7 @@ func TestStatus(t *testing.T) {
 		`ban4 ipv4 map=false [timeout] size=0 "bans"`,
 		`bannet6 ipv6 map=false [interval timeout] size=0 ""`,
 		`bannet4_empty ipv4 map=false [interval timeout] size=0 ""`,
+		`half4 ipv4 map=false [] size=16 "bitmap"`,
 	}
 	if !slices.Equal(sets, want) {
 		t.Errorf("sets:\n%s\nwant:\n%s", strings.Join(sets, "\n"), strings.Join(want, "\n"))
@@ -689,6 +692,7 @@ func TestApplyUpdateMatchesApply(t *testing.T) {
 			Del: []Elem{{Key: pfx("2001:db8:aa::/48")}, {Key: pfx("2001:db8:b0::/44")}}},
 		{Set: setOf(cur, "allow4")}, {Set: setOf(cur, "allow6")}, {Set: setOf(cur, "host4")},
 		{Set: setOf(cur, "v4_16")}, {Set: setOf(cur, "v6_32")}, {Set: setOf(cur, "w6_24")}, {Set: setOf(cur, "empty6")},
+		{Set: setOf(cur, "half4")},
 	}}
 	want := shapesProgram()
 	ban4 := setOf(want, "ban4")

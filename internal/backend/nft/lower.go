@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/ipfence/ipfence/internal/plan"
 )
@@ -77,7 +78,10 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 	}
 	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, true, false))
 	heads := Heads(p)
-	base := []*Chain{BaseChain(heads, p.Priority, bans)}
+	var base []*Chain
+	if c := BaseChain(heads, p.Priority, bans); len(c.Rules) > 0 {
+		base = append(base, c)
+	}
 	if c := ConnChain(heads); c != nil {
 		base = append(base, c)
 	} else if xdpConnAware(p) {
@@ -162,10 +166,9 @@ func WithBans(prog *Program, heads []RuleHead, priority int32, b Bans) *Program 
 			}
 		}
 	}
-	for i, c := range out.Chains {
-		if c.Name == BaseChainName {
-			out.Chains[i] = BaseChain(heads, priority, b)
-		}
+	out.Chains = slices.DeleteFunc(out.Chains, func(c *Chain) bool { return c.Name == BaseChainName })
+	if c := BaseChain(heads, priority, b); len(c.Rules) > 0 {
+		out.Chains = append([]*Chain{c}, out.Chains...)
 	}
 	return out
 }
@@ -199,7 +202,8 @@ func Heads(p *plan.Plan) []RuleHead {
 }
 
 // BaseChain is the prerouting base chain before conntrack, for rules
-// heads at priority: the lookups of each ban set that holds anything (an
+// heads at priority (a Program has none when it would have no rules: an
+// empty base chain costs every packet the hook's traversal, ~80 ns): the lookups of each ban set that holds anything (an
 // empty one costs every packet a lookup for nothing), and a jump per rule
 // and family (and per protocol when the rule has ports) into the root
 // chains of every inbound rule up to the last stateless one. Bans are
@@ -512,16 +516,67 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			}
 			m.Elems[k] = Elem{Key: e.Key, Verdict: v}
 		}
-		prog.Sets = append(prog.Sets, m)
+		var rules []Rule
+		if lv.Bitmap {
+			rules = bitmapRules(prog, m, name, inV, outV)
+		} else {
+			prog.Sets = append(prog.Sets, m)
+			rules = []Rule{{Lookup: &Lookup{Family: fam, MaskBits: lv.Bits, Key: key, Set: m.Name, IsMap: true}}}
+		}
 		for _, in := range []bool{false, true} {
 			if !need[j][boolIdx(in)] {
 				continue
 			}
-			rules := []Rule{{Lookup: &Lookup{Family: fam, MaskBits: lv.Bits, Key: key, Set: m.Name, IsMap: true}}}
-			rules = append(rules, tail(in)...)
-			prog.Chains = append(prog.Chains, &Chain{Name: chainName(j, in), Rules: rules})
+			prog.Chains = append(prog.Chains, &Chain{Name: chainName(j, in), Rules: append(slices.Clip(rules), tail(in)...)})
 		}
 	}
+}
+
+// bitmapRules lowers the entries of a Bitmap level (plan.Level): it moves
+// them all out of map m into one KeyHalf set per verdict (the kernel
+// keeps them as bitmaps) and returns the rules that look them up, those
+// that decide first.
+func bitmapRules(prog *Program, m *Set, name string, inV, outV Verdict) []Rule {
+	sets := map[Verdict]*Set{}
+	var order []Verdict
+	for _, e := range m.Elems {
+		b := sets[e.Verdict]
+		if b == nil {
+			var side string
+			switch {
+			case e.Verdict == inV:
+				side = "in"
+			case e.Verdict == outV:
+				side = "out"
+			default: // a mixed bucket: where it is looked up next
+				side = strings.TrimPrefix(e.Verdict.Chain, name+"_")
+			}
+			b = &Set{Name: m.Name + "_" + side, Family: m.Family, KeyBits: m.KeyBits, Key: KeyHalf,
+				Comment: m.Comment + " " + side + " (bitmap)"}
+			sets[e.Verdict] = b
+			order = append(order, e.Verdict)
+		}
+		b.Elems = append(b.Elems, Elem{Key: e.Key})
+	}
+	// Decided buckets first, then the mixed ones by name.
+	slices.SortStableFunc(order, func(a, b Verdict) int {
+		da, db := a == inV || a == outV, b == inV || b == outV
+		switch {
+		case da && !db:
+			return -1
+		case db && !da:
+			return 1
+		}
+		return strings.Compare(sets[a].Name, sets[b].Name)
+	})
+	var rules []Rule
+	for _, v := range order {
+		b := sets[v]
+		prog.Sets = append(prog.Sets, b)
+		rules = append(rules, Rule{Lookup: &Lookup{Family: m.Family, MaskBits: m.KeyBits, Key: KeyHalf, Set: b.Name}, Verdict: v})
+	}
+	m.Elems = nil
+	return rules
 }
 
 // intervalChain is a chain deciding by an interval set of prefixes:

@@ -132,6 +132,12 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 		}
 		ns.UserData = typeofUserdata(s)
 	}
+	if s.Key == KeyHalf {
+		kt := nftables.TypeInteger
+		kt.Bytes = halfBits / 8
+		ns.KeyType = kt
+		ns.UserData = typeofUserdata(s)
+	}
 	if s.IsMap {
 		ns.DataType = nftables.TypeVerdict
 	}
@@ -147,8 +153,11 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 	for i, e := range s.Elems {
 		elems[i].Timeout = e.Timeout
 		elems[i].Key = e.Key.Masked().Addr().AsSlice()
-		if s.Key == KeyWords {
+		switch s.Key {
+		case KeyWords:
 			elems[i].Key = keyWords(e.Key)
+		case KeyHalf:
+			elems[i].Key = elems[i].Key[:halfBits/8]
 		}
 		if s.IsMap {
 			elems[i].VerdictData = verdictExpr(e.Verdict)
@@ -190,15 +199,20 @@ const (
 )
 
 // typeofUserdata is the userdata nft writes for "typeof" a KeyWords set's
-// words (and ": verdict" for a map), without which nft cannot list it.
+// words or a KeyHalf set's half word (and ": verdict" for a map), without
+// which nft cannot list it.
 func typeofUserdata(s *Set) []byte {
+	wordBits := uint32(32)
+	if s.Key == KeyHalf {
+		wordBits = halfBits
+	}
 	word := func(i int) []byte {
 		var d []byte
 		d = userdata.AppendUint32(d, udataPayloadDesc, 0)
 		d = userdata.AppendUint32(d, udataPayloadType, 0)
 		d = userdata.AppendUint32(d, udataPayloadBase, nftPayloadNetworkHeader)
 		d = userdata.AppendUint32(d, udataPayloadOffset, uint32(8*wordsOffset(s.Family, s.Dst)+32*i))
-		d = userdata.AppendUint32(d, udataPayloadLen, 32)
+		d = userdata.AppendUint32(d, udataPayloadLen, wordBits)
 		var e []byte
 		e = userdata.AppendUint32(e, udataTypeofExpr, udataExprPayload)
 		return userdata.Append(e, udataTypeofData, d)
@@ -379,7 +393,7 @@ func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
 			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(idx)})
 	}
-	if r.Family != FamilyAny && (r.Lookup == nil || r.Lookup.Key == KeyWords) {
+	if r.Family != FamilyAny && (r.Lookup == nil || r.Lookup.Key != KeyAddress) {
 		es = append(es, nfproto(r.Family)...)
 	}
 	if r.Proto != 0 {
@@ -447,9 +461,15 @@ func (b *batch) ruleExprs(r *Rule) ([]expr.Any, error) {
 			// name anyway so that a test can check the kernel's answer.
 			s = &nftables.Set{Name: l.Set}
 		}
-		if l.Key == KeyWords {
+		switch l.Key {
+		case KeyWords:
 			es = append(es, wordsExprs(l)...)
-		} else {
+		case KeyHalf:
+			es = append(es, &expr.Payload{
+				DestRegister: 1, Base: expr.PayloadBaseNetworkHeader,
+				Offset: uint32(wordsOffset(l.Family, l.Dst)), Len: halfBits / 8,
+			})
+		default:
 			es = append(es, nfproto(l.Family)...)
 			offset, size := uint32(wordsOffset(l.Family, l.Dst)), uint32(4) // ip saddr/daddr
 			if l.Family == IPv6 {

@@ -88,7 +88,17 @@ const (
 	// family check: a lookup rule with KeyWords checks meta nfproto only
 	// when its Family is set.
 	KeyWords
+	// KeyHalf (IPv4 sets, not maps, KeyBits 16) reads the address's
+	// leading 16 bits as raw network-header payload: "@nh,96,16 @s" on
+	// a set of "typeof @nh,96,16". The kernel stores a set of 2-byte
+	// keys as a bitmap (nft_set_bitmap: 16 KiB for all 65,536 keys),
+	// whose lookup is one bit test that stays in cache however busy
+	// the host is. Like KeyWords it implies no family check.
+	KeyHalf
 )
+
+// halfBits is the key length of a KeyHalf set.
+const halfBits = 16
 
 // words is the number of 32-bit words of a KeyWords key of bits bits.
 func words(bits int) int { return (bits + 31) / 32 }

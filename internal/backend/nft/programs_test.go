@@ -77,6 +77,10 @@ func shapesProgram() *Program {
 				{Key: pfx("2001:db8:b0::/44")},
 			}},
 			{Name: "bannet4_empty", Family: IPv4, Interval: true, Timeout: true},
+			{Name: "half4", Family: IPv4, KeyBits: 16, Key: KeyHalf, Comment: "bitmap", Elems: []Elem{
+				{Key: pfx("10.3.0.0/16")},
+				{Key: pfx("172.31.0.0/16")},
+			}},
 		},
 		Chains: []*Chain{
 			{Name: "v4_10_2", Rules: []Rule{
@@ -106,6 +110,7 @@ func shapesProgram() *Program {
 				{Lookup: &Lookup{Family: IPv6, MaskBits: 128, Set: "allow6"}, Verdict: Verdict{Kind: Accept}},
 				{Lookup: &Lookup{Family: IPv4, MaskBits: 32, Set: "host4"}, Counter: true, Verdict: Verdict{Kind: Drop}},
 				{Lookup: &Lookup{Family: IPv4, MaskBits: 16, Set: "v4_16", IsMap: true}, Comment: "v4 blocklist"},
+				{Family: IPv4, Lookup: &Lookup{Family: IPv4, MaskBits: 16, Key: KeyHalf, Set: "half4"}, Counter: true, Verdict: Verdict{Kind: Drop}},
 				{Lookup: &Lookup{Family: IPv6, MaskBits: 32, Set: "v6_32", IsMap: true}},
 				{Family: IPv6, Lookup: &Lookup{Family: IPv6, MaskBits: 24, Key: KeyWords, Set: "w6_24", IsMap: true}},
 				{Lookup: &Lookup{Family: IPv4, Set: "ban4"}, Verdict: Verdict{Kind: Goto, Chain: "blocked"}},

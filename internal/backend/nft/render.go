@@ -122,6 +122,8 @@ func keyType(s *Set) string {
 	switch {
 	case s.Key == KeyWords:
 		return "typeof " + wordsExpr(s.Family, s.Dst, words(s.KeyBits))
+	case s.Key == KeyHalf:
+		return "typeof " + halfExpr(s.Dst)
 	case s.Family == IPv6:
 		return "type ipv6_addr"
 	}
@@ -136,6 +138,19 @@ func wordsExpr(f Family, dst bool, n int) string {
 		parts[i] = "@nh," + strconv.Itoa(8*wordsOffset(f, dst)+32*i) + ",32"
 	}
 	return strings.Join(parts, " . ")
+}
+
+// halfExpr is the raw payload expression of a KeyHalf key: the leading
+// 16 bits of the IPv4 source (or destination) address.
+func halfExpr(dst bool) string {
+	return "@nh," + strconv.Itoa(8*wordsOffset(IPv4, dst)) + "," + strconv.Itoa(halfBits)
+}
+
+// appendHalf writes a KeyHalf key as nft lists it: the address's leading
+// 16 bits in hex.
+func appendHalf(buf []byte, k netip.Prefix) []byte {
+	a := k.Masked().Addr().As4()
+	return strconv.AppendUint(append(buf, "0x"...), uint64(a[0])<<8|uint64(a[1]), 16)
 }
 
 // appendWords writes a KeyWords key: its words in hex, joined by " . ".
@@ -184,6 +199,8 @@ func renderSet(b *strings.Builder, s *Set) {
 			switch {
 			case s.Key == KeyWords:
 				buf = appendWords(buf, k)
+			case s.Key == KeyHalf:
+				buf = appendHalf(buf, k)
 			case s.Interval && k.Bits() != k.Addr().BitLen():
 				buf = k.AppendTo(buf)
 			default:
@@ -262,7 +279,7 @@ func appendRule(buf []byte, r *Rule) []byte {
 	if r.Iif != "" {
 		word(`iif "` + r.Iif + `"`)
 	}
-	if r.Family != FamilyAny && (r.Lookup == nil || r.Lookup.Key == KeyWords) {
+	if r.Family != FamilyAny && (r.Lookup == nil || r.Lookup.Key != KeyAddress) {
 		word("meta nfproto " + r.Family.String())
 	}
 	if r.Proto != 0 {
@@ -289,6 +306,8 @@ func appendRule(buf []byte, r *Rule) []byte {
 			if m, ok := lastWordMask(bits); ok {
 				word("& 0x" + strconv.FormatUint(uint64(m), 16))
 			}
+		case l.Key == KeyHalf:
+			word(halfExpr(l.Dst))
 		case l.Family == IPv6 && l.Dst:
 			word("ip6 daddr")
 		case l.Family == IPv6:

@@ -117,6 +117,8 @@ func TestValidate(t *testing.T) {
 		{"set used as map", func(p *Program) { p.Chains[4].Rules[6].Lookup.IsMap = true }, "vmap/set mismatch"},
 		{"family mismatch", func(p *Program) { p.Chains[4].Rules[4].Lookup.Family = IPv6 }, "ipv6 lookup in ipv4 set"},
 		{"verdict after vmap", func(p *Program) { p.Chains[4].Rules[7].Verdict = Verdict{Kind: Drop} }, "vmap lookup ends the rule"},
+		{"half key on a map", func(p *Program) { p.Sets[len(p.Sets)-1].IsMap = true }, "keyed on the address's leading half"},
+		{"half key of /24", func(p *Program) { p.Sets[len(p.Sets)-1].KeyBits = 24 }, "keyed on the address's leading half"},
 		{"tcp reset without tcp", func(p *Program) { p.Chains[2].Rules[0].Proto = 0 }, "needs Proto tcp"},
 		{"reject with verdict", func(p *Program) { p.Chains[2].Rules[1].Verdict = Verdict{Kind: Drop} }, "no Verdict"},
 		{"ports without proto", func(p *Program) { p.Chains[4].Rules[2].Proto = 0 }, "ports without a protocol"},

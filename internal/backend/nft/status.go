@@ -161,6 +161,9 @@ func keyFamily(t nftables.SetDatatype) Family {
 	case nftables.TypeIP6Addr.GetNFTMagic():
 		return IPv6
 	}
+	if t.GetNFTMagic() == nftables.TypeInteger.GetNFTMagic() && t.Bytes == halfBits/8 {
+		return IPv4 // KeyHalf
+	}
 	for n := 1; n <= 4; n++ {
 		if w, err := wordsType(n); err == nil && w.GetNFTMagic() == t.GetNFTMagic() && w.Bytes == t.Bytes {
 			return IPv6

@@ -63,6 +63,10 @@ type SetState struct {
 //  6. the rules of NewChains and Chains are added;
 //  7. DelChains are deleted (nothing jumps to them any more).
 //
+// Ensure chains go through the same steps whether or not they exist:
+// created (no change if they do), flushed, given their rules at step 6,
+// or deleted at step 7 when they have none.
+//
 // A name in both DelSets and NewSets replaces that set: it is deleted and
 // created again under its name, and every chain whose rules look it up
 // must be in Chains (or DelChains). Other objects an Update names must
@@ -86,6 +90,10 @@ type Update struct {
 	// elements and rules. Nothing that stays may use them.
 	DelSets   []string
 	DelChains []string
+	// Ensure are chains that may or may not exist, such as the base
+	// chain the ban sinks rewrite: each ends up with its rules, or
+	// deleted when it has none.
+	Ensure []*Chain
 }
 
 // Empty reports whether u changes nothing: Sets only lists sets the
@@ -97,7 +105,7 @@ func (u *Update) Empty() bool {
 		}
 	}
 	return len(u.Chains) == 0 && len(u.NewSets) == 0 && len(u.NewChains) == 0 &&
-		len(u.DelSets) == 0 && len(u.DelChains) == 0
+		len(u.DelSets) == 0 && len(u.DelChains) == 0 && len(u.Ensure) == 0
 }
 
 // UpdateResult says what ApplyUpdate sent and how long it took.
@@ -160,7 +168,7 @@ func (up *Updater) Apply(ctx context.Context, u *Update) (UpdateResult, error) {
 	if err := u.validate(); err != nil {
 		return res, err
 	}
-	idx, err := ifindexes(iifNames(&Program{Chains: slices.Concat(u.NewChains, u.Chains)}), up.nsfd, up.netns)
+	idx, err := ifindexes(iifNames(&Program{Chains: slices.Concat(u.NewChains, u.Chains, u.Ensure)}), up.nsfd, up.netns)
 	if err != nil {
 		return res, fmt.Errorf("updating table %s: %w", u.Table, err)
 	}
@@ -197,6 +205,10 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 	for _, name := range u.DelChains {
 		b.c.FlushChain(&nftables.Chain{Name: name, Table: b.table})
 	}
+	for _, ch := range u.Ensure {
+		chains[ch.Name] = b.c.AddChain(chainMessage(b.table, ch))
+		b.c.FlushChain(chains[ch.Name])
+	}
 	for _, name := range u.DelSets {
 		b.c.DelSet(&nftables.Set{Name: name, Table: b.table})
 		res.DelSets++
@@ -215,7 +227,7 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 		res.Added += len(sc.Add)
 		res.Deleted += len(sc.Del)
 	}
-	for _, chs := range [][]*Chain{u.NewChains, u.Chains} {
+	for _, chs := range [][]*Chain{u.NewChains, u.Chains, u.Ensure} {
 		for _, ch := range chs {
 			if err := b.addRules(chains[ch.Name], ch); err != nil {
 				return err
@@ -226,6 +238,12 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 	for _, name := range u.DelChains {
 		b.c.DelChain(&nftables.Chain{Name: name, Table: b.table})
 		res.DelChains++
+	}
+	for _, ch := range u.Ensure {
+		if len(ch.Rules) == 0 {
+			b.c.DelChain(chains[ch.Name])
+			res.DelChains++
+		}
 	}
 	return nil
 }
@@ -305,7 +323,7 @@ func (u *Update) validate() error {
 		delChains[name] = true
 	}
 	chains := make(map[string]*Chain, len(u.NewChains)+len(u.Chains))
-	for _, cs := range [][]*Chain{u.NewChains, u.Chains} {
+	for _, cs := range [][]*Chain{u.NewChains, u.Chains, u.Ensure} {
 		for _, c := range cs {
 			if err := checkName("chain", c.Name); err != nil {
 				return err
@@ -385,7 +403,7 @@ func (u *Update) validate() error {
 		}
 		sets[s.Name] = sc.Set
 	}
-	for _, c := range slices.Concat(u.NewChains, u.Chains) {
+	for _, c := range slices.Concat(u.NewChains, u.Chains, u.Ensure) {
 		for i := range c.Rules {
 			r := &c.Rules[i]
 			if l := r.Lookup; l != nil && sets[l.Set] == nil {
@@ -414,8 +432,11 @@ func elemMessages(s *Set, es []Elem, add bool) []nftables.SetElement {
 			at := len(keys)
 			keys = appendAddr(keys, e.Key.Masked().Addr())
 			out[i].Key = keys[at:len(keys):len(keys)]
-			if s.Key == KeyWords {
+			switch s.Key {
+			case KeyWords:
 				out[i].Key = out[i].Key[:4*words(e.Key.Bits())]
+			case KeyHalf:
+				out[i].Key = out[i].Key[:halfBits/8]
 			}
 			if add {
 				out[i].Timeout = e.Timeout

@@ -137,12 +137,14 @@ func checkSet(s *Set) error {
 		return invalidf("set %s: an interval set has KeyBits 0, not %d", s.Name, s.KeyBits)
 	case !s.Interval && (s.KeyBits < 1 || s.KeyBits > bits):
 		return invalidf("set %s: KeyBits %d out of range 1..%d", s.Name, s.KeyBits, bits)
-	case s.Key > KeyWords:
+	case s.Key > KeyHalf:
 		return invalidf("set %s: unknown key form %d", s.Name, s.Key)
 	case s.Timeout && s.IsMap:
 		return invalidf("set %s: maps with timeouts are not supported", s.Name)
 	case s.Key == KeyWords && (s.Interval || s.Family != IPv6):
 		return invalidf("set %s: only IPv6 hash sets are keyed on words", s.Name)
+	case s.Key == KeyHalf && (s.Interval || s.IsMap || s.Timeout || s.Family != IPv4 || s.KeyBits != halfBits):
+		return invalidf("set %s: only IPv4 sets (not maps, no timeouts) of /%d keys are keyed on the address's leading half", s.Name, halfBits)
 	}
 	for i, e := range s.Elems {
 		if !e.Key.IsValid() || e.Key.Addr().Is4() != (s.Family == IPv4) || e.Key.Addr().Is4In6() {
