@@ -73,3 +73,41 @@ func TestBaseChainsKeepPolicyOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestLastJumpsAreGotos: only jumps that end a base chain become gotos;
+// an accept rule's jumps before the bans stay jumps, or a packet its
+// chains let through would skip the bans.
+func TestLastJumpsAreGotos(t *testing.T) {
+	accept := RuleHead{Name: "partners", Action: plan.Accept, V4: true, V6: true}
+	drop := RuleHead{Name: "feed", Action: plan.Drop, V4: true, V6: true}
+	stateless := RuleHead{Name: "edge", Action: plan.Drop, V4: true, V6: true, Stateless: true}
+	bans := Bans{Addrs4: []Elem{{Key: pfx("192.0.2.1/32")}}}
+	kinds := func(c *Chain) string {
+		var out []string
+		for _, r := range c.Rules {
+			switch {
+			case r.Lookup != nil:
+				out = append(out, "ban")
+			case r.Known:
+				out = append(out, "known")
+			default:
+				out = append(out, r.Comment+":"+verdictWord(r.Verdict.Kind))
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct {
+		name  string
+		chain *Chain
+		want  string
+	}{
+		{"raw: accept, bans", BaseChain([]RuleHead{accept, drop}, -300, bans), "partners:jump partners:jump ban"},
+		{"raw: accept, bans, stateless", BaseChain([]RuleHead{accept, stateless, drop}, -300, bans), "partners:jump partners:jump ban edge:goto edge:goto"},
+		{"raw: stateless, no bans", BaseChain([]RuleHead{stateless, drop}, -300, Bans{}), "edge:goto edge:goto"},
+		{"inbound", ConnChain([]RuleHead{accept, drop}), "known partners:jump partners:jump feed:goto feed:goto"},
+	} {
+		if got := kinds(tc.chain); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

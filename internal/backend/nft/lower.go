@@ -225,6 +225,7 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 	}
 	last := lastStateless(heads, plan.Direction.In)
 	banned := false
+	tail := -1 // where the last rule head's jumps start, when they end the chain
 	for i, h := range heads {
 		if i > last && (banned || len(lookups) == 0) {
 			break
@@ -235,13 +236,19 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 		if h.Action != plan.Accept && !banned {
 			banned = true
 			base.Rules = append(base.Rules, lookups...)
+			tail = -1 // the bans follow the jumps before them
 		}
 		if i <= last || h.Action == plan.Accept {
+			tail = len(base.Rules)
 			base.Rules = append(base.Rules, jumps(i, h, false)...)
 		}
 	}
-	if !banned {
+	if !banned && len(lookups) > 0 {
 		base.Rules = append(base.Rules, lookups...)
+		tail = -1
+	}
+	if tail >= 0 {
+		endWithGotos(base.Rules[tail:])
 	}
 	if len(lookups) == 0 && last < 0 {
 		base.Rules = nil // leading accept rules alone decide nothing here
@@ -320,13 +327,15 @@ func OutChains(heads []RuleHead, priority int32) []*Chain {
 // ended that chain only); nil when no rule is connection-aware.
 func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Direction, dst bool) *Chain {
 	var rules []Rule
-	aware := false
+	aware, lastHead := false, 0
 	for i, h := range heads {
 		if dir(h.Direction) && (!h.Stateless || h.Action == plan.Accept) {
+			lastHead = len(rules)
 			rules = append(rules, jumps(i, h, dst)...)
 			aware = aware || !h.Stateless
 		}
 	}
+	endWithGotos(rules[lastHead:])
 	if !aware {
 		return nil
 	}
@@ -342,6 +351,18 @@ func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Dire
 // jumps are the base-chain rules that jump into rule i's chains (its
 // outbound ones when dst): one per family it has prefixes of (and per
 // protocol of its ports).
+// endWithGotos makes the jumps of the last rule head of a base chain,
+// the chain's last rules, gotos. Each matches its own family (and
+// protocol): once a packet's rule chains let it through and return,
+// the base chain would only try the others, which cannot match it; with
+// a goto their return ends the base chain at once (its policy, accept),
+// saving the packet a rule (~60 ns, BenchmarkRuleShapes).
+func endWithGotos(last []Rule) {
+	for i := range last {
+		last[i].Verdict.Kind = Goto
+	}
+}
+
 func jumps(i int, h RuleHead, dst bool) []Rule {
 	var out []Rule
 	prefix := rulePrefix(i, h.Name, dst)
