@@ -235,6 +235,7 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 		}
 		bs := c.mixedBuckets(l)
 		opts := c.options(l)
+		bitmap := l == 0 && c.bitmap
 		if c.bitmap && l == BitmapBits {
 			// Every longer length: one map holds them all.
 			i, _ := slices.BinarySearch(c.cands, l+1)
@@ -247,7 +248,6 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 			b := &bs[bi]
 			cost, elems = math.Inf(1), 0
 			for oi, o := range opts {
-				bitmap := l == 0 && c.bitmap
 				oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi], bitmap)
 				// The traffic reaching b pays its lookup, keyed at o.
 				lc := c.lookupCost[o]
@@ -264,11 +264,7 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 					break
 				}
 			}
-			sums[bi+1] = childSum{
-				cost:  sums[bi].cost + cost,
-				elems: sums[bi].elems + elems,
-				in:    sums[bi].in.Add(c.inU[b.end].Sub(c.inU[b.start])),
-			}
+			sums[bi+1] = c.add(sums[bi], *b, cost, elems)
 		}
 		c.buckets[l], c.sums[l] = bs, sums
 	}
@@ -284,7 +280,7 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 func (c *chooser) shared(bs []dpBucket, opts []int, price float64) ([]dpBucket, []childSum) {
 	var best []childSum
 	bestCost := math.Inf(1)
-	out := slices.Clone(bs)
+	out := bs
 	for _, o := range opts {
 		cand := slices.Clone(bs)
 		sums := make([]childSum, len(bs)+1)
@@ -294,11 +290,7 @@ func (c *chooser) shared(bs []dpBucket, opts []int, price float64) ([]dpBucket, 
 			oc, oe, def, _ := c.evaluate(b, BitmapBits, o, price, &cursor, false)
 			oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
 			b.child, b.def = uint8(o), def
-			sums[bi+1] = childSum{
-				cost:  sums[bi].cost + oc,
-				elems: sums[bi].elems + oe,
-				in:    sums[bi].in.Add(c.inU[b.end].Sub(c.inU[b.start])),
-			}
+			sums[bi+1] = c.add(sums[bi], *b, oc, oe)
 		}
 		if total := sums[len(bs)].cost; total < bestCost {
 			bestCost, best, out = total, sums, cand
@@ -308,6 +300,11 @@ func (c *chooser) shared(bs []dpBucket, opts []int, price float64) ([]dpBucket, 
 		best = make([]childSum, len(bs)+1)
 	}
 	return out, best
+}
+
+// add is sum with bucket b, of the given cost and elements, added.
+func (c *chooser) add(sum childSum, b dpBucket, cost, elems float64) childSum {
+	return childSum{cost: sum.cost + cost, elems: sum.elems + elems, in: sum.in.Add(c.inU[b.end].Sub(c.inU[b.start]))}
 }
 
 // evaluate prices bucket b (at length l) resolved at child length o:
@@ -433,16 +430,19 @@ func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxE
 	c := newChooser(pieces, is4, passIsIn, forced, m)
 	bitmap := c.bitmap
 	for ; price < 1e3; price *= 4 {
-		// A Bitmap root only where the model says it pays.
+		// A Bitmap root only where the model says it pays. A solve
+		// replaces the chooser's bucket and sum slices without writing
+		// into them, so the first one's are kept by copying the arrays.
 		c.bitmap = false
 		root, cost, elems := c.solve(price / 1e6)
 		if bitmap {
+			buckets, sums := c.buckets, c.sums
 			c.bitmap = true
 			if r2, c2, e2 := c.solve(price / 1e6); c2 < cost {
 				root, cost, elems = r2, c2, e2
 			} else {
 				c.bitmap = false
-				root, cost, elems = c.solve(price / 1e6)
+				c.buckets, c.sums = buckets, sums
 			}
 		}
 		if math.IsInf(cost, 1) {

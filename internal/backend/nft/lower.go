@@ -203,7 +203,8 @@ func Heads(p *plan.Plan) []RuleHead {
 
 // BaseChain is the prerouting base chain before conntrack, for rules
 // heads at priority (a Program has none when it would have no rules: an
-// empty base chain costs every packet the hook's traversal, ~80 ns): the lookups of each ban set that holds anything (an
+// empty base chain costs every packet the hook's traversal, ~80 ns): the
+// lookups of each ban set that holds anything (an
 // empty one costs every packet a lookup for nothing), and a jump per rule
 // and family (and per protocol when the rule has ports) into the root
 // chains of every inbound rule up to the last stateless one. Bans are
@@ -348,9 +349,6 @@ func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Dire
 	return c
 }
 
-// jumps are the base-chain rules that jump into rule i's chains (its
-// outbound ones when dst): one per family it has prefixes of (and per
-// protocol of its ports).
 // endWithGotos makes the jumps of the last rule head of a base chain,
 // the chain's last rules, gotos. Each matches its own family (and
 // protocol): once a packet's rule chains let it through and return,
@@ -363,6 +361,9 @@ func endWithGotos(last []Rule) {
 	}
 }
 
+// jumps are the base-chain rules that jump into rule i's chains (its
+// outbound ones when dst): one per family it has prefixes of (and per
+// protocol of its ports).
 func jumps(i int, h RuleHead, dst bool) []Rule {
 	var out []Rule
 	prefix := rulePrefix(i, h.Name, dst)
@@ -596,7 +597,6 @@ func bitmapRules(prog *Program, m *Set, name string, inV, outV Verdict) []Rule {
 		prog.Sets = append(prog.Sets, b)
 		rules = append(rules, Rule{Lookup: &Lookup{Family: m.Family, MaskBits: m.KeyBits, Key: KeyHalf, Set: b.Name}, Verdict: v})
 	}
-	m.Elems = nil
 	return rules
 }
 
