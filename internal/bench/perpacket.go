@@ -82,6 +82,16 @@ type PerPacketOptions struct {
 	// WhileLoaded, when set, runs in each kept round after a config's
 	// packets, with the config still loaded: further probes.
 	WhileLoaded func(ctx context.Context, config string, round int) error
+	// Labs, when set, holds one lab per config (Labs[0] for the
+	// baseline): each config is loaded once into its own lab, before the
+	// first round, and stays loaded, so that the rounds measure the same
+	// kernel objects instead of reloading them (less noise: the caches
+	// and allocations do not change between rounds). PerPacket's lab
+	// argument is then unused, and so is WhileLoaded.
+	Labs []*netns.Lab
+	// Prepare, when set, runs on each lab PerPacketLabs creates, before
+	// any config is loaded: what every config's lab needs alike.
+	Prepare func(*netns.Lab) error
 }
 
 // MinPackets is the fewest packets a measurement sends under a Budget.
@@ -113,16 +123,24 @@ func (r *PerPacketResult) Cell(c, tr string) Cell {
 // the baseline measured next to it, so drift over a long round does not
 // enter it. The first round is a warm-up and is discarded; under a Budget
 // it sends MinPackets per measurement and sets the packet counts of the
-// kept rounds. Each config is unloaded before the next is loaded, and the
-// namespace is left empty, also on error. Load times count kept rounds
-// only.
-func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Traffic, o PerPacketOptions) (*PerPacketResult, error) {
+// kept rounds. Each config is unloaded before the next is loaded (or,
+// with Labs, loaded once into its own lab), and the namespaces are left
+// empty, also on error. Load times count kept rounds only (with Labs,
+// the one load).
+func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Traffic, o PerPacketOptions) (out *PerPacketResult, rerr error) {
 	progress := o.Progress
 	if progress == nil {
 		progress = func(string) {}
 	}
 	if len(cfgs) == 0 || !cfgs[0].baseline() {
 		return nil, errors.New("measuring per-packet cost: the first config must be the baseline")
+	}
+	labOf := func(int) *netns.Lab { return lab }
+	if o.Labs != nil {
+		if len(o.Labs) != len(cfgs) || o.WhileLoaded != nil {
+			return nil, errors.New("measuring per-packet cost: Labs needs one lab per config, and no WhileLoaded")
+		}
+		labOf = func(ci int) *netns.Lab { return o.Labs[ci] }
 	}
 	type key struct{ c, t int }
 	ns := map[key][]float64{}   // per config and traffic, one per kept round
@@ -149,7 +167,7 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 			if c.baseline() && tr.Expect != pktgen.ExpectAny {
 				mo.Expect = pktgen.ExpectPass
 			}
-			v, err := measure(lab, tr.Srcs, n, mo)
+			v, err := measure(labOf(ci), tr.Srcs, n, mo)
 			if err != nil {
 				return fmt.Errorf("measuring %s with %s traffic: %w", c.Name, tr.Name, err)
 			}
@@ -168,6 +186,33 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 			}
 		}
 		return nil
+	}
+	// load loads config ci (timed in kept rounds, or when loaded once).
+	load := func(ci, round int) (func() error, error) {
+		c := cfgs[ci]
+		t0 := time.Now()
+		unload, err := c.loader()(ctx, labOf(ci))
+		if err != nil {
+			return nil, fmt.Errorf("loading %s: %w", c.Name, err)
+		}
+		if round > 0 || o.Labs != nil {
+			loads[c.Name] = append(loads[c.Name], time.Since(t0))
+		}
+		return unload, nil
+	}
+	if o.Labs != nil {
+		for ci := 1; ci < len(cfgs); ci++ {
+			progress("loading " + cfgs[ci].Name)
+			unload, err := load(ci, 0)
+			if err != nil {
+				return nil, err
+			}
+			defer func() {
+				if uerr := unload(); uerr != nil && rerr == nil {
+					out, rerr = nil, fmt.Errorf("unloading %s: %w", cfgs[ci].Name, uerr)
+				}
+			}()
+		}
 	}
 	for round := 0; round <= o.Rounds; round++ {
 		progress(fmt.Sprintf("round %d/%d: %s", round, o.Rounds, cfgs[0].Name))
@@ -206,15 +251,14 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 					pair[key{ci, ti}] = append(pair[key{ci, ti}], adjacent[key{0, ti}]...)
 				}
 			}
-			t0 := time.Now()
-			unload, err := c.loader()(ctx, lab)
-			if err != nil {
-				return nil, fmt.Errorf("loading %s: %w", c.Name, err)
+			unload := func() error { return nil }
+			if o.Labs == nil {
+				var err error
+				if unload, err = load(ci, round); err != nil {
+					return nil, err
+				}
 			}
-			if round > 0 {
-				loads[c.Name] = append(loads[c.Name], time.Since(t0))
-			}
-			err = run(ci, round, nil)
+			err := run(ci, round, nil)
 			if err == nil && round > 0 && o.WhileLoaded != nil {
 				if err = o.WhileLoaded(ctx, c.Name, round); err != nil {
 					err = fmt.Errorf("probing with %s (round %d): %w", c.Name, round, err)
@@ -228,7 +272,7 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 			}
 		}
 	}
-	out := &PerPacketResult{Packets: o.Packets, Rounds: o.Rounds, LoadTimes: map[string]time.Duration{}}
+	out = &PerPacketResult{Packets: o.Packets, Rounds: o.Rounds, LoadTimes: map[string]time.Duration{}}
 	for name, ds := range loads {
 		out.LoadTimes[name] = medianDur(ds)
 	}
@@ -297,4 +341,53 @@ func medianDur(ds []time.Duration) time.Duration {
 		f[i] = float64(d)
 	}
 	return time.Duration(Median(f))
+}
+
+// NewLabs creates n labs named name0 … name(n-1), for
+// PerPacketOptions.Labs; closing them all is the caller's, also when
+// NewLabs fails part way (the labs made so far are returned).
+func NewLabs(name string, n int) ([]*netns.Lab, error) {
+	labs := make([]*netns.Lab, 0, n)
+	for i := range n {
+		lab, err := netns.NewLab(fmt.Sprintf("%s%d", name, i))
+		if err != nil {
+			return labs, err
+		}
+		labs = append(labs, lab)
+	}
+	return labs, nil
+}
+
+// PerPacketLabs is PerPacket with each config in a lab of its own
+// (PerPacketOptions.Labs), named name0, name1, …: it creates the labs and
+// removes them, also on error.
+func PerPacketLabs(ctx context.Context, name string, cfgs []Config, traffic []Traffic, o PerPacketOptions) (out *PerPacketResult, err error) {
+	labs, err := NewLabs(name, len(cfgs))
+	defer func() {
+		if cerr := CloseLabs(labs); cerr != nil && err == nil {
+			out, err = nil, fmt.Errorf("removing the labs: %w", cerr)
+		}
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("creating the labs: %w", err)
+	}
+	for _, lab := range labs {
+		if o.Prepare == nil {
+			break
+		}
+		if err := o.Prepare(lab); err != nil {
+			return nil, fmt.Errorf("preparing lab %s: %w", lab.Name, err)
+		}
+	}
+	o.Labs = labs
+	return PerPacket(ctx, nil, cfgs, traffic, o)
+}
+
+// CloseLabs closes labs, joining their errors.
+func CloseLabs(labs []*netns.Lab) error {
+	var errs []error
+	for _, l := range labs {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
 }

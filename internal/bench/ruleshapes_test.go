@@ -107,18 +107,14 @@ func BenchmarkRuleShapes(b *testing.B) {
 			shapes = append(shapes, shape{"hash-100k-twice", shapeScript([]string{m}, "ip saddr & 255.255.255.0 vmap @m", "ip saddr & 255.255.255.0 vmap @m"), all})
 		}
 	}
-	labs := make([]*netns.Lab, len(shapes)+1) // labs[0]: no ruleset
-	for i := range labs {
-		lab, err := netns.NewLab(fmt.Sprintf("shape%d", i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer lab.Close()
-		labs[i] = lab
-		if i > 0 {
-			if _, err := NFTScript(shapes[i-1].script)(context.Background(), lab); err != nil {
-				b.Fatalf("loading %s: %v", shapes[i-1].name, err)
-			}
+	labs, err := NewLabs("shape", len(shapes)+1) // labs[0]: no ruleset
+	defer CloseLabs(labs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, s := range shapes {
+		if _, err := NFTScript(s.script)(context.Background(), labs[i+1]); err != nil {
+			b.Fatalf("loading %s: %v", s.name, err)
 		}
 	}
 	diffs := make([][]float64, len(shapes))

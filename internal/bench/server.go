@@ -262,8 +262,9 @@ func (sp *serverPolicy) plainSet(name string, afterCT bool) Config {
 }
 
 // Server runs the server scenario: its measurements in a netns.Server of
-// its own, its per-packet part in lab.
-func Server(ctx context.Context, lab *netns.Lab, o ServerOptions, p *Progress) (*ServerResult, error) {
+// its own, its per-packet part in labs of its own, one per config (the
+// lab the other scenarios share is not used).
+func Server(ctx context.Context, _ *netns.Lab, o ServerOptions, p *Progress) (*ServerResult, error) {
 	sp, err := loadServerPolicy(ctx)
 	if err != nil {
 		return nil, err
@@ -281,7 +282,7 @@ func Server(ctx context.Context, lab *netns.Lab, o ServerOptions, p *Progress) (
 		return nil, err
 	}
 	if o.PerPacket.Rounds > 0 {
-		if err := serverPackets(ctx, lab, sp, o.PerPacket, p, res); err != nil {
+		if err := serverPackets(ctx, sp, o.PerPacket, p, res); err != nil {
 			return nil, err
 		}
 	}
@@ -533,8 +534,8 @@ func echoOnce(c net.Conn, msg []byte, timeout time.Duration) error {
 // registers conntrack's hooks for the whole namespace.
 const serverConntrack = "table inet ipfbench_ct {\nchain out {\ntype filter hook output priority 0; policy accept;\nct state invalid counter\n}\n}\n"
 
-// serverPackets runs the per-packet part in lab.
-func serverPackets(ctx context.Context, lab *netns.Lab, sp *serverPolicy, o PerPacketOptions, p *Progress, res *ServerResult) (err error) {
+// serverPackets runs the per-packet part.
+func serverPackets(ctx context.Context, sp *serverPolicy, o PerPacketOptions, p *Progress, res *ServerResult) (err error) {
 	v4 := func(s *netipx.IPSet) *netipx.IPSet {
 		var b netipx.IPSetBuilder
 		b.AddSet(s)
@@ -551,16 +552,16 @@ func serverPackets(ctx context.Context, lab *netns.Lab, sp *serverPolicy, o PerP
 	if len(established) == 0 || len(fresh) == 0 || len(blocked) == 0 {
 		return errors.New("server: the policy leaves no IPv4 sources to draw")
 	}
-	if err := runWithFile(lab.FW, serverConntrack, "nft", "-f"); err != nil {
-		return fmt.Errorf("loading conntrack: %w", err)
-	}
-	defer func() {
-		if derr := run(lab.FW, "nft", "delete", "table", "inet", "ipfbench_ct"); derr != nil {
-			err = errors.Join(err, derr)
+	// Each config in a lab of its own, loaded once, each lab with
+	// conntrack and the same established connections.
+	o.Prepare = func(lab *netns.Lab) error {
+		if err := runWithFile(lab.FW, serverConntrack, "nft", "-f"); err != nil {
+			return fmt.Errorf("loading conntrack: %w", err)
 		}
-	}()
-	if err := lab.DoFW(func() error { return insertReplies(lab.Sink4, established) }); err != nil {
-		return fmt.Errorf("inserting conntrack entries: %w", err)
+		if err := lab.DoFW(func() error { return insertReplies(lab.Sink4, established) }); err != nil {
+			return fmt.Errorf("inserting conntrack entries: %w", err)
+		}
+		return nil
 	}
 	cfgs := []Config{{Name: "conntrack"}}
 	for _, name := range ServerPacketConfigs {
@@ -581,7 +582,7 @@ func serverPackets(ctx context.Context, lab *netns.Lab, sp *serverPolicy, o PerP
 		{Name: "new-blocked", Srcs: blocked, Expect: pktgen.ExpectDrop},
 	}
 	o.Progress = p.Prefixed("server per packet: ")
-	pp, err := PerPacket(ctx, lab, cfgs, traffic, o)
+	pp, err := PerPacketLabs(ctx, "srvpp", cfgs, traffic, o)
 	if err != nil {
 		return fmt.Errorf("server per packet: %w", err)
 	}

@@ -212,7 +212,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			cfgs = append(cfgs, bench.Config{Name: "ipfence-v1", Program: nft.FromPlan(v1, nft.Bans{})})
 		}
 		say("measuring per-packet cost: %d rounds × %d configs × %d traffics × %d packets", o.Rounds+1, len(cfgs), len(traffic), o.Packets)
-		pp, err := bench.PerPacket(ctx, lab, cfgs, traffic, bench.PerPacketOptions{
+		// One lab per config, each loaded once: the rounds measure the
+		// same kernel objects.
+		pp, err := bench.PerPacketLabs(ctx, fmt.Sprintf("demo%dc", os.Getpid()), cfgs, traffic, bench.PerPacketOptions{
 			Rounds: o.Rounds, Packets: o.Packets, Progress: func(s string) { say("  %s", s) }})
 		if err != nil {
 			return nil, err

@@ -96,6 +96,10 @@ type Level struct {
 	// always in cache), one per verdict: In, Out, and Descend to the one
 	// level every mixed /16 bucket continues at, with either default.
 	Bitmap bool `json:",omitempty"`
+	// Order (Bitmap levels) is the entry kinds in the order their
+	// bitmap rules are tried: the most traffic under the chooser's
+	// model first, since each packet pays for the rules before its own.
+	Order []EntryKind `json:",omitempty"`
 }
 
 // BitmapBits is the length of a Bitmap level.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sort"
 	"testing"
 
@@ -373,4 +374,47 @@ func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems
 		lookup = 1
 	}
 	return cost + (c.wsum[b.end]-c.wsum[b.start])*lookup + price*own, elems + own
+}
+
+// bitmapOrderSet is 10 whole /16s and 200 /16s holding one /24 each: by
+// addresses the whole /16s carry most of the traffic, by ranges the
+// mixed ones.
+func bitmapOrderSet() *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for i := range 10 {
+		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{20, byte(2 * i), 0, 0}), 16))
+	}
+	for i := range 200 {
+		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{30 + byte(i/100), byte(i % 100), 7, 0}), 24))
+	}
+	s, _ := b.IPSet()
+	return s
+}
+
+// TestBitmapOrder: a Bitmap root's rules are tried busiest first under
+// the chooser's model, since a packet pays for every rule before its own.
+func TestBitmapOrder(t *testing.T) {
+	s := bitmapOrderSet()
+	for _, tc := range []struct {
+		name string
+		m    TrafficModel
+		want []EntryKind
+	}{
+		{"addresses", TrafficModel{Addresses: 1, Random: 1, BitmapLookup: 0.5}, []EntryKind{In, DescendOut}},
+		{"ranges", TrafficModel{Ranges: 1, Random: 1, BitmapLookup: 0.5}, []EntryKind{DescendOut, In}},
+		{"default", DefaultModel, []EntryKind{DescendOut, In}},
+	} {
+		// Elements dear, so that the whole /16s stay bitmap bits.
+		l, err := Build(s, true, Options{Model: tc.m, PassIsIn: true, ElementPrice: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.BitmapRoot() {
+			t.Fatalf("%s: no bitmap root: strides %v", tc.name, l.Strides())
+		}
+		if got := l.Levels[l.Root].Order; !slices.Equal(got, tc.want) {
+			t.Errorf("%s: order %v, want %v", tc.name, got, tc.want)
+		}
+		checkLayout(t, s, l, probes(rand.New(rand.NewPCG(1, 1)), s, true, 200))
+	}
 }

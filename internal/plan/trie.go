@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
 	"net/netip"
@@ -354,6 +355,10 @@ type treeBuilder struct {
 	pass   float64
 	random float64
 	rest   []netip.Prefix
+	// share is the model's traffic (chooser.wsum) of a Bitmap root's
+	// entries, by kind.
+	share   [DescendRest + 1]float64
+	present [DescendRest + 1]bool
 }
 
 // build emits bucket b's elements (at length b.child) and recurses into
@@ -386,6 +391,9 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 				n := uint64(1) << (o - l)
 				if !free {
 					t.left -= int(n)
+				} else {
+					t.share[kind] += c.wsum[i+1] - c.wsum[i]
+					t.present[kind] = true
 				}
 				for k := uint64(0); k < n; k++ {
 					a := c.addr[i].Add(prefix.U128{Lo: k}.Shl(c.w - o))
@@ -418,10 +426,27 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 		if ch.def {
 			kind = DescendIn
 		}
+		if free {
+			t.share[kind] += c.wsum[ch.end] - c.wsum[ch.start]
+			t.present[kind] = true
+		}
 		lv.Entries = append(lv.Entries, Entry{Key: key, Kind: kind, next: int(ch.child)})
 		t.build(ch, depth+1)
 		i = int(ch.end)
 	}
+}
+
+// order is the kinds of a Bitmap root's entries, busiest first (ties in
+// kind order).
+func (t *treeBuilder) order() []EntryKind {
+	var ks []EntryKind
+	for k := In; k <= DescendOut; k++ {
+		if t.present[k] {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortStableFunc(ks, func(a, b EntryKind) int { return cmp.Compare(t.share[b], t.share[a]) })
+	return ks
 }
 
 // buildTree chooses and emits a tree layout into l. It returns false when
@@ -484,7 +509,10 @@ func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxE
 		}
 		l.Rest = t.rest
 		l.Root = index[[2]int{1, int(root.child)}]
-		l.Levels[l.Root].Bitmap = c.bitmap
+		if c.bitmap {
+			l.Levels[l.Root].Bitmap = true
+			l.Levels[l.Root].Order = t.order()
+		}
 		l.RootIn = root.def
 		root0 := 1.0 // the root's lookup; a bitmap is none
 		if c.bitmap {

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -108,6 +109,38 @@ func TestLastJumpsAreGotos(t *testing.T) {
 	} {
 		if got := kinds(tc.chain); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestBitmapRulesFollowOrder: a Bitmap level's rules come in the plan's
+// order (busiest first), whatever the verdicts.
+func TestBitmapRulesFollowOrder(t *testing.T) {
+	p16 := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	for _, order := range [][]plan.EntryKind{{plan.In, plan.DescendOut}, {plan.DescendOut, plan.In}} {
+		l := &plan.Layout{Is4: true, Kind: plan.KindTree, Levels: []plan.Level{
+			{Bits: 16, Depth: 1, Bitmap: true, Order: order, Entries: []plan.Entry{
+				{Key: p16("20.0.0.0/16"), Kind: plan.In},
+				{Key: p16("30.0.0.0/16"), Kind: plan.DescendOut, Next: 1},
+			}},
+			{Bits: 24, Depth: 2, Entries: []plan.Entry{{Key: p16("30.0.7.0/24"), Kind: plan.In}}},
+		}}
+		prog := &Program{}
+		lowerLayout(prog, l, IPv4, "r", plan.AllowOnly, "hit")
+		var got []string
+		for _, c := range prog.Chains {
+			if c.Name != "r" {
+				continue
+			}
+			for _, r := range c.Rules {
+				if r.Lookup != nil {
+					got = append(got, strings.TrimPrefix(r.Lookup.Set, "r_d1_l16_"))
+				}
+			}
+		}
+		want := map[plan.EntryKind]string{plan.In: "in", plan.DescendOut: "d2_l24_out"}
+		if len(got) != 2 || got[0] != want[order[0]] || got[1] != want[order[1]] {
+			t.Errorf("order %v: root chain looks up %v", order, got)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -540,7 +541,7 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 		}
 		var rules []Rule
 		if lv.Bitmap {
-			rules = bitmapRules(prog, m, name, inV, outV)
+			rules = bitmapRules(prog, m, lv, name, inV, outV)
 		} else {
 			prog.Sets = append(prog.Sets, m)
 			rules = []Rule{{Lookup: &Lookup{Family: fam, MaskBits: lv.Bits, Key: key, Set: m.Name, IsMap: true}}}
@@ -556,12 +557,13 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 
 // bitmapRules lowers the entries of a Bitmap level (plan.Level): it moves
 // them all out of map m into one KeyHalf set per verdict (the kernel
-// keeps them as bitmaps) and returns the rules that look them up, those
-// that decide first.
-func bitmapRules(prog *Program, m *Set, name string, inV, outV Verdict) []Rule {
+// keeps them as bitmaps) and returns the rules that look them up, in the
+// order of lv.Order: the busiest first.
+func bitmapRules(prog *Program, m *Set, lv plan.Level, name string, inV, outV Verdict) []Rule {
 	sets := map[Verdict]*Set{}
+	rank := map[Verdict]int{}
 	var order []Verdict
-	for _, e := range m.Elems {
+	for k, e := range m.Elems {
 		b := sets[e.Verdict]
 		if b == nil {
 			var side string
@@ -577,17 +579,17 @@ func bitmapRules(prog *Program, m *Set, name string, inV, outV Verdict) []Rule {
 				Comment: m.Comment + " " + side + " (bitmap)"}
 			sets[e.Verdict] = b
 			order = append(order, e.Verdict)
+			rank[e.Verdict] = len(lv.Order)
+			if i := slices.Index(lv.Order, lv.Entries[k].Kind); i >= 0 {
+				rank[e.Verdict] = i
+			}
 		}
 		b.Elems = append(b.Elems, Elem{Key: e.Key})
 	}
-	// Decided buckets first, then the mixed ones by name.
+	// In the plan's order (busiest first), then by name.
 	slices.SortStableFunc(order, func(a, b Verdict) int {
-		da, db := a == inV || a == outV, b == inV || b == outV
-		switch {
-		case da && !db:
-			return -1
-		case db && !da:
-			return 1
+		if c := cmp.Compare(rank[a], rank[b]); c != 0 {
+			return c
 		}
 		return strings.Compare(sets[a].Name, sets[b].Name)
 	})
