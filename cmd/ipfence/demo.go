@@ -21,7 +21,8 @@ network namespaces joined by a veth pair, applies the policy in one of them,
 sends one packet per source for tens of thousands of sources (range
 boundaries, inside, outside, random; IPv4 and IPv6) and checks every verdict
 against the model, then measures the per-packet cost against a plain nft
-interval set holding the same prefixes. The namespaces are removed at the end.
+interval set holding the same prefixes, each config loaded once into a pair
+of namespaces of its own. The namespaces are removed at the end.
 The host's own firewall is never touched.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

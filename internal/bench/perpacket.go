@@ -87,7 +87,7 @@ type PerPacketOptions struct {
 	// first round, and stays loaded, so that the rounds measure the same
 	// kernel objects instead of reloading them (less noise: the caches
 	// and allocations do not change between rounds). PerPacket's lab
-	// argument is then unused, and so is WhileLoaded.
+	// argument is then unused, and WhileLoaded must be nil.
 	Labs []*netns.Lab
 	// Prepare, when set, runs on each lab PerPacketLabs creates, before
 	// any config is loaded: what every config's lab needs alike.
@@ -208,8 +208,8 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 				return nil, err
 			}
 			defer func() {
-				if uerr := unload(); uerr != nil && rerr == nil {
-					out, rerr = nil, fmt.Errorf("unloading %s: %w", cfgs[ci].Name, uerr)
+				if uerr := unload(); uerr != nil {
+					out, rerr = nil, errors.Join(rerr, fmt.Errorf("unloading %s: %w", cfgs[ci].Name, uerr))
 				}
 			}()
 		}

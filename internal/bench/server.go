@@ -161,7 +161,8 @@ type ServerResult struct {
 func ServerSteps(o ServerOptions) int {
 	n := len(ServerConfigs) * (o.Rounds + 1)
 	if o.PerPacket.Rounds > 0 {
-		n += (len(ServerPacketConfigs) + 1) * (o.PerPacket.Rounds + 1)
+		// and one step per config loaded into its lab (PerPacketLabs)
+		n += (len(ServerPacketConfigs)+1)*(o.PerPacket.Rounds+1) + len(ServerPacketConfigs)
 	}
 	return n
 }
@@ -582,7 +583,7 @@ func serverPackets(ctx context.Context, sp *serverPolicy, o PerPacketOptions, p 
 		{Name: "new-blocked", Srcs: blocked, Expect: pktgen.ExpectDrop},
 	}
 	o.Progress = p.Prefixed("server per packet: ")
-	pp, err := PerPacketLabs(ctx, "srvpp", cfgs, traffic, o)
+	pp, err := PerPacketLabs(ctx, fmt.Sprintf("srvpp%d-", os.Getpid()), cfgs, traffic, o)
 	if err != nil {
 		return fmt.Errorf("server per packet: %w", err)
 	}
