@@ -147,7 +147,9 @@ func TestApplyBadInputKeepsKernel(t *testing.T) {
 	}{
 		{"malformed line", "192.0.2.0/24\n192.0.2.300\n", "", "feed.txt:2", nil},
 		{"missing file", "", "sources:\n  f: {format: list, paths: [nope.txt]}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n", "nope.txt", nil},
-		{"everything", "0.0.0.0/0\n", "", "0.0.0.0/0", plan.ErrBlocksEverything},
+		{"everything", "0.0.0.0/0\n", "sources:\n  f: {format: list, paths: [feed.txt], allow_broad: true}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n", "0.0.0.0/0", plan.ErrBlocksEverything},
+		{"broad feed", "192.0.2.0/24\n128.0.0.0/3\n", "", "feed.txt:2: 128.0.0.0/3 is broader than /8", nil},
+		{"too many entries", "192.0.2.1\n192.0.2.3\n192.0.2.5\n", "sources:\n  f: {format: list, paths: [feed.txt], max_entries: 2}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n", "more than 2 entries", nil},
 		{"own address", "198.18.0.0/24\n", "", "198.18.0.1", hostaddr.ErrBlocksOwnAddress},
 		{"unknown country", "", "sources:\n  g: {format: country-csv, paths: [\"builtin:country-ipv4.csv.gz\"]}\nrules:\n  - {name: f, action: drop, match: {source: g, countries: [XX1]}}\n", "XX1", nil},
 		{"bad policy", "", "rules:\n  - {name: f, action: dorp, match: {prefixes: [1.2.3.4]}}\n", "p2.yaml:2", nil},

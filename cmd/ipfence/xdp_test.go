@@ -35,7 +35,7 @@ backend: `+backend+`
 interfaces: [`+iface+`]
 sources:
   drop: {format: list, paths: [drop.txt]}
-  ssh:  {format: list, paths: [ssh.txt]}
+  ssh:  {format: list, paths: [ssh.txt], allow_broad: true}
   geo:  {format: country-csv, paths: ["builtin:country-ipv4.csv.gz", "builtin:country-ipv6.csv.gz"]}
 protect: [203.0.113.7, 198.18.0.0/15, 2001:2::/48]
 rules:

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"net/netip"
 	"net/url"
@@ -162,6 +163,13 @@ type sourceDoc struct {
 	URLs      []string `yaml:"urls"`
 	MaxShrink *float64 `yaml:"max_shrink"`
 	Refresh   string   `yaml:"refresh"`
+	// Input limits (source.Spec): growth gate, bytes per file after
+	// decompression ("64MiB", or a number of bytes), rows, and whether a
+	// list may hold prefixes broader than /8 or /16.
+	MaxGrowth  *float64 `yaml:"max_growth"`
+	MaxBytes   string   `yaml:"max_bytes"`
+	MaxEntries int      `yaml:"max_entries"`
+	AllowBroad bool     `yaml:"allow_broad"`
 	// crowdsec sources: the bouncer key, or a file holding it.
 	APIKey     string `yaml:"api_key"`
 	APIKeyFile string `yaml:"api_key_file"`
@@ -283,6 +291,26 @@ func Parse(data []byte, file string) (*Policy, error) {
 				spec.MaxShrink = -1 // an explicit 0 turns the gate off
 			}
 		}
+		if sd.MaxGrowth != nil {
+			if *sd.MaxGrowth < 0 {
+				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_growth %v is negative: give a share (4 = +400%%), or 0 to turn the gate off", n, *sd.MaxGrowth)}
+			}
+			spec.MaxGrowth = *sd.MaxGrowth
+			if spec.MaxGrowth == 0 {
+				spec.MaxGrowth = -1 // an explicit 0 turns the gate off
+			}
+		}
+		if sd.MaxBytes != "" {
+			b, err := parseBytes(sd.MaxBytes)
+			if err != nil {
+				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_bytes %q: %v", n, sd.MaxBytes, err)}
+			}
+			spec.MaxBytes = b
+		}
+		if sd.MaxEntries < 0 {
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_entries %d is negative", n, sd.MaxEntries)}
+		}
+		spec.MaxEntries, spec.AllowBroad = sd.MaxEntries, sd.AllowBroad
 		switch sd.Refresh {
 		case "":
 		case "never":
@@ -442,8 +470,8 @@ func crowdSecDef(file, name string, line int, sd sourceDoc) (*CrowdSecDef, error
 	bad := func(format string, args ...any) error {
 		return &Error{File: file, Line: line, Msg: fmt.Sprintf("crowdsec source %q: ", name) + fmt.Sprintf(format, args...)}
 	}
-	if len(sd.Paths) > 0 || sd.Path != "" || sd.MaxShrink != nil {
-		return nil, bad("paths and max_shrink do not apply (give url and api_key or api_key_file)")
+	if len(sd.Paths) > 0 || sd.Path != "" || sd.MaxShrink != nil || sd.MaxGrowth != nil || sd.MaxBytes != "" || sd.MaxEntries != 0 || sd.AllowBroad {
+		return nil, bad("paths, max_shrink, max_growth, max_bytes, max_entries and allow_broad do not apply (give url and api_key or api_key_file)")
 	}
 	urls := sd.URLs
 	if sd.URL != "" {
@@ -684,4 +712,28 @@ func rangeString(r netipx.IPRange) string {
 		return p.String()
 	}
 	return r.String()
+}
+
+// parseBytes reads a byte count: a number, or a number and a unit (k, M,
+// G as powers of 1000; KiB, MiB, GiB as powers of 1024; B optional).
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("want a positive number of bytes, e.g. 64MiB or 50000000")
+	}
+	units := map[string]int64{"": 1, "B": 1, "k": 1e3, "kB": 1e3, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+	u, ok := units[strings.TrimSpace(t[i:])]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q: use B, k, M, G, KiB, MiB or GiB", strings.TrimSpace(t[i:]))
+	}
+	if n > math.MaxInt64/u {
+		return 0, errors.New("too large")
+	}
+	return n * u, nil
 }

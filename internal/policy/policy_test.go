@@ -54,6 +54,27 @@ func TestParseGood(t *testing.T) {
 			t.Errorf("refresh %q: %v, want %v", tc.refresh, got, tc.want)
 		}
 	}
+	// Input limits.
+	for _, tc := range []struct {
+		keys string
+		want source.Spec
+	}{
+		{"", source.Spec{}},
+		{"max_bytes: 64MiB, max_entries: 500000, max_growth: 2, allow_broad: true", source.Spec{MaxBytes: 64 << 20, MaxEntries: 500000, MaxGrowth: 2, AllowBroad: true}},
+		{"max_bytes: 50000000", source.Spec{MaxBytes: 50_000_000}},
+		{"max_bytes: 2G, max_growth: 0", source.Spec{MaxBytes: 2e9, MaxGrowth: -1}},
+	} {
+		y := "sources:\n  x: {format: list, paths: [f]" + map[bool]string{true: ", " + tc.keys, false: ""}[tc.keys != ""] + "}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n"
+		p, err := Parse([]byte(y), "p.yaml")
+		if err != nil {
+			t.Errorf("%s: %v", tc.keys, err)
+			continue
+		}
+		s := p.source("x").Spec
+		if s.MaxBytes != tc.want.MaxBytes || s.MaxEntries != tc.want.MaxEntries || s.MaxGrowth != tc.want.MaxGrowth || s.AllowBroad != tc.want.AllowBroad {
+			t.Errorf("%s: spec %+v", tc.keys, s)
+		}
+	}
 	y := "backend: xdp\ninterfaces: [eth0, bond0.42]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n  - {name: b, action: drop, match: {prefixes: [1.2.3.5]}, backend: nftables}\n"
 	if p, err := Parse([]byte(y), "p.yaml"); err != nil {
 		t.Error(err)
@@ -119,6 +140,11 @@ func TestParseErrors(t *testing.T) {
 		{"crowdsec paths", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, paths: [f]}\n", 2, "do not apply"},
 		{"crowdsec refresh", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, refresh: 2h}\n", 2, "from 1s to 1h"},
 		{"crowdsec in a rule", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: cs}}\n", 4, "become bans"},
+		{"bad max_bytes", "sources:\n  x: {format: list, paths: [f], max_bytes: 64XB}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `max_bytes "64XB": unknown unit "XB"`},
+		{"zero max_bytes", "sources:\n  x: {format: list, paths: [f], max_bytes: 0}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "positive number of bytes"},
+		{"negative max_entries", "sources:\n  x: {format: list, paths: [f], max_entries: -1}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_entries -1 is negative"},
+		{"negative max_growth", "sources:\n  x: {format: list, paths: [f], max_growth: -2}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_growth -2 is negative"},
+		{"crowdsec limits", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, max_entries: 5}\n", 2, "do not apply"},
 		{"api_key on a list", "sources:\n  x: {format: list, paths: [f], api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "for crowdsec sources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

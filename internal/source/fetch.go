@@ -100,7 +100,7 @@ func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uin
 		if _, err := os.Stat(path); err != nil {
 			path = data
 		}
-		return readCached(spec.Format, rawURL, path, file)
+		return readCached(spec, rawURL, path, file)
 	}
 	meta := readMeta(base + ".json")
 	_, err := os.Stat(data)
@@ -117,14 +117,14 @@ func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uin
 	if meta != nil {
 		when = "on " + meta.Fetched.UTC().Format(time.RFC3339)
 	}
-	res = readCached(spec.Format, rawURL, data, file)
+	res = readCached(spec, rawURL, data, file)
 	res.stale = fmt.Errorf("%w; using the copy downloaded %s", why, when)
 	return res
 }
 
 // readCached reads the cached copy of rawURL at path.
-func readCached(format, rawURL, path string, file uint16) inputResult {
-	p, digest, err := readFile(path, format, rawURL, file)
+func readCached(spec Spec, rawURL, path string, file uint16) inputResult {
+	p, digest, err := readFile(path, spec.Format, rawURL, file, spec.limits())
 	if err != nil {
 		return inputResult{err: fmt.Errorf("reading the cached copy of %s (%s): %w", rawURL, path, err)}
 	}
@@ -156,7 +156,7 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotModified && haveCache:
-		return readCached(spec.Format, rawURL, base+".data", file), nil
+		return readCached(spec, rawURL, base+".data", file), nil
 	case resp.StatusCode != http.StatusOK:
 		return res, &DownloadError{URL: rawURL, Status: resp.StatusCode}
 	}
@@ -164,10 +164,14 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return inputResult{err: fmt.Errorf("creating the download cache: %w", err)}, nil
 	}
+	// A download larger than the source's byte limit decompresses to as
+	// much or more (gzip only adds a few bytes to what it cannot
+	// compress): stop at the limit rather than fill the disk.
+	limit := min(maxDownload, spec.limits().bytes)
 	tmp, err := writeTemp(dir, func(w io.Writer) error {
-		n, err := io.Copy(w, io.LimitReader(resp.Body, maxDownload+1))
-		if err == nil && n > maxDownload {
-			err = fmt.Errorf("larger than %d bytes", maxDownload)
+		n, err := io.Copy(w, io.LimitReader(resp.Body, limit+1))
+		if err == nil && n > limit {
+			err = &LimitError{File: rawURL, What: "bytes downloaded", Limit: limit, Key: "max_bytes"}
 		}
 		if err != nil {
 			return &DownloadError{URL: rawURL, Err: err}
@@ -181,7 +185,7 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 		return inputResult{err: fmt.Errorf("writing to the download cache: %w", err)}, nil
 	}
 	defer os.Remove(tmp) // no-op once renamed
-	p, digest, err := readFile(tmp, spec.Format, rawURL, file)
+	p, digest, err := readFile(tmp, spec.Format, rawURL, file, spec.limits())
 	if err != nil {
 		return res, fmt.Errorf("the download of %s does not parse: %w", rawURL, err)
 	}

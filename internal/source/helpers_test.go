@@ -21,7 +21,7 @@ func fromBytes(format string, files ...[]byte) (*Source, error) {
 	for i, b := range files {
 		name := fmt.Sprintf("f%d", i)
 		src.files = append(src.files, name)
-		p, err := readPart(bytes.NewReader(b), format, name, uint16(i))
+		p, err := readPart(bytes.NewReader(b), format, name, uint16(i), Spec{AllowBroad: true}.limits())
 		if err != nil {
 			return nil, err
 		}

@@ -20,12 +20,12 @@ import (
 )
 
 // Loader reads sources. The zero value reads files and the embedded data,
-// keeps no state (no shrink gate) and cannot read URLs. A Loader is safe
+// keeps no state (no shrink or growth gate) and cannot read URLs. A Loader is safe
 // for concurrent use by loads of different sources.
 type Loader struct {
-	// StateDir holds the shrink gate's record of each source's last good
+	// StateDir holds the gates' record of each source's last good
 	// load (sources/NAME.json) and the download cache (cache/NAME/). ""
-	// means no state: no shrink gate, and URLs cannot be used.
+	// means no state: no gates, and URLs cannot be used.
 	StateDir string
 	// Client downloads URLs; nil means one with sensible timeouts.
 	Client *http.Client
@@ -56,11 +56,15 @@ func (e *SpecError) Error() string { return fmt.Sprintf("source %q: %s", e.Sourc
 // the file and line for bad input (wrapping a *ParseError or
 // *prefix.ParseError) or naming the file that cannot be opened; with a
 // *DownloadError for a URL that cannot be downloaded and has no cached
-// copy; and with a *ShrinkError when the prefix count fell by more than
-// spec.MaxShrink against the last Commit. A URL whose download fails or
-// does not parse is read from its cached copy instead, and so is every URL
-// when the fresh load trips the shrink gate but the copies committed last
-// do not: Load then succeeds with a stale Source (see Source.Stale) and
+// copy; with a *LimitError for input over the spec's byte or entry limit
+// and a *BroadError for a list row broader than /8 or /16 (see
+// Spec.MaxBytes); and with a *ShrinkError or *GrowthError when the prefix
+// count fell or rose by more than spec.MaxShrink or spec.MaxGrowth
+// against the last Commit. A URL whose download fails, does not parse or
+// is over a limit is read from its cached copy instead (a download is
+// cached only once it has been read within the limits), and so is every
+// URL when the fresh load trips a gate but the copies committed last do
+// not: Load then succeeds with a stale Source (see Source.Stale) and
 // logs a warning. Every error starts with "source NAME".
 //
 // Every error is an *Error naming the source (its Unwrap gives the errors
@@ -193,7 +197,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 			}
 			src.files = append(src.files, name)
 			read = func() (r inputResult) {
-				r.part, r.err = readPath(p, spec.Format, name, file)
+				r.part, r.err = readPath(p, spec.Format, name, file, spec.limits())
 				return r
 			}
 		} else {
@@ -215,9 +219,13 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 
 	var p4 []chunks[k4]
 	var p6 []chunks[k6]
+	rows := 0
 	for _, r := range results {
 		if r.err != nil {
 			return nil, r.err // the first in the order of the spec
+		}
+		if rows += r.part.len(); rows > spec.limits().entries {
+			return nil, &LimitError{File: "all files", What: "entries", Limit: int64(spec.limits().entries), Key: "max_entries"}
 		}
 		p4, p6 = append(p4, r.part.v4), append(p6, r.part.v6)
 		if r.stale != nil {
@@ -240,7 +248,7 @@ type inputResult struct {
 }
 
 // readPath reads a file or an embedded file.
-func readPath(path, format, name string, file uint16) (*part, error) {
+func readPath(path, format, name string, file uint16, lim limits) (*part, error) {
 	var f fs.File
 	var err error
 	if b, ok := strings.CutPrefix(path, BuiltinPrefix); ok {
@@ -256,19 +264,19 @@ func readPath(path, format, name string, file uint16) (*part, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
-	return readPart(f, format, name, file)
+	return readPart(f, format, name, file, lim)
 }
 
 // readFile reads a local file (a cached download), its rows shown as
 // coming from name, and returns the SHA-256 of its bytes.
-func readFile(path, format, name string, file uint16) (*part, [32]byte, error) {
+func readFile(path, format, name string, file uint16, lim limits) (*part, [32]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, [32]byte{}, err
 	}
 	defer f.Close()
 	h := newHashReader(f)
-	p, err := readPart(h, format, name, file)
+	p, err := readPart(h, format, name, file, lim)
 	if err != nil {
 		return nil, [32]byte{}, err
 	}

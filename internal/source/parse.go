@@ -96,6 +96,9 @@ func (c chunks[K]) len() int {
 	return (len(c)-1)*chunkLen + len(c[len(c)-1])
 }
 
+// len is the number of rows of p.
+func (p *part) len() int { return p.v4.len() + p.v6.len() }
+
 // add appends one valid range.
 func (p *part) add(lo, hi netip.Addr, cc, file uint16, line int) {
 	if lo.Is4() {
@@ -106,21 +109,54 @@ func (p *part) add(lo, hi netip.Addr, cc, file uint16, line int) {
 }
 
 // readPart reads one file (gzip or not) of the given format, its rows
-// shown as coming from name, file index file.
-func readPart(r io.Reader, format, name string, file uint16) (*part, error) {
+// shown as coming from name, file index file, within lim: it fails with
+// a *LimitError past lim's bytes (after decompression) or entries, and
+// with a *BroadError for a list row broader than lim allows.
+func readPart(r io.Reader, format, name string, file uint16, lim limits) (*part, error) {
 	r, err := gunzip(r)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
+	c := &capReader{r: r, left: lim.bytes}
+	p, err := readRows(c, format, name, file, lim)
+	// Past the limit the scanner may still see the cut-off last line and
+	// report it as bad: the limit is the error.
+	if c.left < 0 {
+		return nil, &LimitError{File: name, What: "bytes after decompression", Limit: lim.bytes, Key: "max_bytes"}
+	}
+	return p, err
+}
+
+// readRows is readPart after decompression.
+func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part, error) {
 	p := new(part)
+	tooMany := &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
 	if format == FormatList {
 		// Errors name the file already: a *prefix.ParseError, or a read
-		// error wrapped as "reading NAME: ...".
+		// error wrapped as "reading NAME: ...". Past a limit the rest is
+		// only scanned (within the byte limit) and the first problem
+		// reported.
+		var stop error
 		err := prefix.Read(r, name, func(rng netipx.IPRange, line int) {
-			p.add(rng.From(), rng.To(), noCountry, file, line)
+			switch {
+			case stop != nil:
+			case p.len() >= lim.entries:
+				stop = tooMany
+			default:
+				if !lim.broad {
+					if b, broad := broadest(rng); broad {
+						stop = &BroadError{File: name, Line: line, Prefix: b}
+						return
+					}
+				}
+				p.add(rng.From(), rng.To(), noCountry, file, line)
+			}
 		})
 		if err != nil {
 			return nil, err
+		}
+		if stop != nil {
+			return nil, stop
 		}
 		return p, nil
 	}
@@ -156,6 +192,9 @@ func readPart(r io.Reader, format, name string, file uint16) (*part, error) {
 				return nil, &ParseError{File: name, Line: line, Text: row, Err: err, Want: want}
 			}
 			if ok {
+				if p.len() >= lim.entries {
+					return nil, tooMany
+				}
 				p.add(lo, hi, cc, file, line)
 			}
 		}

@@ -73,6 +73,20 @@ type Spec struct {
 	// shrank more is refused. 0 means DefaultMaxShrink; a negative value
 	// turns the check off.
 	MaxShrink float64
+	// MaxGrowth is the growth gate: the largest share (4 = +400%) by which
+	// the prefix count may rise against the last committed load, for
+	// loads of more than GrowthFloor prefixes. 0 means DefaultMaxGrowth;
+	// a negative value turns the check off.
+	MaxGrowth float64
+	// MaxBytes bounds each file and download after decompression, and
+	// MaxEntries the rows of the source (all files together); 0 means
+	// DefaultMaxBytes and DefaultMaxEntries.
+	MaxBytes   int64
+	MaxEntries int
+	// AllowBroad lets a list source hold prefixes broader than /8 (IPv4)
+	// or /16 (IPv6), which are refused otherwise. Country data is not
+	// checked: registries allocate such blocks.
+	AllowBroad bool
 }
 
 // DefaultMaxShrink is the MaxShrink of a Spec that sets none.

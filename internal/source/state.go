@@ -31,6 +31,24 @@ func (e *ShrinkError) Error() string {
 		strconv.FormatFloat(e.MaxShrink*100, 'f', -1, 64))
 }
 
+// GrowthError reports a load refused by the growth gate: the source's
+// prefix count rose by more than Spec.MaxGrowth against the last Commit
+// (a feed that suddenly lists far more than it did is more likely broken
+// or poisoned than right).
+type GrowthError struct {
+	Source    string
+	From, To  int     // prefixes (both families) of the last good load and of this one
+	MaxGrowth float64 // the share allowed
+}
+
+func (e *GrowthError) Error() string {
+	return fmt.Sprintf("source %s grew from %s to %s prefixes (+%d%%), more than the allowed +%s%%; "+
+		"the last good copy stays in force; raise max_growth or check the feed",
+		e.Source, thousands(e.From), thousands(e.To),
+		int(math.Round(float64(e.To-e.From)/float64(max(e.From, 1))*100)),
+		strconv.FormatFloat(e.MaxGrowth*100, 'f', -1, 64))
+}
+
 // thousands formats n with commas: 41205 → "41,205".
 func thousands(n int) string {
 	s := strconv.Itoa(n)
@@ -82,15 +100,19 @@ func (l *Loader) lastGood(name string) (*goodState, error) {
 	return &st, nil
 }
 
-// gate applies the shrink gate to src and returns the source to use: src
-// if it passes. If it shrank too much and has URLs, their committed copies
-// are tried instead: that stale load is returned if it passes.
+// gate applies the shrink and growth gates to src and returns the
+// source to use: src if it passes. If it changed too much and has URLs,
+// their committed copies are tried instead: that stale load is returned
+// if it passes.
 func (l *Loader) gate(ctx context.Context, spec Spec, src *Source) (*Source, error) {
-	limit := spec.MaxShrink
-	if limit == 0 {
-		limit = DefaultMaxShrink
+	shrink, growth := spec.MaxShrink, spec.MaxGrowth
+	if shrink == 0 {
+		shrink = DefaultMaxShrink
 	}
-	if l.StateDir == "" || limit < 0 {
+	if growth == 0 {
+		growth = DefaultMaxGrowth
+	}
+	if l.StateDir == "" || shrink < 0 && growth < 0 {
 		return src, nil
 	}
 	last, err := l.lastGood(spec.Name)
@@ -101,22 +123,28 @@ func (l *Loader) gate(ctx context.Context, spec Spec, src *Source) (*Source, err
 		return src, nil // never committed
 	}
 	from := last.PrefixesV4 + last.PrefixesV6
-	shrank := func(s *Source) bool {
+	check := func(s *Source) error {
 		to := s.n4 + s.n6
-		return from > 0 && float64(from-to)/float64(from) > limit
+		switch {
+		case shrink >= 0 && from > 0 && float64(from-to)/float64(from) > shrink:
+			return &ShrinkError{Source: spec.Name, From: from, To: to, MaxShrink: shrink}
+		case growth >= 0 && to > GrowthFloor && float64(to-from) > growth*float64(from):
+			return &GrowthError{Source: spec.Name, From: from, To: to, MaxGrowth: growth}
+		}
+		return nil
 	}
-	if !shrank(src) {
+	gerr := check(src)
+	if gerr == nil {
 		return src, nil
 	}
-	serr := &ShrinkError{Source: spec.Name, From: from, To: src.n4 + src.n6, MaxShrink: limit}
 	if len(spec.URLs) == 0 {
-		return nil, serr
+		return nil, gerr
 	}
 	old, err := l.load(ctx, spec, true)
-	if err != nil || shrank(old) {
-		return nil, serr
+	if err != nil || check(old) != nil {
+		return nil, gerr
 	}
-	old.stale = append(append(old.stale, src.stale...), serr)
+	old.stale = append(append(old.stale, src.stale...), gerr)
 	return old, nil
 }
 

@@ -1,0 +1,263 @@
+package source
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gzipOf returns about n bytes (whole lines) of line repeated,
+// gzip-compressed.
+func gzipOf(t testing.TB, line string, n int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	z, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+	chunk := []byte(strings.Repeat(line, (64<<10)/len(line)))
+	n -= n % len(line) // whole lines
+	for n > 0 {
+		k := min(n, len(chunk))
+		if _, err := z.Write(chunk[:k]); err != nil {
+			t.Fatal(err)
+		}
+		n -= k
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestGzipBomb: a small gzip file that decompresses past the byte limit
+// is refused with a *LimitError naming it, the default limit included,
+// whatever the lines hold (comments cost time, rows memory).
+func TestGzipBomb(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		line     string
+		n        int
+		maxBytes int64
+	}{
+		{"# nothing but comments\n", DefaultMaxBytes + 100, 0},
+		{"\n", 8 << 20, 1 << 20},
+		{"192.0.2.1\n", 8 << 20, 1 << 20},
+	} {
+		data := gzipOf(t, tc.line, tc.n)
+		path := writeFile(t, dir, "bomb.gz", data)
+		_, err := (&Loader{}).Load(ctx, Spec{Name: "bomb", Format: FormatList, Paths: []string{path}, MaxBytes: tc.maxBytes})
+		var le *LimitError
+		if !errors.As(err, &le) || le.What != "bytes after decompression" || le.File != path || le.Key != "max_bytes" {
+			t.Errorf("%d bytes of %q (%d compressed), max %d: error %v, want a *LimitError on bytes", tc.n, tc.line, len(data), tc.maxBytes, err)
+		}
+	}
+	// Within the limit the same file reads.
+	path := writeFile(t, dir, "ok.gz", gzipOf(t, "192.0.2.1\n", 1<<20))
+	if _, err := (&Loader{}).Load(ctx, Spec{Name: "ok", Format: FormatList, Paths: []string{path}, MaxBytes: 2 << 20}); err != nil {
+		t.Errorf("1 MiB under a 2 MiB limit: %v", err)
+	}
+}
+
+// addrs returns n distinct, non-adjacent IPv4 addresses, one per line.
+func addrs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		v := 0x0a000000 + 2*i
+		fmt.Fprintf(&b, "%d.%d.%d.%d\n", v>>24, v>>16&255, v>>8&255, v&255)
+	}
+	return b.String()
+}
+
+// TestMaxEntries: rows past the entry limit, in one file or across the
+// files of a source, in every format.
+func TestMaxEntries(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	csv := strings.Repeat("192.0.2.0,192.0.2.255,IT\n", 150)
+	for _, tc := range []struct {
+		name, format string
+		files        []string
+		max          int
+		wantFile     string // "" = accepted
+	}{
+		{"list", FormatList, []string{addrs(150)}, 100, "f0"},
+		{"list within", FormatList, []string{addrs(100)}, 100, ""},
+		{"csv", FormatCountryCSV, []string{csv}, 100, "f0"},
+		{"two files", FormatList, []string{addrs(60), addrs(60)}, 100, "all files"},
+	} {
+		spec := Spec{Name: "s", Format: tc.format, MaxEntries: tc.max}
+		for i, f := range tc.files {
+			spec.Paths = append(spec.Paths, writeFile(t, dir, fmt.Sprintf("f%d", i), []byte(f)))
+		}
+		_, err := (&Loader{}).Load(ctx, spec)
+		var le *LimitError
+		switch {
+		case tc.wantFile == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantFile != "" && (!errors.As(err, &le) || le.What != "entries" || filepath.Base(le.File) != tc.wantFile || le.Limit != int64(tc.max)):
+			t.Errorf("%s: error %v, want a *LimitError on entries of %s", tc.name, err, tc.wantFile)
+		case le != nil && !strings.Contains(err.Error(), "more than 100 entries: refused (raise max_entries"):
+			t.Errorf("%s: message %q", tc.name, err)
+		}
+	}
+}
+
+// TestBroadPrefixes: a list may not hold prefixes broader than /8 (IPv4)
+// or /16 (IPv6) unless the source allows them; country data may.
+func TestBroadPrefixes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		row  string
+		want string // the broadest prefix refused, "" = accepted
+	}{
+		{"1.0.0.0/8", ""},
+		{"0.0.0.0/1", "0.0.0.0/1"},
+		{"0.0.0.0/0", "0.0.0.0/0"},
+		{"1.0.0.0-2.255.255.255", ""}, // 1.0.0.0/8 and 2.0.0.0/8
+		{"2.0.0.0-3.255.255.255", "2.0.0.0/7"},
+		{"1.2.3.4-9.0.0.0", "4.0.0.0/6"},
+		{"2001::/16", ""},
+		{"2000::/3", "2000::/3"},
+		{"2001::-2003:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2002::/15"},
+	} {
+		path := writeFile(t, dir, "feed.txt", []byte("# feed\n192.0.2.0/24\n"+tc.row+"\n"))
+		spec := Spec{Name: "feed", Format: FormatList, Paths: []string{path}}
+		_, err := (&Loader{}).Load(ctx, spec)
+		var be *BroadError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.row, err)
+		case tc.want != "" && (!errors.As(err, &be) || be.Prefix.String() != tc.want || be.Line != 3 || be.File != path):
+			t.Errorf("%s: error %v, want a *BroadError for %s at line 3", tc.row, err, tc.want)
+		case be != nil && !strings.Contains(err.Error(), "set allow_broad: true on the source"):
+			t.Errorf("%s: message %q", tc.row, err)
+		}
+		spec.AllowBroad = true
+		if _, err := (&Loader{}).Load(ctx, spec); err != nil {
+			t.Errorf("%s with allow_broad: %v", tc.row, err)
+		}
+	}
+	// Registries allocate blocks over a /8 (the bundled data has a /7 of
+	// the US): country sources are not checked.
+	path := writeFile(t, dir, "cc.csv", []byte("6.0.0.0,8.10.5.255,US\n"))
+	if _, err := (&Loader{}).Load(ctx, Spec{Name: "cc", Format: FormatCountryCSV, Paths: []string{path}}); err != nil {
+		t.Errorf("country data with a /7: %v", err)
+	}
+}
+
+// TestGrowthGate: a load with far more prefixes than the last good one
+// is refused, a local file with a *GrowthError, a URL by falling back on
+// its committed copy; small sources grow freely.
+func TestGrowthGate(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "drop.txt")
+	l := &Loader{StateDir: t.TempDir()}
+	spec := Spec{Name: "feeds", Format: FormatList, Paths: []string{path}}
+	load := func(n int) (*Source, error) {
+		writeFile(t, dir, "drop.txt", []byte(addrs(n)))
+		return l.Load(ctx, spec)
+	}
+	src, err := load(3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(src); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n      int
+		growth float64
+		want   bool // refused
+	}{
+		{GrowthFloor, 0, false},    // small: free
+		{15000, 0, false},          // +400%: at the limit
+		{15001, 0, true},           // past it
+		{15001, 5, false},          // raised
+		{60000, -1, false},         // gate off
+		{GrowthFloor + 1, 1, true}, // +233% over +100%
+	} {
+		spec.MaxGrowth = tc.growth
+		_, err := load(tc.n)
+		var ge *GrowthError
+		switch {
+		case !tc.want && err != nil:
+			t.Errorf("%d prefixes, max_growth %v: %v", tc.n, tc.growth, err)
+		case tc.want && (!errors.As(err, &ge) || ge.From != 3000 || ge.To != tc.n):
+			t.Errorf("%d prefixes, max_growth %v: error %v, want a *GrowthError 3000 → %d", tc.n, tc.growth, err, tc.n)
+		}
+	}
+	e := &GrowthError{Source: "feeds", From: 3000, To: 15001, MaxGrowth: 4}
+	if want := "source feeds grew from 3,000 to 15,001 prefixes (+400%), more than the allowed +400%; the last good copy stays in force; raise max_growth or check the feed"; e.Error() != want {
+		t.Errorf("got  %s\nwant %s", e.Error(), want)
+	}
+
+	// A URL that grew falls back on its committed copy.
+	srv := newFeedServer(t, addrs(3000))
+	uspec := Spec{Name: "url", Format: FormatList, URLs: []string{srv.URL + "/drop.txt"}}
+	if src, err = l.Load(ctx, uspec); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(src); err != nil {
+		t.Fatal(err)
+	}
+	srv.serve(addrs(50000), `"v2"`, 0)
+	src, err = l.Load(ctx, uspec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ge *GrowthError
+	if v4, _ := src.Prefixes(); v4 != 3000 {
+		t.Errorf("grown feed: %d prefixes, want the committed 3000", v4)
+	} else if stale, why := src.Stale(); !stale || !errors.As(why, &ge) {
+		t.Errorf("grown feed: Stale() = %v, %v; want a *GrowthError", stale, why)
+	}
+}
+
+// TestBombKeepsLastGood: a download over a limit is never cached; the
+// source falls back on its last good copy, which stays the cached one.
+func TestBombKeepsLastGood(t *testing.T) {
+	ctx := context.Background()
+	good := "192.0.2.0/24\n"
+	srv := newFeedServer(t, good)
+	l := &Loader{StateDir: t.TempDir()}
+	spec := Spec{Name: "feed", Format: FormatList, URLs: []string{srv.URL + "/drop.txt"}, MaxBytes: 1 << 20, MaxEntries: 1000}
+	src, err := l.Load(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(src); err != nil {
+		t.Fatal(err)
+	}
+	_, base := l.cachePaths("feed", spec.URLs[0])
+	for i, bomb := range []string{
+		string(gzipOf(t, "198.51.100.1\n", 4<<20)), // decompresses past max_bytes
+		strings.Repeat("\n", 2<<20),                // downloads past it
+		addrs(2000),                                // past max_entries
+		"192.0.2.0/24\n0.0.0.0/1\n",                // too broad
+	} {
+		srv.serve(bomb, fmt.Sprintf(`"bomb%d"`, i), 0)
+		src, err := l.Load(ctx, spec)
+		if err != nil {
+			t.Fatalf("bomb %d: %v", i, err)
+		}
+		if got := cidrs(t, src); got != good {
+			t.Errorf("bomb %d: loaded %q, want the last good copy", i, got)
+		}
+		stale, why := src.Stale()
+		var le *LimitError
+		var be *BroadError
+		if !stale || !errors.As(why, &le) && !errors.As(why, &be) {
+			t.Errorf("bomb %d: Stale() = %v, %v; want the limit that refused it", i, stale, why)
+		}
+		if cached, err := os.ReadFile(base + ".data"); err != nil || string(cached) != good {
+			t.Errorf("bomb %d: the cache holds %d bytes, %v; want the good copy", i, len(cached), err)
+		}
+	}
+}
