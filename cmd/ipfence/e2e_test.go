@@ -217,6 +217,31 @@ func TestApplyShrinkKeepsKernel(t *testing.T) {
 	}
 }
 
+// TestSourceStatePerNamespace: the shrink gate of one namespace does not
+// refuse a policy applied in another (sources' state is per namespace).
+func TestSourceStatePerNamespace(t *testing.T) {
+	a, b := netnstest.New(t), netnstest.New(t)
+	dir := t.TempDir()
+	var feed strings.Builder
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&feed, "192.0.%d.0/25\n", 2*i)
+	}
+	write(t, dir, "feed.txt", feed.String())
+	write(t, dir, "p.yaml", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n")
+	pol := filepath.Join(dir, "p.yaml")
+	if _, err := run(t, "apply", "--policy", pol, "--netns", a.FW, "--state", dir); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "feed.txt", "192.0.0.0/25\n")
+	if _, err := run(t, "apply", "--policy", pol, "--netns", b.FW, "--state", dir); err != nil {
+		t.Errorf("namespace B after a bigger load in A: %v", err)
+	}
+	var se *source.ShrinkError
+	if _, err := run(t, "apply", "--policy", pol, "--netns", a.FW, "--state", dir); !errors.As(err, &se) {
+		t.Errorf("namespace A again: %v, want its own shrink gate", err)
+	}
+}
+
 // TestLoopbackAndNeighbourDiscoveryPass: no rule blocks loopback traffic
 // or IPv6 neighbour discovery, even from sources the rule blocks (UDP
 // from the same sources through the veth is dropped and counted).

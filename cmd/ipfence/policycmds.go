@@ -30,6 +30,7 @@ type policyFlags struct {
 	policy   string
 	stateDir string
 	offline  bool   // URLs from their last good copies only
+	netns    string // the namespace sources are gated for (apply --netns)
 	backend  string // overrides the policy's backend
 	iptables string // the iptables flavour: legacy, nft or "" (the one `iptables` is)
 }
@@ -58,7 +59,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
-	l := &source.Loader{StateDir: f.stateDir, Logger: g.logger, Offline: f.offline}
+	l := &source.Loader{StateDir: f.stateDir, Logger: g.logger, Offline: f.offline, Namespace: f.netns}
 	res, err := pol.Resolve(ctx, l)
 	if err != nil {
 		return nil, err
@@ -168,7 +169,6 @@ func writeJSON(w io.Writer, v any) error {
 func newApplyCmd(g *globals) *cobra.Command {
 	var pf policyFlags
 	var xf xdpFlags
-	var netns string
 	var dry bool
 	c := &cobra.Command{
 		Use:   "apply --policy FILE [--netns NAME] [--dry-run]",
@@ -187,6 +187,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			netns := pf.netns
 			c, err := pf.compile(ctx, g)
 			if err != nil {
 				return err
@@ -237,7 +238,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 		},
 	}
 	pf.register(c)
-	c.Flags().StringVar(&netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
+	c.Flags().StringVar(&pf.netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
 	c.Flags().BoolVar(&pf.offline, "offline", false, "download nothing: URL sources from their last good copies (boot-time restore, before the network is up)")
 	xf.register(c, true)

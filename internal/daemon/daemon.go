@@ -284,7 +284,7 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 func (d *Daemon) start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.loader = &source.Loader{StateDir: d.cfg.StateDir, Logger: d.log}
+	d.loader = &source.Loader{StateDir: d.cfg.StateDir, Logger: d.log, Namespace: d.cfg.NetNS}
 	c, err := d.compile(ctx)
 	if err != nil {
 		return err

@@ -21,7 +21,8 @@ import (
 //
 //	KEY.data   the latest download that parsed
 //	KEY.json   its metadata: URL, ETag, Last-Modified, time, SHA-256
-//	KEY.good   the copy of KEY.data last committed (see Loader.Commit)
+//	KEY.good   the copy of KEY.data last committed (see Loader.Commit);
+//	           KEY.good@NS for network namespace NS (Loader.Namespace)
 //
 // Only a download that parses replaces KEY.data, so the cache never holds
 // a copy that cannot be read.
@@ -96,7 +97,7 @@ func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uin
 	dir, base := l.cachePaths(spec.Name, rawURL)
 	data := base + ".data"
 	if committed || l.Offline {
-		path := base + ".good"
+		path := base + l.goodExt()
 		if _, err := os.Stat(path); err != nil {
 			path = data
 		}

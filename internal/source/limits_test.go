@@ -261,3 +261,62 @@ func TestBombKeepsLastGood(t *testing.T) {
 		}
 	}
 }
+
+// TestStatePerNamespace: the gates and the committed copies of one
+// namespace do not apply to another (the bug: a policy applied with
+// --netns A was refused with --netns B, "shrank by more than 50%").
+func TestStatePerNamespace(t *testing.T) {
+	ctx := context.Background()
+	state, dir := t.TempDir(), t.TempDir()
+	path := filepath.Join(dir, "drop.txt")
+	spec := Spec{Name: "feeds", Format: FormatList, Paths: []string{path}}
+	la, lb, lcur := &Loader{StateDir: state, Namespace: "A"}, &Loader{StateDir: state, Namespace: "B"}, &Loader{StateDir: state}
+	writeFile(t, dir, "drop.txt", []byte(addrs(2000)))
+	src, err := la.Load(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Commit(src); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "drop.txt", []byte(addrs(10)))
+	var se *ShrinkError
+	if _, err := la.Load(ctx, spec); !errors.As(err, &se) {
+		t.Errorf("namespace A, 2000 → 10: %v, want a *ShrinkError", err)
+	}
+	for name, l := range map[string]*Loader{"B": lb, "current": lcur} {
+		if _, err := l.Load(ctx, spec); err != nil {
+			t.Errorf("namespace %s, never committed: %v", name, err)
+		}
+	}
+
+	// URLs: each namespace falls back on its own committed copy.
+	srv := newFeedServer(t, addrs(3000))
+	uspec := Spec{Name: "url", Format: FormatList, URLs: []string{srv.URL + "/drop.txt"}}
+	commit := func(l *Loader) {
+		t.Helper()
+		src, err := l.Load(ctx, uspec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(la) // 3000
+	srv.serve(addrs(2500), `"v2"`, 0)
+	commit(lb) // 2500
+	srv.serve(addrs(5), `"v3"`, 0)
+	for l, want := range map[*Loader]int{la: 3000, lb: 2500} {
+		src, err := l.Load(ctx, uspec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v4, _ := src.Prefixes(); v4 != want {
+			t.Errorf("namespace %s: fell back on %d prefixes, want its own %d", l.Namespace, v4, want)
+		}
+	}
+	if _, err := (&Loader{StateDir: state, Namespace: "../x"}).Load(ctx, spec); err == nil {
+		t.Error("namespace ../x was accepted")
+	}
+}

@@ -32,6 +32,12 @@ type Loader struct {
 	// Logger gets a warning whenever a cached copy stands in for a
 	// download; nil discards.
 	Logger *slog.Logger
+	// Namespace is the network namespace the sources are loaded for (""
+	// for the current one): the gates' record and the committed copies
+	// are kept per namespace, so that a policy applied in one namespace
+	// does not gate, or fall back on, what was applied in another.
+	// Downloads are cached once for all.
+	Namespace string
 	// Offline reads URLs from their last good (committed) copies only and
 	// downloads nothing: for restoring the ruleset at boot, before the
 	// network is up.
@@ -157,6 +163,9 @@ func (l *Loader) check(spec Spec) error {
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 			return bad("%q is not an http or https URL", u)
 		}
+	}
+	if ns := l.Namespace; ns != "" && (strings.ContainsAny(ns, "/\x00") || ns == "." || ns == "..") {
+		return bad("namespace %q cannot name a state folder", ns)
 	}
 	if len(spec.URLs) > 0 && l.StateDir == "" {
 		return bad("URLs need a state directory to cache their downloads in")

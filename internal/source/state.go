@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -79,7 +80,19 @@ type goodState struct {
 }
 
 func (l *Loader) statePath(name string) string {
+	if l.Namespace != "" {
+		return filepath.Join(l.StateDir, "sources", "@"+l.Namespace, name+".json")
+	}
 	return filepath.Join(l.StateDir, "sources", name+".json")
+}
+
+// goodExt is the extension of a URL's committed copy in the cache:
+// ".good" for the current namespace, ".good@NS" for namespace NS.
+func (l *Loader) goodExt() string {
+	if l.Namespace != "" {
+		return ".good@" + l.Namespace
+	}
+	return ".good"
 }
 
 // lastGood returns the state of the last Commit of source name, nil if
@@ -161,10 +174,11 @@ func (l *Loader) Commit(src *Source) error {
 		return nil
 	}
 	for _, c := range src.cached {
-		if filepath.Ext(c.path) == ".good" {
-			continue
+		base, fresh := strings.CutSuffix(c.path, ".data")
+		if !fresh {
+			continue // read from the committed copy already
 		}
-		good := c.path[:len(c.path)-len(filepath.Ext(c.path))] + ".good"
+		good := base + l.goodExt()
 		if err := copyVerified(c.path, good, c.digest); err != nil {
 			return fmt.Errorf("committing source %s: keeping the download of %s: %w", src.name, c.url, err)
 		}

@@ -11,7 +11,9 @@
 //	bans/NS.db            the bans of NS (a ban.Store)
 //	fleet/NS/             a fleet agent's revisions for NS
 //	sources/NAME.json     a source's last good load (package source)
-//	cache/NAME/           a source's downloads (package source)
+//	sources/@NS/NAME.json the same for namespace NS (--netns)
+//	cache/NAME/           a source's downloads (package source), with a
+//	                      committed copy per namespace
 //
 // Files are written atomically (temporary file, fsync, rename). A missing
 // or unreadable file means "nothing known": callers treat everything as
