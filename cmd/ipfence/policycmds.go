@@ -31,6 +31,7 @@ type policyFlags struct {
 	stateDir string
 	offline  bool   // URLs from their last good copies only
 	netns    string // the namespace sources are gated for (apply --netns)
+	probe    bool   // backend auto probes the host (apply only: the others touch no kernel)
 	backend  string // overrides the policy's backend
 	iptables string // the iptables flavour: legacy, nft or "" (the one `iptables` is)
 }
@@ -52,7 +53,7 @@ type compiled struct {
 }
 
 // compile reads, resolves and compiles the policy; no kernel is touched
-// (backend auto probes in a scratch namespace).
+// unless f.probe, when backend auto probes in a scratch namespace.
 func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error) {
 	t0 := time.Now()
 	pol, err := policy.Load(f.policy)
@@ -64,7 +65,10 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
-	o := apply.CompileOptions{Host: doctor.Pick, IPTables: f.iptables, Logger: g.logger}
+	o := apply.CompileOptions{Host: assumeNFTables, IPTables: f.iptables, Logger: g.logger}
+	if f.probe {
+		o.Host = probeBackend
+	}
 	if f.backend != "" {
 		if o.Backend, err = plan.ParseBackend(f.backend); err != nil {
 			return nil, fmt.Errorf("--backend: %w", err)
@@ -188,6 +192,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			netns := pf.netns
+			pf.probe = true
 			c, err := pf.compile(ctx, g)
 			if err != nil {
 				return err
@@ -634,4 +639,14 @@ func printExplain(w io.Writer, ex explanation) {
 			fmt.Fprintf(w, "    from %s: %s%s (%s)\n", o.Source, o.Range, cc, o.Where)
 		}
 	}
+}
+
+// probeBackend is doctor.Pick: a variable, so that tests can see who
+// probes.
+var probeBackend = doctor.Pick
+
+// assumeNFTables is backend auto's choice for the commands that touch no
+// kernel (compile, explain, publish): what most hosts have, unprobed.
+func assumeNFTables() (plan.Backend, string, error) {
+	return plan.NFTables, "nftables: assumed, not probed (this command touches no kernel; apply and the daemon probe the host)", nil
 }
