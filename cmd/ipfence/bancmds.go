@@ -66,7 +66,7 @@ func newBanCmd(g *globals) *cobra.Command {
 	var f kernelFlags
 	var fb fleetBanFlags
 	var ttl, reason, origin, socket, since string
-	var noShorten bool
+	var noShorten, clamp bool
 	c := &cobra.Command{
 		Use:   "ban ADDRESS|PREFIX|-... [--ttl 1h] [--reason TEXT]",
 		Short: "Ban addresses or prefixes, now, in one transaction",
@@ -84,6 +84,13 @@ skipped), for bulk bans.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := ban.ParseTTL(ttl)
+			if clamp {
+				var clamped bool
+				if d, clamped, err = ban.ClampTTL(ttl); clamped {
+					fmt.Fprintf(cmd.ErrOrStderr(), "ipfence: warning: ban duration %s is longer than ipfence's longest: banning for 366d\n", strings.TrimSpace(ttl))
+					ttl = d.String()
+				}
+			}
 			if err != nil {
 				return usageError{err}
 			}
@@ -167,6 +174,7 @@ skipped), for bulk bans.`,
 	c.Flags().StringVar(&origin, "origin", "cli", "who bans (fail2ban, crowdsec, ...)")
 	c.Flags().StringVar(&since, "since", "", "when the ban began, as a Unix time (fail2ban's <time>): the TTL counts from then")
 	c.Flags().BoolVar(&noShorten, "no-shorten", false, "keep another origin's ban of a target that lasts at least as long (for integrations)")
+	c.Flags().BoolVar(&clamp, "clamp", false, "ban for the longest ipfence allows (366d), with a warning, when --ttl is longer (for integrations: fail2ban's recidive and increasing ban times)")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
 }

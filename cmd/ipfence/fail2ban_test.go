@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -268,4 +269,36 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestFail2banActionBanTimes runs the shipped action's actionban, as
+// fail2ban would with the tags filled in, for the ban times fail2ban can
+// give: negative (for good), fractional (bantime.factor) and longer than
+// ipfence's longest (recidive, bantime.increment), which is clamped to
+// 366 days with a warning instead of refused.
+func TestFail2banActionBanTimes(t *testing.T) {
+	lab := netnstest.New(t, "nft", "sh")
+	exe := buildIpfence(t)
+	state := t.TempDir()
+	conf := readFile(t, "../../dist/fail2ban/ipfence.conf")
+	_, rest, _ := strings.Cut(conf, "\nactionban = ")
+	script, _, _ := strings.Cut(rest, "\n\n")
+	now := time.Now().Unix()
+	for _, tc := range []struct {
+		bantime, ip, want, warn string
+	}{
+		{"-1", "198.51.100.1", "for good", ""},
+		{"604800.5", "198.51.100.2", "for 168h0m", ""},
+		{"63072000", "198.51.100.3", "for 8784h0m", "longer than ipfence's longest"},
+	} {
+		s := strings.NewReplacer("<bantime>", tc.bantime, "<ip>", tc.ip, "<time>", fmt.Sprint(now), "<name>", "recidive",
+			"<ipfence>", exe, "<socket>", "", "<ipfence_opts>", "--netns "+lab.FW+" --state "+state).Replace(script)
+		var stderr bytes.Buffer
+		cmd := exec.Command("sh", "-c", s)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil || !strings.Contains(string(out), "banned "+tc.ip+"/32 "+tc.want) || !strings.Contains(stderr.String(), tc.warn) {
+			t.Errorf("bantime %s: %v\n%s%s", tc.bantime, err, out, stderr.String())
+		}
+	}
 }

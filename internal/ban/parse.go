@@ -139,6 +139,21 @@ func ParseTTL(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// ClampTTL is ParseTTL, but a duration above MaxTTL is MaxTTL, with
+// clamped true, instead of an error: for integrations whose ban times
+// have no ceiling (fail2ban's recidive jail, bantime.increment).
+func ClampTTL(s string) (d time.Duration, clamped bool, err error) {
+	t := strings.TrimSpace(s)
+	if t == "" || t == "0" {
+		return 0, false, nil
+	}
+	if d, err = parseDuration(t); err == nil && d > MaxTTL {
+		return MaxTTL, true, nil
+	}
+	d, err = ParseTTL(s)
+	return d, false, err
+}
+
 // fmtDays prints a whole number of days as "366d".
 func fmtDays(d time.Duration) string {
 	return strconv.FormatInt(int64(d/day), 10) + "d"

@@ -236,3 +236,30 @@ func TestIsAddr(t *testing.T) {
 		t.Error("IsAddr of the zero Ban is true")
 	}
 }
+
+func TestClampTTL(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    time.Duration
+		clamped bool
+		err     bool
+	}{
+		{"", 0, false, false},
+		{"0", 0, false, false},
+		{"3600s", time.Hour, false, false},
+		{"604800.5s", 604800*time.Second + 500*time.Millisecond, false, false},
+		{"366d", MaxTTL, false, false},
+		{"31622401s", MaxTTL, true, false},
+		{"1000000000000s", MaxTTL, true, false},
+		{"52w2d", MaxTTL, false, false},
+		{"52w3d", MaxTTL, true, false},
+		{"-5s", 0, false, true},
+		{"0s", 0, false, true},
+		{"soon", 0, false, true},
+	} {
+		d, clamped, err := ClampTTL(tc.in)
+		if d != tc.want || clamped != tc.clamped || (err != nil) != tc.err {
+			t.Errorf("ClampTTL(%q) = %v, %v, %v; want %v, %v, error %v", tc.in, d, clamped, err, tc.want, tc.clamped, tc.err)
+		}
+	}
+}
