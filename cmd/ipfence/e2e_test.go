@@ -242,6 +242,28 @@ func TestSourceStatePerNamespace(t *testing.T) {
 	}
 }
 
+// TestForeignTablesUntouched: a flush or a policy naming another
+// manager's table is refused, and that table stays.
+func TestForeignTablesUntouched(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	netnstest.Exec(t, lab.FW, "nft", "add table inet filter; add chain inet filter input { type filter hook input priority 0; policy accept; }")
+	netnstest.Exec(t, lab.FW, "nft", "add table ip DOCKER-USER")
+	before := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
+	for _, table := range []string{"filter", "DOCKER", "ufw"} {
+		if _, err := run(t, "flush", "--table", table, "--netns", lab.FW, "--state", dir); !errors.Is(err, plan.ErrTableName) {
+			t.Errorf("flush --table %s: %v, want ErrTableName", table, err)
+		}
+		write(t, dir, "p.yaml", "table: "+table+"\nrules:\n  - {name: f, action: drop, match: {prefixes: [192.0.2.0/24]}}\n")
+		if _, err := run(t, "apply", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW, "--state", dir); !errors.Is(err, plan.ErrTableName) {
+			t.Errorf("apply with table %s: %v, want ErrTableName", table, err)
+		}
+	}
+	if after := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); after != before {
+		t.Errorf("the namespace's tables changed:\n%s", after)
+	}
+}
+
 // TestLoopbackAndNeighbourDiscoveryPass: no rule blocks loopback traffic
 // or IPv6 neighbour discovery, even from sources the rule blocks (UDP
 // from the same sources through the veth is dropped and counted).

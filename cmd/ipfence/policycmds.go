@@ -334,6 +334,17 @@ func (f *kernelFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.netns, "netns", "", "network namespace (as listed by `ip netns list`; default: the current one)")
 	c.Flags().StringVar(&f.stateDir, "state", statedir.DefaultDir, "state folder")
 	c.Flags().StringVar(&f.table, "table", "ipfence", "ipfence's table name (the policy's `table:`)")
+	// Flush deletes the table of that name: never another manager's.
+	prev := c.PreRunE
+	c.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := plan.CheckTable(f.table); err != nil {
+			return usageError{fmt.Errorf("--table: %w", err)}
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
+		return nil
+	}
 }
 
 func newStatusCmd(g *globals) *cobra.Command {

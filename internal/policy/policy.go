@@ -221,8 +221,8 @@ func Parse(data []byte, file string) (*Policy, error) {
 	p := &Policy{File: file, Text: string(data), Table: d.Table}
 	if p.Table == "" {
 		p.Table = "ipfence"
-	} else if !validName(p.Table) {
-		return nil, &Error{File: file, Line: lines.key("table"), Msg: fmt.Sprintf("table name %q: use letters, digits, _ and - only", p.Table)}
+	} else if err := plan.CheckTable(p.Table); err != nil {
+		return nil, &Error{File: file, Line: lines.key("table"), Msg: err.Error(), Err: err}
 	}
 	p.Priority = -300
 	if d.Priority != nil {

@@ -145,6 +145,9 @@ func TestParseErrors(t *testing.T) {
 		{"negative max_entries", "sources:\n  x: {format: list, paths: [f], max_entries: -1}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_entries -1 is negative"},
 		{"negative max_growth", "sources:\n  x: {format: list, paths: [f], max_growth: -2}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_growth -2 is negative"},
 		{"crowdsec limits", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, max_entries: 5}\n", 2, "do not apply"},
+		{"table filter", "table: filter\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `table name "filter"`},
+		{"table DOCKER", "table: DOCKER\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "another firewall manager"},
+		{"table -x", "table: \"-x\"\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "starting with a letter"},
 		{"api_key on a list", "sources:\n  x: {format: list, paths: [f], api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "for crowdsec sources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
