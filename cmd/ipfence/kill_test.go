@@ -128,7 +128,7 @@ func TestKillDaemonDuringRefresh(t *testing.T) {
 	}
 	big := b.String()
 	write(t, dir, "feed.txt", small)
-	write(t, dir, "p.yaml", "sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0}\n"+
+	write(t, dir, "p.yaml", "sources:\n  feed: {format: list, paths: [feed.txt], max_shrink: 0, max_growth: 0}\n"+
 		"protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
 	socket := filepath.Join(dir, "api.sock")
 	start := func() *exec.Cmd {
