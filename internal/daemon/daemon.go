@@ -27,6 +27,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -85,6 +86,14 @@ type Daemon struct {
 	started time.Time
 	metrics *metrics
 	bans    *bansets.Queue
+
+	// reloading serializes reloads: their sources are read and compiled
+	// without mu (downloads can be slow), then loaded with it.
+	reloading sync.Mutex
+	// refreshes are the timed refreshes running off the loop (one at a
+	// time), which Run waits for.
+	refreshes  sync.WaitGroup
+	refreshing atomic.Bool
 
 	// mu guards what follows: the policy as loaded, and every full or
 	// diff load (bans take the Controller's own lock).
@@ -249,6 +258,7 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 		watchdog = t.C
 	}
 	lastDrift := time.Now()
+	defer d.refreshes.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -263,10 +273,16 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 			} else if n > 0 {
 				d.log.Debug("bans expired", "count", n)
 			}
-			if d.due(now) {
-				if _, err := d.Reload(ctx); err != nil {
-					d.log.Warn("refreshing sources; the last good ruleset stays", "err", err)
-				}
+			// Due sources are refreshed off this loop, which keeps
+			// expiring bans and answering systemd's watchdog while a
+			// slow feed downloads.
+			if d.due(now) && d.refreshing.CompareAndSwap(false, true) {
+				d.refreshes.Go(func() {
+					defer d.refreshing.Store(false)
+					if _, err := d.reload(ctx, true); err != nil {
+						d.log.Warn("refreshing sources; the last good ruleset stays", "err", err)
+					}
+				})
 			}
 			if now.Sub(lastDrift) >= d.cfg.DriftEvery {
 				lastDrift = now
@@ -282,13 +298,13 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 // load: whatever the kernel held is replaced, which also repairs any
 // drift since the last run).
 func (d *Daemon) start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.loader = &source.Loader{StateDir: d.cfg.StateDir, Logger: d.log, Namespace: d.cfg.NetNS}
-	c, err := d.compile(ctx)
+	c, err := d.compile(ctx, false)
 	if err != nil {
 		return err
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.own, err = hostaddr.List(d.cfg.NetNS); err != nil {
 		return err
 	}
@@ -318,7 +334,7 @@ type compiled struct {
 
 // compile reads the policy and its sources and compiles it; it records
 // per source when it was checked and what went wrong.
-func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
+func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
 	if d.cfg.Input != nil {
 		in, err := d.cfg.Input(ctx)
 		if err != nil {
@@ -331,20 +347,64 @@ func (d *Daemon) compile(ctx context.Context) (*compiled, error) {
 		return nil, err
 	}
 	now := time.Now()
-	res, err := pol.Resolve(ctx, d.loader)
+	d.mu.Lock()
+	var reuse func(source.Spec) *source.Source
+	if dueOnly && d.res != nil {
+		reuse = d.reuser(now)
+	}
+	d.mu.Unlock()
+	kept := map[string]bool{} // the sources not read again
+	res, err := pol.ResolveReusing(ctx, d.loader, func(s source.Spec) *source.Source {
+		if reuse != nil {
+			if src := reuse(s); src != nil {
+				kept[s.Name] = true
+				return src
+			}
+		}
+		return nil
+	})
+	d.mu.Lock()
 	for _, sd := range pol.Sources {
 		ss := d.sources[sd.Spec.Name]
 		if ss == nil {
 			ss = &sourceState{}
 			d.sources[sd.Spec.Name] = ss
 		}
-		ss.refresh, ss.checked = refreshOf(sd.Spec), now
+		// Read, or due and not reached because another failed: tried
+		// again at its next refresh, not at every tick.
+		ss.refresh = refreshOf(sd.Spec)
+		if !kept[sd.Spec.Name] {
+			ss.checked = now
+		}
 	}
 	if err != nil {
 		d.sourceFailed(pol, err)
+	}
+	d.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	return d.compileInput(pol, res)
+}
+
+// reuser returns which loaded sources a timed refresh keeps: those not
+// due at now whose spec is unchanged. Called with d.mu held; the
+// function it returns reads a snapshot.
+func (d *Daemon) reuser(now time.Time) func(source.Spec) *source.Source {
+	keep := map[string]*source.Source{}
+	specs := map[string]source.Spec{}
+	for _, sd := range d.pol.Sources {
+		ss, src := d.sources[sd.Spec.Name], d.res.Sources[sd.Spec.Name]
+		if ss != nil && src != nil && !(ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh) {
+			keep[sd.Spec.Name], specs[sd.Spec.Name] = src, sd.Spec
+		}
+	}
+	return func(s source.Spec) *source.Source {
+		if src := keep[s.Name]; src != nil && reflect.DeepEqual(specs[s.Name], s) {
+			return src
+		}
+		return nil
+	}
 }
 
 // compileInput compiles what pol resolved to.
@@ -450,11 +510,18 @@ func (d *Daemon) loaded(c *compiled) {
 // changed, sends the difference in one transaction (a full load when the
 // difference cannot be expressed as one). On any error the ruleset in
 // force stays.
-func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
+func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) { return d.reload(ctx, false) }
+
+// reload is Reload, reading only the sources that are due when dueOnly
+// (the others as loaded last). Sources are read and compiled without
+// d.mu: a slow download holds up no status, explain or drift check.
+func (d *Daemon) reload(ctx context.Context, dueOnly bool) (ReloadResult, error) {
+	d.reloading.Lock()
+	defer d.reloading.Unlock()
+	t0 := time.Now()
+	c, err := d.compile(ctx, dueOnly)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	t0 := time.Now()
-	c, err := d.compile(ctx)
 	if err != nil {
 		d.lastErr = err.Error()
 		return ReloadResult{}, err

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -539,5 +540,87 @@ func TestDaemonXDP(t *testing.T) {
 	}
 	if got := verdicts(t, lab, srcs...); got != "ddpdd" {
 		t.Errorf("verdicts in nftables %q, want ddpdd", got)
+	}
+}
+
+// TestSlowFeedDoesNotStall: a due feed that drips its answer is
+// refreshed off the daemon's loop and lock: while it downloads, status
+// answers, bans go in and expire; a source that is not due is not
+// downloaded again; and the refresh completes once the feed does.
+func TestSlowFeedDoesNotStall(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	release := make(chan struct{})
+	var slowReqs, fastReqs atomic.Int32
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slowReqs.Add(1) == 1 {
+			fmt.Fprint(w, "192.0.2.0/24\n")
+			return
+		}
+		fmt.Fprint(w, "192.0.2.0/24\n")
+		w.(http.Flusher).Flush()
+		select { // a feed that stalls mid-answer
+		case <-release:
+			fmt.Fprint(w, "198.51.100.0/24\n")
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	var once sync.Once
+	unstall := func() { once.Do(func() { close(release) }) }
+	defer unstall()
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fastReqs.Add(1)
+		fmt.Fprint(w, "203.0.113.0/24\n")
+	}))
+	defer fast.Close()
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "sources:\n  slow: {format: list, url: \""+slow.URL+"/f\", refresh: 1m}\n  fast: {format: list, url: \""+fast.URL+"/f\", refresh: 1h}\n"+
+		"protect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: slow, action: drop, match: {source: slow}}\n  - {name: fast, action: drop, match: {source: fast}}\n")
+	r := startDaemon(t, Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), Tick: 50 * time.Millisecond})
+	ctx := context.Background()
+
+	// The slow feed is due: its refresh starts at the next tick, and hangs.
+	r.d.mu.Lock()
+	r.d.sources["slow"].checked = time.Now().Add(-time.Hour)
+	r.d.mu.Unlock()
+	eventually(t, 5*time.Second, "the slow feed is asked again", func() bool { return slowReqs.Load() == 2 })
+	if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: "100.64.0.1", TTL: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		t0 := time.Now()
+		if _, err := r.cl.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: fmt.Sprintf("100.64.1.%d", i+1), TTL: "1h"}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > time.Second {
+			t.Errorf("status and a ban took %v during the slow refresh", took)
+		}
+	}
+	eventually(t, 5*time.Second, "the 1s ban expires during the slow refresh", func() bool {
+		l, err := r.cl.List(ctx, api.ListOptions{Within: "100.64.0.1/32"})
+		return err == nil && l.Total == 0
+	})
+	if got := verdicts(t, lab, "198.51.100.1"); got != "p" {
+		t.Errorf("the stalled download is in force already: %q", got)
+	}
+	unstall()
+	eventually(t, 10*time.Second, "the refresh completes once the feed does", func() bool { return verdicts(t, lab, "198.51.100.1") == "d" })
+	if n := fastReqs.Load(); n != 1 {
+		t.Errorf("the fast feed, not due, was downloaded %d times, want once", n)
+	}
+}
+
+func eventually(t *testing.T, within time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

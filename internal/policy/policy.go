@@ -602,6 +602,12 @@ type Resolved struct {
 // Nothing is written: the caller commits the sources (Loader.Commit) once
 // the kernel accepted the result.
 func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, error) {
+	return p.ResolveReusing(ctx, l, nil)
+}
+
+// ResolveReusing is Resolve, taking a source from reuse where it returns
+// one instead of loading it (a daemon's sources that are not due).
+func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse func(source.Spec) *source.Source) (*Resolved, error) {
 	res := &Resolved{Policy: p, Sources: map[string]*source.Source{}}
 	for _, sd := range p.Sources {
 		used := false
@@ -610,6 +616,12 @@ func (p *Policy) Resolve(ctx context.Context, l *source.Loader) (*Resolved, erro
 		}
 		if !used {
 			continue
+		}
+		if reuse != nil {
+			if src := reuse(sd.Spec); src != nil {
+				res.Sources[sd.Spec.Name] = src
+				continue
+			}
 		}
 		src, err := l.Load(ctx, sd.Spec)
 		if err != nil {

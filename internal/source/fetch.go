@@ -27,6 +27,10 @@ import (
 // Only a download that parses replaces KEY.data, so the cache never holds
 // a copy that cannot be read.
 
+// DownloadTimeout bounds one download, from the request to the last
+// byte, with the default client.
+const DownloadTimeout = 3 * time.Minute
+
 // maxDownload bounds the size of one download.
 const maxDownload = 1 << 30
 
@@ -72,7 +76,10 @@ func (l *Loader) cachePaths(name, rawURL string) (dir, base string) {
 }
 
 var defaultClient = &http.Client{
-	Timeout: 10 * time.Minute, // whole download
+	// A download has this long in all, answer and body: a feed that
+	// stalls or drips one line a second is given up (and the last good
+	// copy used) instead of holding a refresh for good.
+	Timeout: DownloadTimeout,
 	Transport: &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
