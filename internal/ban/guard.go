@@ -9,8 +9,9 @@ import (
 
 // Guard refuses bans that would block what must never be blocked: this
 // host's own addresses and protected networks (management, monitoring,
-// upstream resolvers...). The zero value refuses nothing but invalid
-// prefixes.
+// upstream resolvers...), and prefixes broader than /8 (IPv4) or /16
+// (IPv6), whatever their origin (CLI, API, CrowdSec, fleet). The zero
+// value refuses nothing else.
 type Guard struct {
 	Protected *netipx.IPSet // nil: nothing
 	Own       []netip.Addr  // this host's addresses
@@ -20,7 +21,8 @@ type Guard struct {
 // wrapping ErrOwnAddress, naming the first of g.Own that p covers, or
 // ErrProtected, naming the first protected prefix (of the minimal prefixes
 // of g.Protected) that p overlaps, whether inside p or covering it. Own
-// addresses are checked first. An invalid p is ErrInvalid.
+// addresses are checked first. An invalid p (or an IPv4-mapped one) is
+// ErrInvalid, one broader than /8 or /16 ErrTooBroad.
 //
 // Own addresses are compared without their IPv6 zone and with IPv4-mapped
 // IPv6 addresses unmapped, as ParsePrefix gives bans.
@@ -28,7 +30,13 @@ func (g Guard) Check(p netip.Prefix) error {
 	if !p.IsValid() {
 		return fmt.Errorf("checking ban %v: %w: not a valid prefix", p, ErrInvalid)
 	}
+	if p.Addr().Is4In6() || p.Addr().Zone() != "" {
+		return fmt.Errorf("checking ban %v: %w: an IPv4-mapped or zoned prefix (ban the IPv4 prefix)", p, ErrInvalid)
+	}
 	p = p.Masked()
+	if min := minBits(p.Addr()); p.Bits() < min {
+		return fmt.Errorf("checking ban %v: %w: /%d is shorter than the /%d allowed for %s", p, ErrTooBroad, p.Bits(), min, family(p.Addr()))
+	}
 	for _, a := range g.Own {
 		if p.Contains(a.WithZone("").Unmap()) {
 			return fmt.Errorf("checking ban %v: %w %v (banning it would cut this host off; ban a narrower prefix)", p, ErrOwnAddress, a)

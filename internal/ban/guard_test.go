@@ -72,3 +72,20 @@ func TestGuardZero(t *testing.T) {
 		t.Errorf("Check(invalid) = %v, want ErrInvalid", err)
 	}
 }
+
+// TestGuardTooBroad: the minimum length holds for every ban, not only
+// those the CLI parses (fleet bans and CrowdSec decisions come as
+// prefixes).
+func TestGuardTooBroad(t *testing.T) {
+	var g Guard
+	for s, want := range map[string]error{
+		"128.0.0.0/3": ErrTooBroad, "0.0.0.0/0": ErrTooBroad, "10.0.0.0/7": ErrTooBroad,
+		"2000::/3": ErrTooBroad, "2001::/15": ErrTooBroad, "::/0": ErrTooBroad,
+		"::ffff:10.0.0.0/104": ErrInvalid,
+		"10.0.0.0/8":          nil, "2001::/16": nil, "192.0.2.1/32": nil,
+	} {
+		if err := g.Check(netip.MustParsePrefix(s)); !errors.Is(err, want) || want == nil && err != nil {
+			t.Errorf("Check(%s) = %v, want %v", s, err, want)
+		}
+	}
+}
