@@ -75,9 +75,21 @@ func (c *Client) Pull(ctx context.Context, startup bool) (*Stream, error) {
 	if c.UserAgent != "" {
 		req.Header.Set("User-Agent", c.UserAgent)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
+	hc := http.Client{Timeout: 30 * time.Second}
+	if c.HTTP != nil {
+		hc = *c.HTTP
+	}
+	// The key travels in a header of ours, which net/http would send on
+	// to wherever a redirect points: follow redirects on the same host
+	// and scheme only.
+	hc.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 5 {
+			return errors.New("stopped after 5 redirects")
+		}
+		if r.URL.Host != via[0].URL.Host || r.URL.Scheme != via[0].URL.Scheme {
+			return fmt.Errorf("redirected to %s://%s, another host or scheme: refused, the API key is not sent there", r.URL.Scheme, r.URL.Host)
+		}
+		return nil
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,5 +191,39 @@ func TestPull(t *testing.T) {
 	}
 	if _, err := (&Client{URL: "ftp://x"}).Pull(context.Background(), false); err == nil {
 		t.Error("an ftp URL was accepted")
+	}
+}
+
+// TestPullRedirectKeepsKey: a redirect to another host is refused and
+// the key never reaches it; one on the same host is followed.
+func TestPullRedirectKeepsKey(t *testing.T) {
+	var leaked atomic.Bool
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != "" {
+			leaked.Store(true)
+		}
+		fmt.Fprint(w, `{"new":null,"deleted":null}`)
+	}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v1/decisions/stream" && r.URL.Query().Get("startup") == "true":
+			http.Redirect(w, r, other.URL+"/v1/decisions/stream", http.StatusFound)
+		case r.URL.Path == "/v1/decisions/stream":
+			http.Redirect(w, r, "/moved/v1/decisions/stream", http.StatusFound)
+		default:
+			fmt.Fprint(w, `{"new":null,"deleted":null}`)
+		}
+	}))
+	defer srv.Close()
+	c := &Client{URL: srv.URL + "/", Key: "k3y"}
+	if _, err := c.Pull(context.Background(), true); err == nil || !strings.Contains(err.Error(), "another host") {
+		t.Errorf("redirect to another host: %v", err)
+	}
+	if leaked.Load() {
+		t.Error("the key reached the other host")
+	}
+	if _, err := c.Pull(context.Background(), false); err != nil {
+		t.Errorf("redirect on the same host: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/bits"
 	"net/netip"
@@ -212,6 +213,21 @@ func Parse(data []byte, file string) (*Policy, error) {
 	var d doc
 	if err := dec.Decode(&d); err != nil {
 		return nil, yamlError(file, err)
+	}
+	// One policy per file: a second document would be ignored silently
+	// (an empty one, as after a trailing ---, is harmless).
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, yamlError(file, err)
+		}
+		if len(next.Content) > 0 && next.Content[0].Tag != "!!null" {
+			return nil, &Error{File: file, Line: next.Line, Msg: "a second YAML document (after ---): a policy file holds one policy; merge them or remove the ---"}
+		}
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {

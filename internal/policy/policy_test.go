@@ -54,6 +54,10 @@ func TestParseGood(t *testing.T) {
 			t.Errorf("refresh %q: %v, want %v", tc.refresh, got, tc.want)
 		}
 	}
+	// A trailing --- is no second policy.
+	if _, err := Parse([]byte("rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n---\n# end\n"), "p.yaml"); err != nil {
+		t.Errorf("trailing ---: %v", err)
+	}
 	// Input limits.
 	for _, tc := range []struct {
 		keys string
@@ -148,6 +152,7 @@ func TestParseErrors(t *testing.T) {
 		{"table filter", "table: filter\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `table name "filter"`},
 		{"table DOCKER", "table: DOCKER\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "another firewall manager"},
 		{"table -x", "table: \"-x\"\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "starting with a letter"},
+		{"second document", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n---\nrules:\n  - {name: b, action: drop, match: {prefixes: [0.0.0.0/0]}}\n", 3, "a second YAML document"},
 		{"api_key on a list", "sources:\n  x: {format: list, paths: [f], api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "for crowdsec sources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"net/netip"
 	"strconv"
+	"unicode/utf8"
 
 	"go4.org/netipx"
 )
@@ -21,6 +22,23 @@ type ParseError struct {
 // maxErrText bounds ParseError.Text, so that an error about a huge line
 // stays readable and small.
 const maxErrText = 200
+
+// maxErrToken bounds a field quoted in an error's reason (Clip).
+const maxErrToken = 64
+
+// Clip returns s cut to at most 64 bytes (on a UTF-8 boundary) and
+// marked "…" when cut: for quoting input in an error, which a hostile
+// feed could otherwise make megabytes long.
+func Clip(s string) string {
+	if len(s) <= maxErrToken {
+		return s
+	}
+	i := maxErrToken
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
 
 // Error returns `FILE:LINE: cannot parse "TEXT": REASON (expected an IP
 // address, CIDR prefix or first-last range)`, without the FILE:LINE part
@@ -110,7 +128,19 @@ func parseAny[T text](s T) (entry, bool, error) {
 		}
 		return entry{}, false, &ParseError{Text: string(t), Err: err}
 	}
-	return e, true, nil
+	return e.unmap(), true, nil
+}
+
+// unmap returns e as IPv4 when it lies within the IPv4-mapped addresses
+// (::ffff:0:0/96), as bans and explain read them: a packet from 1.2.3.4
+// is IPv4, so "::ffff:1.2.3.4" in a list or protect means 1.2.3.4. A
+// range reaching outside ::ffff:0:0/96 stays IPv6.
+func (e entry) unmap() entry {
+	mapped := func(u U128) bool { return u.Hi == 0 && u.Lo>>32 == 0xffff }
+	if e.is4 || !mapped(e.lo) || !mapped(e.hi) {
+		return e
+	}
+	return entry{span: span{lo: U128{Lo: e.lo.Lo & 0xffffffff}, hi: U128{Lo: e.hi.Lo & 0xffffffff}}, is4: true}
 }
 
 // parseRange parses "A-B" where '-' is at s[dash] and A and B are
@@ -302,10 +332,10 @@ func parse6[T text](s T) (U128, error) {
 	}
 	a, err := netip.ParseAddr(string(s))
 	if err != nil || !a.Is6() {
-		return U128{}, fmt.Errorf("%q is not an IPv6 address", s)
+		return U128{}, fmt.Errorf("%q is not an IPv6 address", Clip(string(s)))
 	}
 	if a.Zone() != "" {
-		return U128{}, fmt.Errorf("%q has an IPv6 zone, which a list cannot use", s)
+		return U128{}, fmt.Errorf("%q has an IPv6 zone, which a list cannot use", Clip(string(s)))
 	}
 	return U128From(a), nil
 }
@@ -331,13 +361,13 @@ func why4(s string) error {
 	}
 	switch {
 	case letters:
-		return fmt.Errorf("%q is not an IP address, and hostnames are not resolved", s)
+		return fmt.Errorf("%q is not an IP address, and hostnames are not resolved", Clip(string(s)))
 	case leadingZero && dots == 3:
-		return fmt.Errorf("%q has an octet with a leading zero, which some tools read as octal: write it without", s)
+		return fmt.Errorf("%q has an octet with a leading zero, which some tools read as octal: write it without", Clip(string(s)))
 	case dots != 3:
-		return fmt.Errorf("%q is not an IP address: IPv4 needs four dotted decimal octets", s)
+		return fmt.Errorf("%q is not an IP address: IPv4 needs four dotted decimal octets", Clip(string(s)))
 	}
-	return fmt.Errorf("%q is not an IP address", s)
+	return fmt.Errorf("%q is not an IP address", Clip(string(s)))
 }
 
 // parseBits4 parses what follows '/' after an IPv4 address: a prefix
@@ -347,7 +377,7 @@ func parseBits4[T text](s T) (int, error) {
 		if s[i] == '.' {
 			m, ok := parse4(s)
 			if host := ^m; !ok || host&(host+1) != 0 {
-				return 0, fmt.Errorf("%q is not an IPv4 netmask of contiguous ones, like 255.255.255.0", s)
+				return 0, fmt.Errorf("%q is not an IPv4 netmask of contiguous ones, like 255.255.255.0", Clip(string(s)))
 			}
 			return bits.OnesCount32(m), nil
 		}
@@ -364,7 +394,7 @@ func parseBits[T text](s T, max int) (int, error) {
 		n = n*10 + int(s[i]-'0')
 	}
 	if !ok || n > max {
-		return 0, fmt.Errorf("prefix length %q is not a number from 0 to %d", s, max)
+		return 0, fmt.Errorf("prefix length %q is not a number from 0 to %d", Clip(string(s)), max)
 	}
 	return n, nil
 }

@@ -62,8 +62,10 @@ func TestParseLine(t *testing.T) {
 		{"2001:DB8::A", "2001:db8::a-2001:db8::a"},
 		{"2001:db8::1 - 2001:db8::9", "2001:db8::1-2001:db8::9"},
 		{"2001:db8::/64-2001:db8:0:1::/64", "2001:db8::-2001:db8:0:1:ffff:ffff:ffff:ffff"},
-		{"::ffff:1.2.3.4", "::ffff:1.2.3.4-::ffff:1.2.3.4"}, // IPv4-mapped stays IPv6
-		{"::ffff:1.2.3.4/120", "::ffff:1.2.3.0-::ffff:1.2.3.255"},
+		{"::ffff:1.2.3.4", "1.2.3.4-1.2.3.4"}, // IPv4-mapped is IPv4, as bans read it
+		{"::ffff:1.2.3.4/120", "1.2.3.0-1.2.3.255"},
+		{"::ffff:1.2.3.4-::ffff:1.2.3.9", "1.2.3.4-1.2.3.9"},
+		{"::ffff:0:0/95", "::fffe:0:0-::ffff:255.255.255.255"}, // beyond ::ffff:0:0/96: IPv6
 	}
 	for _, tt := range tests {
 		r, ok, err := ParseLine(tt.in)

@@ -3,6 +3,8 @@ package source
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // A country code is stored as its index in the 26×26 table of two-letter
@@ -93,9 +95,9 @@ type UnknownCountryError struct {
 
 func (e *UnknownCountryError) Error() string {
 	if e.Malformed {
-		return fmt.Sprintf("unknown country code %q: a country code is two letters A-Z, ISO 3166-1 alpha-2 (e.g. IT, DE)", e.Code)
+		return fmt.Sprintf("unknown country code %q: a country code is two letters A-Z, ISO 3166-1 alpha-2 (e.g. IT, DE)", prefix.Clip(e.Code))
 	}
-	msg := fmt.Sprintf("unknown country code %q: not an ISO 3166-1 alpha-2 code, and not in this source's data", e.Code)
+	msg := fmt.Sprintf("unknown country code %q: not an ISO 3166-1 alpha-2 code, and not in this source's data", prefix.Clip(e.Code))
 	if m, ok := misnomers[strings.ToUpper(e.Code)]; ok {
 		msg += fmt.Sprintf("; did you mean %s?", m)
 	}

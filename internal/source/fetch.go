@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -102,13 +103,14 @@ func (l *Loader) client() *http.Client {
 // reads the committed copy without going to the network.
 func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uint16, committed bool) inputResult {
 	dir, base := l.cachePaths(spec.Name, rawURL)
+	shown := RedactURL(rawURL)
 	data := base + ".data"
 	if committed || l.Offline {
 		path := base + l.goodExt()
 		if _, err := os.Stat(path); err != nil {
 			path = data
 		}
-		return readCached(spec, rawURL, path, file)
+		return readCached(spec, shown, path, file)
 	}
 	meta := readMeta(base + ".json")
 	_, err := os.Stat(data)
@@ -125,18 +127,19 @@ func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uin
 	if meta != nil {
 		when = "on " + meta.Fetched.UTC().Format(time.RFC3339)
 	}
-	res = readCached(spec, rawURL, data, file)
+	res = readCached(spec, shown, data, file)
 	res.stale = fmt.Errorf("%w; using the copy downloaded %s", why, when)
 	return res
 }
 
-// readCached reads the cached copy of rawURL at path.
-func readCached(spec Spec, rawURL, path string, file uint16) inputResult {
-	p, digest, err := readFile(path, spec.Format, rawURL, file, spec.limits())
+// readCached reads the cached copy at path of the URL shown as shown
+// (RedactURL).
+func readCached(spec Spec, shown, path string, file uint16) inputResult {
+	p, digest, err := readFile(path, spec.Format, shown, file, spec.limits())
 	if err != nil {
-		return inputResult{err: fmt.Errorf("reading the cached copy of %s (%s): %w", rawURL, path, err)}
+		return inputResult{err: fmt.Errorf("reading the cached copy of %s (%s): %w", shown, path, err)}
 	}
-	return inputResult{part: p, cached: &cachedCopy{url: rawURL, path: path, digest: digest}}
+	return inputResult{part: p, cached: &cachedCopy{url: shown, path: path, digest: digest}}
 }
 
 // download fetches rawURL and reads it. When why is nil, res holds the
@@ -144,9 +147,10 @@ func readCached(spec Spec, rawURL, path string, file uint16) inputResult {
 // cache); else why says what went wrong: a *DownloadError or the parse
 // error of the download.
 func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base string, file uint16, haveCache bool, meta *cacheMeta) (res inputResult, why error) {
+	shown := RedactURL(rawURL)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return res, &DownloadError{URL: rawURL, Err: err}
+		return res, &DownloadError{URL: shown, Err: redactErr(err, shown)}
 	}
 	req.Header.Set("User-Agent", "ipfence")
 	if haveCache && meta != nil && meta.URL == rawURL {
@@ -159,14 +163,14 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 	}
 	resp, err := l.client().Do(req)
 	if err != nil {
-		return res, &DownloadError{URL: rawURL, Err: err}
+		return res, &DownloadError{URL: shown, Err: redactErr(err, shown)}
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotModified && haveCache:
-		return readCached(spec, rawURL, base+".data", file), nil
+		return readCached(spec, shown, base+".data", file), nil
 	case resp.StatusCode != http.StatusOK:
-		return res, &DownloadError{URL: rawURL, Status: resp.StatusCode}
+		return res, &DownloadError{URL: shown, Status: resp.StatusCode}
 	}
 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -179,10 +183,10 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 	tmp, err := writeTemp(dir, func(w io.Writer) error {
 		n, err := io.Copy(w, io.LimitReader(resp.Body, limit+1))
 		if err == nil && n > limit {
-			err = &LimitError{File: rawURL, What: "bytes downloaded", Limit: limit, Key: "max_bytes"}
+			err = &LimitError{File: shown, What: "bytes downloaded", Limit: limit, Key: "max_bytes"}
 		}
 		if err != nil {
-			return &DownloadError{URL: rawURL, Err: err}
+			return &DownloadError{URL: shown, Err: redactErr(err, shown)}
 		}
 		return nil
 	})
@@ -193,9 +197,9 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 		return inputResult{err: fmt.Errorf("writing to the download cache: %w", err)}, nil
 	}
 	defer os.Remove(tmp) // no-op once renamed
-	p, digest, err := readFile(tmp, spec.Format, rawURL, file, spec.limits())
+	p, digest, err := readFile(tmp, spec.Format, shown, file, spec.limits())
 	if err != nil {
-		return res, fmt.Errorf("the download of %s does not parse: %w", rawURL, err)
+		return res, fmt.Errorf("the download of %s does not parse: %w", shown, err)
 	}
 	if err := commitFile(tmp, base+".data"); err != nil {
 		return inputResult{err: fmt.Errorf("writing to the download cache: %w", err)}, nil
@@ -209,9 +213,9 @@ func (l *Loader) download(ctx context.Context, spec Spec, rawURL, dir, base stri
 	}
 	// The metadata only saves a download next time: losing it is harmless.
 	if err := writeJSON(base+".json", m); err != nil {
-		l.logger().Warn("cannot record download metadata", "source", spec.Name, "url", rawURL, "err", err)
+		l.logger().Warn("cannot record download metadata", "source", spec.Name, "url", shown, "err", err)
 	}
-	return inputResult{part: p, cached: &cachedCopy{url: rawURL, path: base + ".data", digest: digest}}, nil
+	return inputResult{part: p, cached: &cachedCopy{url: shown, path: base + ".data", digest: digest}}, nil
 }
 
 // readMeta returns the cache metadata at path, or nil if it is missing or
@@ -245,4 +249,33 @@ func (h *hashReader) Read(p []byte) (int, error) {
 func (h *hashReader) sum() (d [32]byte) {
 	h.h.Sum(d[:0])
 	return d
+}
+
+// RedactURL returns rawURL as ipfence shows it in messages, logs and
+// origins: without its password and with every query value replaced by
+// "xxxxx" (feeds pass keys both ways). Unparsable URLs are shown as
+// "(unparsable URL)".
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// redactErr is err with the URL of a *url.Error (net/http's, which
+// keeps query strings) replaced by shown.
+func redactErr(err error, shown string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = shown
+	}
+	return err
 }

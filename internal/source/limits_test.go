@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // gzipOf returns about n bytes (whole lines) of line repeated,
@@ -318,5 +320,104 @@ func TestStatePerNamespace(t *testing.T) {
 	}
 	if _, err := (&Loader{StateDir: state, Namespace: "../x"}).Load(ctx, spec); err == nil {
 		t.Error("namespace ../x was accepted")
+	}
+}
+
+// TestHugeBadLineSmallError: a bad line of a megabyte gives an error of
+// a few hundred bytes, whatever field is bad, in every format.
+func TestHugeBadLineSmallError(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	big := strings.Repeat("9", 1<<20)
+	for _, tc := range []struct{ format, row string }{
+		{FormatList, "1.2.3.4/" + big},
+		{FormatList, big},
+		{FormatList, "1.2.3.4-" + big},
+		{FormatList, "2001:db8::" + big},
+		{FormatCountryCSV, "1.2.3.0,1.2.3.255," + big},
+		{FormatCountryCSV, "1.2.3.0," + big + ",IT"},
+		{FormatCountryCSV, big + ",IT"},
+		{FormatRIRDelegated, "apnic|AU|ipv4|" + big + "|256|20100715|allocated"},
+		{FormatRIRDelegated, "apnic|AU|ipv4|1.0.0.0|" + big + "|20100715|allocated"},
+		{FormatRIRDelegated, "apnic|AU|" + big + "|1.0.0.0|256|20100715|allocated"},
+		{FormatRIRDelegated, "apnic|AU|ipv4|1.0.0.0|256|20100715|" + big},
+		{FormatRIRDelegated, "apnic|" + big + "|ipv4|1.0.0.0|256|20100715|allocated"},
+	} {
+		path := writeFile(t, dir, "f", []byte("\n"+tc.row+"\n"))
+		_, err := (&Loader{}).Load(ctx, Spec{Name: "s", Format: tc.format, Paths: []string{path}})
+		if err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), path+":2: ") {
+			msg := "<nil>"
+			if err != nil {
+				msg = prefix.Clip(err.Error())
+			}
+			t.Errorf("%s, row of %d bytes: error of %d bytes: %s", tc.format, len(tc.row), len(msg), msg)
+		}
+	}
+}
+
+// TestURLSecretsNotShown: a feed URL's password and query values appear
+// in no error, origin or stale reason.
+func TestURLSecretsNotShown(t *testing.T) {
+	ctx := context.Background()
+	srv := newFeedServer(t, "192.0.2.0/24\n")
+	u := strings.Replace(srv.URL, "http://", "http://user:s3cret-pass@", 1) + "/drop.txt?apikey=s3cret-key&fmt=txt"
+	l := &Loader{StateDir: t.TempDir()}
+	spec := Spec{Name: "feed", Format: FormatList, URLs: []string{u}}
+	src, err := l.Load(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks := func(what, s string) {
+		t.Helper()
+		if strings.Contains(s, "s3cret") {
+			t.Errorf("%s shows a secret: %s", what, s)
+		}
+	}
+	m := src.Explain(mustAddr("192.0.2.1"))
+	if len(m) != 1 {
+		t.Fatalf("Explain: %+v", m)
+	}
+	leaks("origin", m[0].Origin)
+	if want := strings.Replace(srv.URL, "http://", "http://user:xxxxx@", 1) + "/drop.txt?apikey=xxxxx&fmt=xxxxx:1"; m[0].Origin != want {
+		t.Errorf("origin %q, want %q", m[0].Origin, want)
+	}
+	srv.serve("192.0.2.0/24\nbad line\n", `"v2"`, 0)
+	src, err = l.Load(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, why := src.Stale()
+	leaks("parse error", why.Error())
+	srv.serve("", "", 500)
+	src, err = l.Load(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, why = src.Stale()
+	leaks("download error", why.Error())
+	srv.Close()
+	_, err = (&Loader{StateDir: t.TempDir()}).Load(ctx, spec) // no cache, no server
+	if err == nil {
+		t.Fatal("no server and no cache: loaded")
+	}
+	leaks("connection error", err.Error())
+}
+
+// TestMappedAddressesAreIPv4: ::ffff:a.b.c.d is read as a.b.c.d in every
+// format, as bans and explain read it: a packet from it is IPv4.
+func TestMappedAddressesAreIPv4(t *testing.T) {
+	for _, tc := range []struct{ format, data string }{
+		{FormatList, "::ffff:192.0.2.0/120\n"},
+		{FormatList, "::ffff:192.0.2.0-::ffff:192.0.2.255\n"},
+		{FormatCountryCSV, "::ffff:192.0.2.0,::ffff:192.0.2.255,IT\n"},
+		{FormatCountryCSV, "::ffff:192.0.2.0/120,IT\n"},
+	} {
+		src, err := fromBytes(tc.format, []byte(tc.data))
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.format, tc.data, err)
+		}
+		if got := cidrs(t, src); got != "192.0.2.0/24\n" {
+			t.Errorf("%s %q: %q, want 192.0.2.0/24", tc.format, tc.data, got)
+		}
 	}
 }

@@ -161,7 +161,7 @@ func (l *Loader) check(spec Spec) error {
 	for _, u := range spec.URLs {
 		pu, err := url.Parse(u)
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return bad("%q is not an http or https URL", u)
+			return bad("%q is not an http or https URL", RedactURL(u))
 		}
 	}
 	if ns := l.Namespace; ns != "" && (strings.ContainsAny(ns, "/\x00") || ns == "." || ns == "..") {
@@ -211,7 +211,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 			}
 		} else {
 			u := spec.URLs[i-len(spec.Paths)]
-			src.files = append(src.files, u)
+			src.files = append(src.files, RedactURL(u))
 			read = func() inputResult { return l.readURL(ctx, spec, u, file, committed) }
 		}
 		wg.Go(func() {

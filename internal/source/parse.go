@@ -275,12 +275,12 @@ func parseCSVRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 func parseAddr(what, s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%s %q is not an IP address", what, s)
+		return netip.Addr{}, fmt.Errorf("%s %q is not an IP address", what, prefix.Clip(s))
 	}
 	if a.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%s %q has an IPv6 zone, which a source cannot use", what, s)
+		return netip.Addr{}, fmt.Errorf("%s %q has an IPv6 zone, which a source cannot use", what, prefix.Clip(s))
 	}
-	return a, nil
+	return a.Unmap(), nil // ::ffff:1.2.3.4 is 1.2.3.4, as in lists and bans
 }
 
 // dataCode checks a country code of a data row: two letters, either case.
@@ -310,13 +310,13 @@ func parseRIRRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 		err = fmt.Errorf("%d '|'-separated fields, need at least 7", n)
 		return
 	}
-	typ, status := strings.ToLower(f[2]), strings.ToLower(f[6])
+	typ, status := strings.ToLower(prefix.Clip(f[2])), strings.ToLower(prefix.Clip(f[6]))
 	switch typ {
 	case "asn":
 		return
 	case "ipv4", "ipv6":
 	default:
-		err = fmt.Errorf("type %q is not asn, ipv4 or ipv6", f[2])
+		err = fmt.Errorf("type %q is not asn, ipv4 or ipv6", prefix.Clip(f[2]))
 		return
 	}
 	switch status {
@@ -324,7 +324,7 @@ func parseRIRRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 	case "available", "reserved":
 		return
 	default:
-		err = fmt.Errorf("status %q is not allocated, assigned, available or reserved", f[6])
+		err = fmt.Errorf("status %q is not allocated, assigned, available or reserved", prefix.Clip(f[6]))
 		return
 	}
 	if lo, err = parseAddr("start address", f[3]); err != nil {
@@ -338,14 +338,14 @@ func parseRIRRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 		count, perr := strconv.ParseUint(f[4], 10, 64)
 		last, inRange := k4From(lo).add(count - 1)
 		if perr != nil || count == 0 || !inRange {
-			err = fmt.Errorf("ipv4 value %q is not an address count from 1 to the end of the address space", f[4])
+			err = fmt.Errorf("ipv4 value %q is not an address count from 1 to the end of the address space", prefix.Clip(f[4]))
 			return
 		}
 		hi = last.addr()
 	} else {
 		bits, perr := strconv.ParseUint(f[4], 10, 8)
 		if perr != nil || bits > 128 {
-			err = fmt.Errorf("ipv6 value %q is not a prefix length from 0 to 128", f[4])
+			err = fmt.Errorf("ipv6 value %q is not a prefix length from 0 to 128", prefix.Clip(f[4]))
 			return
 		}
 		p := netip.PrefixFrom(lo, int(bits))
