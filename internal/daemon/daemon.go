@@ -330,6 +330,7 @@ type compiled struct {
 	plan *plan.Plan
 	prog *nft.Program // nil on iptables backends
 	ac   *apply.Compiled
+	kept map[string]bool // sources a timed refresh did not read again
 }
 
 // compile reads the policy and its sources and compiles it; it records
@@ -353,7 +354,7 @@ func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
 		reuse = d.reuser(now)
 	}
 	d.mu.Unlock()
-	kept := map[string]bool{} // the sources not read again
+	kept := map[string]bool{} // the sources not read again (committed already)
 	res, err := pol.ResolveReusing(ctx, d.loader, func(s source.Spec) *source.Source {
 		if reuse != nil {
 			if src := reuse(s); src != nil {
@@ -384,7 +385,11 @@ func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.compileInput(pol, res)
+	c, err := d.compileInput(pol, res)
+	if c != nil {
+		c.kept = kept
+	}
+	return c, err
 }
 
 // reuser returns which loaded sources a timed refresh keeps: those not
@@ -494,6 +499,9 @@ func (d *Daemon) loaded(c *compiled) {
 	d.lastErr = ""
 	_, d.elements, _ = c.ac.Counts()
 	for name, src := range c.res.Sources {
+		if c.kept[name] {
+			continue // as committed when it was read
+		}
 		if err := d.loader.Commit(src); err != nil {
 			d.log.Warn("recording last good source", "source", name, "err", err)
 		}
@@ -631,8 +639,14 @@ func sameHeads(a, b *plan.Plan) bool {
 func (d *Daemon) due(now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, ss := range d.sources {
-		if ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh {
+	if d.pol == nil {
+		return false
+	}
+	// The policy's sources only: d.sources also holds crowdsec sources
+	// (their followers pull on their own) and sources a policy edit
+	// removed, which no reload would ever mark checked.
+	for _, sd := range d.pol.Sources {
+		if ss := d.sources[sd.Spec.Name]; ss != nil && ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh {
 			return true
 		}
 	}

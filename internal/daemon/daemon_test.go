@@ -624,3 +624,32 @@ func eventually(t *testing.T, within time.Duration, what string, ok func() bool)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestRemovedSourceIsNotDue: a source the policy no longer has, and a
+// crowdsec source's state, never make a timed refresh due (they used to,
+// at every tick, once their interval had passed).
+func TestRemovedSourceIsNotDue(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.txt"), "192.0.2.0/24\n")
+	writeFile(t, filepath.Join(dir, "b.txt"), "198.51.100.0/24\n")
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "sources:\n  a: {format: list, paths: [a.txt]}\n  b: {format: list, paths: [b.txt]}\nprotect: [198.18.0.0/15, 2001:2::/48]\n"+
+		"rules:\n  - {name: a, action: drop, match: {source: a}}\n  - {name: b, action: drop, match: {source: b}}\n")
+	r := startDaemon(t, Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), Tick: 20 * time.Millisecond})
+	writeFile(t, pol, "sources:\n  a: {format: list, paths: [a.txt]}\nprotect: [198.18.0.0/15, 2001:2::/48]\nrules:\n  - {name: a, action: drop, match: {source: a}}\n")
+	if _, err := r.cl.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.d.mu.Lock()
+	r.d.sources["b"].checked = time.Now().Add(-time.Hour)
+	r.d.sources["cs"] = &sourceState{refresh: time.Second, checked: time.Now().Add(-time.Hour)}
+	applied := r.d.applied
+	r.d.mu.Unlock()
+	time.Sleep(300 * time.Millisecond) // 15 ticks
+	r.d.mu.Lock()
+	defer r.d.mu.Unlock()
+	if r.d.applied != applied {
+		t.Errorf("a refresh ran for sources the policy does not have")
+	}
+}

@@ -252,6 +252,11 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 	if p.Table == "" {
 		p.Table = "ipfence"
 	}
+	// Here too, not only in the policy: fleet bundles and stored
+	// revisions reach Compile without a policy file's checks.
+	if err := CheckTable(p.Table); err != nil {
+		return nil, err
+	}
 	if p.Priority == 0 {
 		p.Priority = DefaultPriority
 	}

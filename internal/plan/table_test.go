@@ -14,6 +14,9 @@ func TestCheckTable(t *testing.T) {
 		"firewalld": false, "crowdsec": false, "crowdsec6": false, "KUBE-FIREWALL": false, "cali-x": false, "ts-input": false,
 		"filtered": true, "natural": true, // only the exact names of iptables' tables
 	} {
+		if _, err := Compile(&Input{Table: name}, Options{}); name != "" && (err == nil) != ok {
+			t.Errorf("Compile with table %q: %v, want ok %v", name, err, ok)
+		}
 		err := CheckTable(name)
 		if (err == nil) != ok || err != nil && !errors.Is(err, ErrTableName) {
 			t.Errorf("CheckTable(%q) = %v, want ok %v", name, err, ok)

@@ -307,8 +307,11 @@ func Parse(data []byte, file string) (*Policy, error) {
 				spec.MaxShrink = -1 // an explicit 0 turns the gate off
 			}
 		}
+		if sd.MaxShrink != nil && (math.IsNaN(*sd.MaxShrink) || *sd.MaxShrink < 0) {
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_shrink %v: give a share (0.5 = 50%%), or 0 to turn the gate off", n, *sd.MaxShrink)}
+		}
 		if sd.MaxGrowth != nil {
-			if *sd.MaxGrowth < 0 {
+			if math.IsNaN(*sd.MaxGrowth) || math.IsInf(*sd.MaxGrowth, 0) || *sd.MaxGrowth < 0 {
 				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_growth %v is negative: give a share (4 = +400%%), or 0 to turn the gate off", n, *sd.MaxGrowth)}
 			}
 			spec.MaxGrowth = *sd.MaxGrowth

@@ -148,6 +148,8 @@ func TestParseErrors(t *testing.T) {
 		{"zero max_bytes", "sources:\n  x: {format: list, paths: [f], max_bytes: 0}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "positive number of bytes"},
 		{"negative max_entries", "sources:\n  x: {format: list, paths: [f], max_entries: -1}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_entries -1 is negative"},
 		{"negative max_growth", "sources:\n  x: {format: list, paths: [f], max_growth: -2}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_growth -2 is negative"},
+		{"NaN max_growth", "sources:\n  x: {format: list, paths: [f], max_growth: .nan}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_growth NaN"},
+		{"NaN max_shrink", "sources:\n  x: {format: list, paths: [f], max_shrink: .nan}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "max_shrink NaN"},
 		{"crowdsec limits", "sources:\n  cs: {format: crowdsec, url: \"http://h/\", api_key: k, max_entries: 5}\n", 2, "do not apply"},
 		{"table filter", "table: filter\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `table name "filter"`},
 		{"table DOCKER", "table: DOCKER\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "another firewall manager"},

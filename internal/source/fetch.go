@@ -89,6 +89,15 @@ var defaultClient = &http.Client{
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
 	},
+	// net/http sends the previous URL, query string included, as the
+	// Referer of a redirect: a feed's key would reach the next host.
+	CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		req.Header.Del("Referer")
+		return nil
+	},
 }
 
 func (l *Loader) client() *http.Client {
@@ -106,9 +115,14 @@ func (l *Loader) readURL(ctx context.Context, spec Spec, rawURL string, file uin
 	shown := RedactURL(rawURL)
 	data := base + ".data"
 	if committed || l.Offline {
+		// This namespace's committed copy, else the one committed before
+		// state was per namespace, else the latest download.
 		path := base + l.goodExt()
-		if _, err := os.Stat(path); err != nil {
-			path = data
+		for _, p := range []string{base + ".good", data} {
+			if _, err := os.Stat(path); err == nil {
+				break
+			}
+			path = p
 		}
 		return readCached(spec, shown, path, file)
 	}

@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ipfence/ipfence/internal/prefix"
@@ -145,9 +148,15 @@ func TestBroadPrefixes(t *testing.T) {
 			t.Errorf("%s with allow_broad: %v", tc.row, err)
 		}
 	}
+	// The first problem is reported, not a later bad line.
+	path := writeFile(t, dir, "feed.txt", []byte("0.0.0.0/1\ngarbage\n"))
+	var be *BroadError
+	if _, err := (&Loader{}).Load(ctx, Spec{Name: "feed", Format: FormatList, Paths: []string{path}}); !errors.As(err, &be) || be.Line != 1 {
+		t.Errorf("a broad row, then a bad one: %v, want the broad row's error", err)
+	}
 	// Registries allocate blocks over a /8 (the bundled data has a /7 of
 	// the US): country sources are not checked.
-	path := writeFile(t, dir, "cc.csv", []byte("6.0.0.0,8.10.5.255,US\n"))
+	path = writeFile(t, dir, "cc.csv", []byte("6.0.0.0,8.10.5.255,US\n"))
 	if _, err := (&Loader{}).Load(ctx, Spec{Name: "cc", Format: FormatCountryCSV, Paths: []string{path}}); err != nil {
 		t.Errorf("country data with a /7: %v", err)
 	}
@@ -318,8 +327,15 @@ func TestStatePerNamespace(t *testing.T) {
 			t.Errorf("namespace %s: fell back on %d prefixes, want its own %d", l.Namespace, v4, want)
 		}
 	}
-	if _, err := (&Loader{StateDir: state, Namespace: "../x"}).Load(ctx, spec); err == nil {
-		t.Error("namespace ../x was accepted")
+	for _, ns := range []string{"..", "/", ".hidden"} {
+		if _, err := (&Loader{StateDir: state, Namespace: ns}).Load(ctx, spec); err == nil {
+			t.Errorf("namespace %q was accepted", ns)
+		}
+	}
+	// A namespace given as a path (--netns /run/netns/A) is namespace A.
+	writeFile(t, dir, "drop.txt", []byte(addrs(10)))
+	if _, err := (&Loader{StateDir: state, Namespace: "/run/netns/A"}).Load(ctx, spec); !errors.As(err, &se) {
+		t.Errorf("namespace /run/netns/A, 2000 → 10: %v, want A's *ShrinkError", err)
 	}
 }
 
@@ -419,5 +435,57 @@ func TestMappedAddressesAreIPv4(t *testing.T) {
 		if got := cidrs(t, src); got != "192.0.2.0/24\n" {
 			t.Errorf("%s %q: %q, want 192.0.2.0/24", tc.format, tc.data, got)
 		}
+	}
+}
+
+// TestEntriesAcrossURLsFallBack: downloads that are each within the
+// limits but together over max_entries fall back on the copies committed
+// last, like a source that trips a gate.
+func TestEntriesAcrossURLsFallBack(t *testing.T) {
+	ctx := context.Background()
+	a, b := newFeedServer(t, addrs(40)), newFeedServer(t, strings.ReplaceAll(addrs(40), "10.", "11."))
+	l := &Loader{StateDir: t.TempDir()}
+	spec := Spec{Name: "feeds", Format: FormatList, URLs: []string{a.URL + "/a", b.URL + "/b"}, MaxEntries: 100}
+	src, err := l.Load(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(src); err != nil {
+		t.Fatal(err)
+	}
+	a.serve(addrs(60), `"a2"`, 0)
+	b.serve(strings.ReplaceAll(addrs(60), "10.", "11."), `"b2"`, 0)
+	src, err = l.Load(ctx, spec)
+	if err != nil {
+		t.Fatalf("over max_entries together, with committed copies: %v", err)
+	}
+	var le *LimitError
+	if v4, _ := src.Prefixes(); v4 != 80 {
+		t.Errorf("%d prefixes, want the committed 80", v4)
+	} else if stale, why := src.Stale(); !stale || !errors.As(why, &le) || le.File != allFiles {
+		t.Errorf("Stale() = %v, %v; want the limit on all files", stale, why)
+	}
+}
+
+// TestRedirectSendsNoReferer: a feed redirected to another host does not
+// send it the feed's URL (and its key) as the Referer.
+func TestRedirectSendsNoReferer(t *testing.T) {
+	var referer atomic.Value
+	referer.Store("")
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		referer.Store(r.Header.Get("Referer"))
+		fmt.Fprint(w, "192.0.2.0/24\n")
+	}))
+	defer other.Close()
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/moved", http.StatusFound)
+	}))
+	defer first.Close()
+	spec := Spec{Name: "feed", Format: FormatList, URLs: []string{first.URL + "/drop.txt?key=s3cret"}}
+	if _, err := (&Loader{StateDir: t.TempDir()}).Load(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if r := referer.Load().(string); r != "" {
+		t.Errorf("the next host got Referer %q", r)
 	}
 }

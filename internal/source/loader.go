@@ -81,6 +81,15 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 		return nil, &Error{Source: spec.Name, Err: err}
 	}
 	src, err := l.load(ctx, spec, false)
+	var le *LimitError
+	if errors.As(err, &le) && le.File == allFiles && len(spec.URLs) > 0 {
+		// Each download within the limits, together over max_entries: the
+		// copies committed last, as for a source that trips a gate.
+		if old, oerr := l.load(ctx, spec, true); oerr == nil && old.rows() <= spec.limits().entries {
+			old.stale = append(old.stale, err)
+			src, err = old, nil
+		}
+	}
 	if err != nil {
 		return nil, &Error{Source: spec.Name, Err: err, prefix: true}
 	}
@@ -95,6 +104,12 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 		"elapsed", time.Since(start))
 	return src, nil
 }
+
+// allFiles is LimitError.File for a source's rows together.
+const allFiles = "all files"
+
+// rows is the number of rows of s, both families.
+func (s *Source) rows() int { return len(s.v4.e) + len(s.v6.e) }
 
 // Error is an error of Load: which source failed, and why.
 type Error struct {
@@ -164,8 +179,8 @@ func (l *Loader) check(spec Spec) error {
 			return bad("%q is not an http or https URL", RedactURL(u))
 		}
 	}
-	if ns := l.Namespace; ns != "" && (strings.ContainsAny(ns, "/\x00") || ns == "." || ns == "..") {
-		return bad("namespace %q cannot name a state folder", ns)
+	if ns := l.nsKey(); ns != "" && (strings.ContainsAny(ns, "/\x00") || ns == "." || ns == ".." || ns[0] == '.') {
+		return bad("namespace %q cannot name a state folder", l.Namespace)
 	}
 	if len(spec.URLs) > 0 && l.StateDir == "" {
 		return bad("URLs need a state directory to cache their downloads in")
@@ -234,7 +249,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 			return nil, r.err // the first in the order of the spec
 		}
 		if rows += r.part.len(); rows > spec.limits().entries {
-			return nil, &LimitError{File: "all files", What: "entries", Limit: int64(spec.limits().entries), Key: "max_entries"}
+			return nil, &LimitError{File: allFiles, What: "entries", Limit: int64(spec.limits().entries), Key: "max_entries"}
 		}
 		p4, p6 = append(p4, r.part.v4), append(p6, r.part.v6)
 		if r.stale != nil {

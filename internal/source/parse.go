@@ -152,11 +152,11 @@ func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part,
 				p.add(rng.From(), rng.To(), noCountry, file, line)
 			}
 		})
+		if stop != nil { // the first problem, not a later bad line
+			return nil, stop
+		}
 		if err != nil {
 			return nil, err
-		}
-		if stop != nil {
-			return nil, stop
 		}
 		return p, nil
 	}

@@ -79,9 +79,20 @@ type goodState struct {
 	Committed  time.Time `json:"committed"`
 }
 
+// nsKey names Namespace in the state folder as package statedir does:
+// a name from `ip netns list`, or the last element of a path
+// (/run/netns/NAME, /proc/PID/ns/net); "" for the current namespace.
+func (l *Loader) nsKey() string {
+	if l.Namespace == "" {
+		return ""
+	}
+	return filepath.Base(l.Namespace)
+}
+
+// statePath is where the last good load of source name is recorded.
 func (l *Loader) statePath(name string) string {
-	if l.Namespace != "" {
-		return filepath.Join(l.StateDir, "sources", "@"+l.Namespace, name+".json")
+	if ns := l.nsKey(); ns != "" {
+		return filepath.Join(l.StateDir, "sources", "@"+ns, name+".json")
 	}
 	return filepath.Join(l.StateDir, "sources", name+".json")
 }
@@ -89,8 +100,8 @@ func (l *Loader) statePath(name string) string {
 // goodExt is the extension of a URL's committed copy in the cache:
 // ".good" for the current namespace, ".good@NS" for namespace NS.
 func (l *Loader) goodExt() string {
-	if l.Namespace != "" {
-		return ".good@" + l.Namespace
+	if ns := l.nsKey(); ns != "" {
+		return ".good@" + ns
 	}
 	return ".good"
 }
@@ -98,6 +109,11 @@ func (l *Loader) goodExt() string {
 // lastGood returns the state of the last Commit of source name, nil if
 // there is none.
 func (l *Loader) lastGood(name string) (*goodState, error) {
+	// Not sources/NAME.json, the record from before state was per
+	// namespace, for another namespace: any namespace may have written
+	// it, and its gate would refuse this one's loads for good. A
+	// namespace's first load after the upgrade is ungated, as any first
+	// load.
 	path := l.statePath(name)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
