@@ -184,18 +184,25 @@ func write(t testing.TB, dir, name, content string) {
 	}
 }
 
-// TestApplyShrinkKeepsKernel: a feed that lost most of its entries since
-// the last good apply is refused and the kernel keeps the old set.
-func TestApplyShrinkKeepsKernel(t *testing.T) {
-	lab := netnstest.New(t)
-	dir := t.TempDir()
+// writeFeedPolicy writes into dir a feed of 20 prefixes and a policy
+// dropping it, and returns the policy's path.
+func writeFeedPolicy(t *testing.T, dir string) string {
+	t.Helper()
 	var feed strings.Builder
 	for i := 0; i < 20; i++ {
 		fmt.Fprintf(&feed, "192.0.%d.0/25\n", 2*i)
 	}
 	write(t, dir, "feed.txt", feed.String())
 	write(t, dir, "p.yaml", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n")
-	pol := filepath.Join(dir, "p.yaml")
+	return filepath.Join(dir, "p.yaml")
+}
+
+// TestApplyShrinkKeepsKernel: a feed that lost most of its entries since
+// the last good apply is refused and the kernel keeps the old set.
+func TestApplyShrinkKeepsKernel(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	pol := writeFeedPolicy(t, dir)
 	if _, err := run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir); err != nil {
 		t.Fatal(err)
 	}
@@ -222,13 +229,7 @@ func TestApplyShrinkKeepsKernel(t *testing.T) {
 func TestSourceStatePerNamespace(t *testing.T) {
 	a, b := netnstest.New(t), netnstest.New(t)
 	dir := t.TempDir()
-	var feed strings.Builder
-	for i := 0; i < 20; i++ {
-		fmt.Fprintf(&feed, "192.0.%d.0/25\n", 2*i)
-	}
-	write(t, dir, "feed.txt", feed.String())
-	write(t, dir, "p.yaml", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: f, action: drop, match: {source: f}}\n")
-	pol := filepath.Join(dir, "p.yaml")
+	pol := writeFeedPolicy(t, dir)
 	if _, err := run(t, "apply", "--policy", pol, "--netns", a.FW, "--state", dir); err != nil {
 		t.Fatal(err)
 	}

@@ -25,11 +25,18 @@ type ShrinkError struct {
 }
 
 func (e *ShrinkError) Error() string {
-	return fmt.Sprintf("source %s shrank from %s to %s prefixes (%d%%), more than the allowed %s%%; "+
-		"the last good copy stays in force; raise max_shrink or check the feed",
-		e.Source, thousands(e.From), thousands(e.To),
-		int(math.Round(float64(e.To-e.From)/float64(e.From)*100)),
-		strconv.FormatFloat(e.MaxShrink*100, 'f', -1, 64))
+	return gateMessage(e.Source, "shrank", e.From, e.To, "", e.MaxShrink, "max_shrink")
+}
+
+// gateMessage is a gate's refusal: "source S shrank from 100 to 40
+// prefixes (-60%), more than the allowed 50%; ..."; sign prefixes the
+// percentages of growth.
+func gateMessage(source, verb string, from, to int, sign string, allowed float64, key string) string {
+	return fmt.Sprintf("source %s %s from %s to %s prefixes (%s%d%%), more than the allowed %s%s%%; "+
+		"the last good copy stays in force; raise %s or check the feed",
+		source, verb, thousands(from), thousands(to), sign,
+		int(math.Round(float64(to-from)/float64(max(from, 1))*100)),
+		sign, strconv.FormatFloat(allowed*100, 'f', -1, 64), key)
 }
 
 // GrowthError reports a load refused by the growth gate: the source's
@@ -43,11 +50,7 @@ type GrowthError struct {
 }
 
 func (e *GrowthError) Error() string {
-	return fmt.Sprintf("source %s grew from %s to %s prefixes (+%d%%), more than the allowed +%s%%; "+
-		"the last good copy stays in force; raise max_growth or check the feed",
-		e.Source, thousands(e.From), thousands(e.To),
-		int(math.Round(float64(e.To-e.From)/float64(max(e.From, 1))*100)),
-		strconv.FormatFloat(e.MaxGrowth*100, 'f', -1, 64))
+	return gateMessage(e.Source, "grew", e.From, e.To, "+", e.MaxGrowth, "max_growth")
 }
 
 // thousands formats n with commas: 41205 → "41,205".
