@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,6 +48,9 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	}
 	if opts.Port, err = strconv.Atoi(port); err != nil {
 		return fmt.Errorf("--listen %q: the port is not a number", cfg.Listen)
+	}
+	if err := checkExposure(host, opts); err != nil {
+		return err
 	}
 	opts.Host, opts.JetStream, opts.StoreDir, opts.NoSigs = host, true, cfg.DataDir, true
 	if opts.ServerName == "" {
@@ -90,3 +96,37 @@ func (a slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...
 func (a slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...), "component", "nats") }
 func (a slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...), "component", "nats") }
 func (a slogAdapter) Tracef(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...), "component", "nats") }
+
+// ErrExposed is returned by Serve for a server that would take clients
+// beyond loopback without TLS and authentication: whoever reaches it
+// could read every bundle and write statuses, bans and objects.
+var ErrExposed = errors.New("NATS would listen beyond loopback without TLS and authentication")
+
+// checkExposure refuses to serve on host (beyond loopback) unless the
+// nats-server options have TLS and client authentication, and no user
+// that clients without credentials become (no_auth_user).
+func checkExposure(host string, o *server.Options) error {
+	if host == "localhost" {
+		return nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+		return nil
+	}
+	auth := o.Username != "" || o.Authorization != "" || len(o.Users) > 0 || len(o.Nkeys) > 0 ||
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil || o.CustomClientAuthentication != nil
+	var missing []string
+	if o.TLSConfig == nil {
+		missing = append(missing, "TLS (a tls { cert_file, key_file } block)")
+	}
+	if !auth {
+		missing = append(missing, "authentication (an authorization { users = [...] } block, nkeys or accounts)")
+	}
+	if o.NoAuthUser != "" {
+		missing = append(missing, "no no_auth_user (it lets clients in without credentials)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %q needs %s in the --config file; see dist/ipfence/nats.conf and docs/fleet.md, or listen on 127.0.0.1",
+		ErrExposed, host, strings.Join(missing, " and "))
+}
