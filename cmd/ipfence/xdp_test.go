@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -270,5 +271,31 @@ func TestApplyXDPBadInputKeepsProgram(t *testing.T) {
 				t.Errorf("the nftables ruleset changed:\n%s", now)
 			}
 		})
+	}
+}
+
+// TestFlushUnderIPNetnsExec: `ip netns exec NS ipfence flush` detaches
+// the XDP program although the pins are out of its sight (ip netns exec
+// mounts a fresh /sys, without the bpffs): flush finds ipfence's program
+// on the interfaces over netlink.
+func TestFlushUnderIPNetnsExec(t *testing.T) {
+	s := applyXDPPolicy(t)
+	if x := xdpOf(t, s.lab); x == nil || !x.Attached {
+		t.Fatalf("no XDP program after apply: %+v", x)
+	}
+	exe := buildIpfence(t)
+	out, err := exec.Command("ip", "netns", "exec", s.lab.FW, exe, "flush", "--state", s.dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "detached the XDP program") {
+		t.Errorf("ip netns exec … flush: %v\n%s", err, out)
+	}
+	if x := xdpOf(t, s.lab); x != nil && x.Attached {
+		t.Errorf("an XDP program is still attached after flush under ip netns exec: %+v", x)
+	}
+	// With the pins in sight, flush removes what is left of them.
+	if _, err := run(t, append([]string{"flush"}, s.args...)...); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(s.pins); len(entries) > 2 { // maps.debug, progs.debug
+		t.Errorf("pins left after flush: %v", entries)
 	}
 }

@@ -382,13 +382,22 @@ func (s *Swap) linkPath(ifname string) string { return filepath.Join(s.dir, "lin
 
 // Flush detaches ipfence's XDP program from every interface of the
 // namespace and removes its pins. It reports whether there was one.
+//
+// The interfaces are read over netlink too, not only through the pins:
+// under `ip netns exec` the bpffs with the pins is not mounted, and a
+// program whose pins were lost stays attached all the same. A program
+// counts as ipfence's by its name.
 func Flush(opt Options) (bool, error) {
 	dir, err := pinPath(opt)
 	if err != nil {
 		return false, err
 	}
+	found, err := detachByName(opt)
+	if err != nil {
+		return found, err
+	}
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return found, nil
 	}
 	// The links are detached first: removing a pin drops the last
 	// reference to a link, a program or a map, but bpffs frees the inode
@@ -562,4 +571,90 @@ func nsName(name string) string {
 		return "the current network namespace"
 	}
 	return "network namespace " + name
+}
+
+// progName is the name of ipfence's XDP program (ProgramSpec.Name), by
+// which Flush finds it on interfaces.
+const progName = "ipfence"
+
+// detachByName detaches every XDP program named progName from the
+// interfaces of opt's namespace: through its bpf_link where it has one
+// (as ipfence attaches), else over netlink. It reports whether there
+// was any.
+func detachByName(opt Options) (bool, error) {
+	type attachment struct {
+		link  netlink.Link
+		prog  ebpf.ProgramID
+		flags uint32
+	}
+	var ours []attachment
+	err := netns.Do(opt.NetNS, func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return fmt.Errorf("listing interfaces: %w", err)
+		}
+		for _, l := range links {
+			x := l.Attrs().Xdp
+			if x == nil || !x.Attached || x.ProgId == 0 {
+				continue
+			}
+			p, err := ebpf.NewProgramFromID(ebpf.ProgramID(x.ProgId))
+			if err != nil {
+				continue // detached meanwhile
+			}
+			info, err := p.Info()
+			p.Close()
+			if err != nil || info.Name != progName {
+				continue
+			}
+			flags := uint32(unix.XDP_FLAGS_DRV_MODE)
+			if x.AttachMode == nl2XDPGeneric {
+				flags = unix.XDP_FLAGS_SKB_MODE
+			}
+			ours = append(ours, attachment{link: l, prog: ebpf.ProgramID(x.ProgId), flags: flags})
+		}
+		return nil
+	})
+	if err != nil || len(ours) == 0 {
+		return false, err
+	}
+	// bpf_links by program (link IDs are global; a program is attached
+	// to one interface of this namespace per link).
+	byProg := map[ebpf.ProgramID][]link.Link{}
+	it := new(link.Iterator)
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil || info.Type != link.XDPType {
+			continue
+		}
+		byProg[info.Program] = append(byProg[info.Program], it.Take())
+	}
+	defer func() {
+		for _, ls := range byProg {
+			for _, l := range ls {
+				l.Close()
+			}
+		}
+	}()
+	if err := it.Err(); err != nil {
+		return true, fmt.Errorf("listing bpf links: %w", err)
+	}
+	for _, a := range ours {
+		detached := false
+		for _, l := range byProg[a.prog] {
+			if err := l.Detach(); err == nil {
+				detached = true
+			}
+		}
+		if detached {
+			continue
+		}
+		err := netns.Do(opt.NetNS, func() error {
+			return netlink.LinkSetXdpFdWithFlags(a.link, -1, int(a.flags))
+		})
+		if err != nil {
+			return true, fmt.Errorf("detaching XDP program %d from %s: %w", a.prog, a.link.Attrs().Name, err)
+		}
+	}
+	return true, nil
 }

@@ -294,7 +294,7 @@ func (l *Layout) Load(opt LoadOptions) (_ *Objects, err error) {
 	}
 	o.maps = append(o.maps, o.Stats)
 	m.stats = o.Stats
-	o.Program, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "ipfence", Type: ebpf.XDP, License: "GPL",
+	o.Program, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: progName, Type: ebpf.XDP, License: "GPL",
 		Instructions: instructions(l, &m, ct)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
