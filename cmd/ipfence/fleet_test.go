@@ -331,6 +331,37 @@ func TestFleet(t *testing.T) {
 	}
 	t.Logf("fleet ban: dropped in all %d labs %v after `ipfence ban --fleet`", len(r.labs), r.waitDropped(banned, t0, r.labs...).Round(time.Millisecond))
 
+	// Host 0 bans the same address itself, for longer (the fleet ban does
+	// not shorten it); a fleet unban lifts the fleet's bans only, so host
+	// 0 keeps dropping it and host 1 passes it again.
+	if _, err := run(t, "ban", banned.String(), "--ttl", "2h", "--origin", "cli", "--socket", r.socket(0), "--netns", r.labs[0].FW,
+		"--state", filepath.Join(r.dir, "state0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "unban", "--fleet", banned.String(), "--key", r.keyPath, "--nats", r.url); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); dropped(t, r.labs[1], banned); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s drops %s 20s after the fleet unban", r.labs[1].FW, banned)
+		}
+	}
+	time.Sleep(time.Second) // host 0 has had the unban too
+	out, err := run(t, "--json", "bans", "--socket", r.socket(0), "--netns", r.labs[0].FW, "--state", filepath.Join(r.dir, "state0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own struct{ Bans []ban.Ban }
+	if err := json.Unmarshal([]byte(out), &own); err != nil {
+		t.Fatalf("bans --json: %v\n%s", err, out)
+	}
+	if !dropped(t, r.labs[0], banned) || len(own.Bans) != 1 || own.Bans[0].Origin != "cli" {
+		t.Errorf("the fleet unban lifted host 0's own ban, or the fleet ban replaced it: %s", out)
+	}
+
 	// Agent 2 is killed; revision 3 and a ban go out while it is away.
 	r.kill(r.agents[2])
 	p3, plan3 := r.published(3)
@@ -361,7 +392,7 @@ func TestFleet(t *testing.T) {
 	}
 	// Agent 2's bans: from its daemon, or (were it between restarts)
 	// from its own state folder, never the host's.
-	out, err := run(t, "--json", "bans", "--socket", r.socket(2), "--netns", r.labs[2].FW, "--state", filepath.Join(r.dir, "state2"))
+	out, err = run(t, "--json", "bans", "--socket", r.socket(2), "--netns", r.labs[2].FW, "--state", filepath.Join(r.dir, "state2"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,7 +53,9 @@ type Request struct {
 }
 
 // Lift is one ban to lift: the ban of exactly Prefix, and only when
-// Origin is empty or the ban's origin.
+// Origin is empty or the ban's origin; an Origin ending in "*" matches
+// every origin that starts with what precedes it ("fleet:*": a fleet
+// ban, whoever made it).
 type Lift struct {
 	Prefix netip.Prefix
 	Origin string
@@ -405,7 +408,7 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 	for _, l := range ls {
 		p := l.Prefix.Masked()
 		if l.Origin != "" {
-			if b, ok := c.set.Get(p); !ok || b.Origin != l.Origin {
+			if b, ok := c.set.Get(p); !ok || !l.matches(b.Origin) {
 				continue
 			}
 		}
@@ -574,4 +577,12 @@ func (c *Controller) Verify(ctx context.Context, sample int) (int, error) {
 		return n < sample
 	})
 	return v.Verify(ctx, now, probe, c.nets)
+}
+
+// matches reports whether origin is one that l lifts.
+func (l Lift) matches(origin string) bool {
+	if pre, ok := strings.CutSuffix(l.Origin, "*"); ok {
+		return strings.HasPrefix(origin, pre)
+	}
+	return origin == l.Origin
 }

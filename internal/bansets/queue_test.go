@@ -245,3 +245,26 @@ func TestExpiredBansLeaveTheSink(t *testing.T) {
 		t.Errorf("%s, banned again, is not in the sink", a)
 	}
 }
+
+// TestLiftOrigins: a Lift lifts its origin's ban, or with a trailing "*"
+// every origin that starts so (a fleet unban lifts fleet bans only).
+func TestLiftOrigins(t *testing.T) {
+	for _, tc := range []struct {
+		lift, origin string
+		want         bool
+	}{
+		{"", "cli", true},
+		{"cli", "cli", true},
+		{"cli", "fail2ban/sshd", false},
+		{"fleet:*", "fleet:alice@pub", true},
+		{"fleet:*", "fleet:", true},
+		{"fleet:*", "cli", false},
+		{"fleet:*", "fleetx", false},
+		{"fail2ban/*", "fail2ban/sshd", true},
+	} {
+		l := Lift{Origin: tc.lift}
+		if got := l.Origin == "" || l.matches(tc.origin); got != tc.want {
+			t.Errorf("Lift{Origin: %q} lifts %q: %v, want %v", tc.lift, tc.origin, got, tc.want)
+		}
+	}
+}

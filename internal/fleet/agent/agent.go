@@ -472,6 +472,9 @@ func (a *Agent) followBans(ctx context.Context) {
 	}
 }
 
+// FleetOrigin starts the origin of the bans a fleet ban makes on a host.
+const FleetOrigin = "fleet:"
+
 // applyBans applies fleet bans in order, as many as are waiting in one
 // call to the daemon (one transaction for a catch-up of thousands).
 func (a *Agent) applyBans(ctx context.Context) {
@@ -517,7 +520,9 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		a.banSeen[b.Prefix] = b.Created
 		if b.Unban {
 			flush()
-			if _, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: b.Prefix}}); err != nil {
+			// A fleet ban's only: bans of this host's own (operator,
+			// fail2ban, CrowdSec) stay.
+			if _, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: b.Prefix, Origin: FleetOrigin + "*"}}); err != nil {
 				a.log.Warn("fleet unban", "prefix", b.Prefix, "err", err)
 			}
 			continue
@@ -526,7 +531,8 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		if !live {
 			continue
 		}
-		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: "fleet:" + b.Origin})
+		// NoShorten: a longer ban of this host's own stays as it is.
+		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: FleetOrigin + b.Origin, NoShorten: true})
 	}
 	flush()
 }
