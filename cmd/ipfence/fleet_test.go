@@ -444,6 +444,24 @@ func TestFleet(t *testing.T) {
 	}
 	r.refused("the forged pointer", "signature", plan3)
 
+	// A signed ban replayed on another prefix's subject (a keyless client
+	// that captured it) is refused: it could displace that prefix's ban.
+	replayed := netip.MustParseAddr("198.18.0.98")
+	msg, _ := fleet.SignBan(&fleet.Ban{Prefix: netip.PrefixFrom(replayed, 32), Created: time.Now(), Expires: time.Now().Add(time.Hour)}, priv)
+	nc, err := nats.Connect(r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.Publish(ctx, broker.BanSubject(netip.MustParsePrefix("198.18.0.97/32")), msg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if dropped(t, r.labs[0], replayed) {
+		t.Error("a ban replayed on another prefix's subject was applied")
+	}
+
 	// The publisher goes over the forgery; the server stops right after
 	// the next publish: every lab holds revision 4 or 5 whole, and all
 	// reach 5 once it is back.

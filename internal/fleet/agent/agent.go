@@ -454,10 +454,14 @@ func (a *Agent) Status() fleet.Status {
 // on, and follows it again after a failure.
 func (a *Agent) followBans(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := a.broker.FollowBans(ctx, func(data []byte) {
+		err := a.broker.FollowBans(ctx, func(subject string, data []byte) {
 			b, err := fleet.VerifyBan(data, a.cfg.BanKey)
 			if err != nil {
 				a.log.Warn("fleet ban refused", "err", err)
+				return
+			}
+			if want := broker.BanSubject(b.Prefix); subject != want {
+				a.log.Warn("fleet ban refused: signed for another subject", "prefix", b.Prefix, "subject", subject, "want", want)
 				return
 			}
 			select {

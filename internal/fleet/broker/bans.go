@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +18,7 @@ import (
 // the ban. An unban lives as long as the ban it lifts had left, so that
 // an agent offline meanwhile still learns of it.
 func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.PrivateKey) error {
-	subject := banSubjects + fleet.BanToken(b.Prefix)
+	subject := BanSubject(b.Prefix)
 	rctx, cancel := h.ctx(ctx)
 	defer cancel()
 	var ttl time.Duration
@@ -59,11 +60,16 @@ func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.Private
 	return nil
 }
 
+// BanSubject is the subject a ban or unban of p is published on. A
+// message read on another subject is not p's, whatever it says: it
+// could push p's real ban out of the stream's last-per-subject.
+func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) }
+
 // FollowBans calls fn with every ban message in force on the stream,
 // then with each new one as it arrives, until ctx is done. The consumer
 // is ordered and resumes where it was after a reconnect; fn sees a
 // prefix's messages in order.
-func (h *Hub) FollowBans(ctx context.Context, fn func(data []byte)) error {
+func (h *Hub) FollowBans(ctx context.Context, fn func(subject string, data []byte)) error {
 	rctx, cancel := h.ctx(ctx)
 	cons, err := h.js.OrderedConsumer(rctx, BanStream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 		FilterSubjects: []string{banSubjects + ">"}})
@@ -71,7 +77,7 @@ func (h *Hub) FollowBans(ctx context.Context, fn func(data []byte)) error {
 	if err != nil {
 		return fmt.Errorf("%w: following stream %s: %v", ErrNATS, BanStream, err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { fn(m.Data()) })
+	cc, err := cons.Consume(func(m jetstream.Msg) { fn(m.Subject(), m.Data()) })
 	if err != nil {
 		return fmt.Errorf("following stream %s: %w", BanStream, err)
 	}
