@@ -34,7 +34,7 @@ func (g Guard) Check(p netip.Prefix) error {
 		return fmt.Errorf("checking ban %v: %w: an IPv4-mapped or zoned prefix (ban the IPv4 prefix)", p, ErrInvalid)
 	}
 	p = p.Masked()
-	if min := minBits(p.Addr()); p.Bits() < min {
+	if min := MinBits(p.Addr()); p.Bits() < min {
 		return fmt.Errorf("checking ban %v: %w: /%d is shorter than the /%d allowed for %s", p, ErrTooBroad, p.Bits(), min, family(p.Addr()))
 	}
 	for _, a := range g.Own {

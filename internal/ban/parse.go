@@ -70,14 +70,15 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
 	p = p.Masked()
-	if min := minBits(p.Addr()); p.Bits() < min {
+	if min := MinBits(p.Addr()); p.Bits() < min {
 		return netip.Prefix{}, fmt.Errorf("parsing ban target %s: %w: /%d is shorter than the /%d allowed for %s (ban narrower prefixes)", quote(s), ErrTooBroad, p.Bits(), min, family(p.Addr()))
 	}
 	return p, nil
 }
 
-// minBits is the shortest prefix length a ban of a's family may have.
-func minBits(a netip.Addr) int {
+// MinBits is the shortest prefix length a ban of a's family may have
+// (MinBits4 or MinBits6); sources use it for their broad-prefix check.
+func MinBits(a netip.Addr) int {
 	if a.Is4() {
 		return MinBits4
 	}

@@ -168,7 +168,7 @@ func FuzzParsePrefix(f *testing.F) {
 		if p.Addr().Is4In6() || p.Addr().Zone() != "" {
 			t.Fatalf("ParsePrefix(%q) = %v, mapped or zoned", s, p)
 		}
-		if p.Bits() < minBits(p.Addr()) {
+		if p.Bits() < MinBits(p.Addr()) {
 			t.Fatalf("ParsePrefix(%q) = %v, too broad", s, p)
 		}
 		again, err := ParsePrefix(p.String())

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 	"net/netip"
 
+	"github.com/ipfence/ipfence/internal/ban"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"go4.org/netipx"
 )
 
@@ -29,18 +30,13 @@ const (
 	// GrowthFloor: a load of at most this many prefixes passes the growth
 	// gate whatever it grew by (small feeds grow in steps).
 	GrowthFloor = 10_000
-	// MinBroadBits4 and MinBroadBits6: a list source may not hold a
-	// prefix shorter than these (the minimum of bans) unless
-	// Spec.AllowBroad.
-	MinBroadBits4 = 8
-	MinBroadBits6 = 16
 )
 
 // limits are a Spec's input limits, defaults resolved.
 type limits struct {
 	bytes   int64
 	entries int
-	broad   bool // list rows may be broader than MinBroadBits4/6
+	broad   bool // list rows may be broader than bans may (ban.MinBits)
 }
 
 func (s Spec) limits() limits {
@@ -77,24 +73,19 @@ type BroadError struct {
 }
 
 func (e *BroadError) Error() string {
-	min := MinBroadBits4
-	if !e.Prefix.Addr().Is4() {
-		min = MinBroadBits6
-	}
 	return fmt.Sprintf("%s:%d: %s is broader than /%d: a feed may not block that much; "+
-		"set allow_broad: true on the source if it is meant", e.File, e.Line, e.Prefix, min)
+		"set allow_broad: true on the source if it is meant", e.File, e.Line, e.Prefix, ban.MinBits(e.Prefix.Addr()))
 }
 
 // broadest returns the shortest prefix of r's minimal cover and whether
-// it is broader than its family's minimum.
+// it is broader than a ban of its family may be (ban.MinBits).
 func broadest(r netipx.IPRange) (netip.Prefix, bool) {
-	min := MinBroadBits4
-	if !r.From().Is4() {
-		min = MinBroadBits6
-	}
-	// Cheap test first: a range of at most 2**(bits-min) addresses holds
-	// no prefix shorter than /min.
-	if !spansMoreThan(r, r.From().BitLen()-min) {
+	min := ban.MinBits(r.From())
+	// Cheap test first: a range of at most 2**(bits-min) addresses (its
+	// last minus its first below 2**(bits-min)) holds no prefix shorter
+	// than /min.
+	span := prefix.U128From(r.To()).Sub(prefix.U128From(r.From()))
+	if span.Shr(r.From().BitLen()-min) == (prefix.U128{}) {
 		return netip.Prefix{}, false
 	}
 	var best netip.Prefix
@@ -104,28 +95,6 @@ func broadest(r netipx.IPRange) (netip.Prefix, bool) {
 		}
 	}
 	return best, best.Bits() < min
-}
-
-// spansMoreThan reports whether r holds more than 2**k addresses.
-func spansMoreThan(r netipx.IPRange, k int) bool {
-	a, b := r.From().As16(), r.To().As16()
-	var hi, lo uint64
-	var borrow uint64
-	lo, borrow = bits.Sub64(be64(b[8:]), be64(a[8:]), 0)
-	hi, _ = bits.Sub64(be64(b[:8]), be64(a[:8]), borrow)
-	// r holds hi:lo + 1 addresses: more than 2**k iff hi:lo >= 2**k.
-	if k >= 64 {
-		return hi>>(k-64) != 0
-	}
-	return hi != 0 || lo>>k != 0
-}
-
-func be64(b []byte) uint64 {
-	var v uint64
-	for _, c := range b[:8] {
-		v = v<<8 | uint64(c)
-	}
-	return v
 }
 
 // errTooLarge is what capReader returns past its limit.

@@ -310,7 +310,7 @@ func parseRIRRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 		err = fmt.Errorf("%d '|'-separated fields, need at least 7", n)
 		return
 	}
-	typ, status := strings.ToLower(prefix.Clip(f[2])), strings.ToLower(prefix.Clip(f[6]))
+	typ, status := strings.ToLower(f[2]), strings.ToLower(f[6])
 	switch typ {
 	case "asn":
 		return
