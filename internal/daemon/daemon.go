@@ -135,6 +135,11 @@ type sourceState struct {
 	failures int
 }
 
+// due reports whether the source's refresh interval has passed at now.
+func (ss *sourceState) due(now time.Time) bool {
+	return ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh
+}
+
 // New returns a daemon for cfg (nothing is started).
 func New(cfg Config) *Daemon {
 	if cfg.Logger == nil {
@@ -400,7 +405,7 @@ func (d *Daemon) reuser(now time.Time) func(source.Spec) *source.Source {
 	specs := map[string]source.Spec{}
 	for _, sd := range d.pol.Sources {
 		ss, src := d.sources[sd.Spec.Name], d.res.Sources[sd.Spec.Name]
-		if ss != nil && src != nil && !(ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh) {
+		if ss != nil && src != nil && !ss.due(now) {
 			keep[sd.Spec.Name], specs[sd.Spec.Name] = src, sd.Spec
 		}
 	}
@@ -646,7 +651,7 @@ func (d *Daemon) due(now time.Time) bool {
 	// (their followers pull on their own) and sources a policy edit
 	// removed, which no reload would ever mark checked.
 	for _, sd := range d.pol.Sources {
-		if ss := d.sources[sd.Spec.Name]; ss != nil && ss.refresh > 0 && now.Sub(ss.checked) >= ss.refresh {
+		if ss := d.sources[sd.Spec.Name]; ss != nil && ss.due(now) {
 			return true
 		}
 	}
