@@ -67,6 +67,7 @@ type fleetRig struct {
 	feed    func(k int) string // revision k's feed
 	jitter  string             // the agents' --jitter
 	keyPath string
+	auth    string // the folder `server init` wrote
 	// agentArgs are more flags for agent i.
 	agentArgs map[int][]string
 }
@@ -107,7 +108,8 @@ func (r *fleetRig) start(name string, args ...string) *exec.Cmd {
 }
 
 func (r *fleetRig) startServer() {
-	r.server = r.start("server", "server", "--data", filepath.Join(r.dir, "js"), "--listen", r.listen)
+	r.server = r.start("server", "server", "--data", filepath.Join(r.dir, "js"), "--listen", r.listen,
+		"--config", filepath.Join(r.auth, broker.ConfFile), "--creds", filepath.Join(r.auth, broker.ServerCreds))
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if c, err := net.Dial("tcp", r.listen); err == nil {
@@ -120,9 +122,33 @@ func (r *fleetRig) startServer() {
 }
 
 func (r *fleetRig) startAgent(i int) {
-	r.agents[i] = r.start(fmt.Sprint("agent", i), append([]string{"agent", "--nats", r.url, "--pubkey", filepath.Join(r.dir, "keys", "ipfence.pub"),
+	args := append([]string{"agent", "--pubkey", filepath.Join(r.dir, "keys", "ipfence.pub"),
 		"--group", "web", "--name", fmt.Sprint("host", i), "--netns", r.labs[i].FW, "--state", filepath.Join(r.dir, fmt.Sprint("state", i)),
-		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", r.jitter}, r.agentArgs[i]...)...)
+		"--socket", r.socket(i), "--metrics", "", "--heartbeat", "1s", "--poll", "2s", "--jitter", r.jitter}, r.nats(fmt.Sprint("host", i))...)
+	r.agents[i] = r.start(fmt.Sprint("agent", i), append(args, r.agentArgs[i]...)...)
+}
+
+// nats are the flags that reach the server as user (publisher, bans,
+// or an agent's host name), with its credentials.
+func (r *fleetRig) nats(user string) []string {
+	return []string{"--nats", r.url, "--nats-ca", filepath.Join(r.auth, broker.CAFile), "--nats-creds", filepath.Join(r.auth, user+".creds")}
+}
+
+// rawNATS is a plain connection as the publisher's NATS user: someone
+// who may write anything to NATS but has no signing key.
+func (r *fleetRig) rawNATS() *nats.Conn {
+	r.t.Helper()
+	creds := filepath.Join(r.auth, broker.PublisherCreds)
+	upub, err := broker.CredsUser(creds)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	nc, err := nats.Connect(r.url, nats.UserCredentials(creds), nats.RootCAs(filepath.Join(r.auth, broker.CAFile)), nats.CustomInboxPrefix(broker.Inbox(upub)))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	return nc
 }
 
 func (r *fleetRig) socket(i int) string { return filepath.Join(r.dir, fmt.Sprint("agent", i, ".sock")) }
@@ -137,8 +163,8 @@ func (r *fleetRig) kill(cmd *exec.Cmd) {
 func (r *fleetRig) publish(k int, extra ...string) *fleet.Pointer {
 	r.t.Helper()
 	write(r.t, r.dir, "feed.txt", r.feed(k))
-	out, err := run(r.t, append([]string{"--json", "publish", "--nats", r.url, "--key", r.keyPath, "--policy", r.policy,
-		"--group", "web", "--state", filepath.Join(r.dir, "pubstate")}, extra...)...)
+	args := append([]string{"--json", "publish", "--key", r.keyPath, "--policy", r.policy, "--group", "web", "--state", filepath.Join(r.dir, "pubstate")}, r.nats("publisher")...)
+	out, err := run(r.t, append(args, extra...)...)
 	if err != nil {
 		r.t.Fatalf("publish %d: %v", k, err)
 	}
@@ -159,7 +185,7 @@ func (r *fleetRig) published(k int, extra ...string) (*fleet.Pointer, *plan.Plan
 // report is `ipfence fleet status --json`.
 func (r *fleetRig) report() fleet.Report {
 	r.t.Helper()
-	out, err := run(r.t, "--json", "fleet", "status", "--nats", r.url, "--silent-after", "4s")
+	out, err := run(r.t, append([]string{"--json", "fleet", "status", "--silent-after", "4s"}, r.nats("publisher")...)...)
 	var rep fleet.Report
 	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
 		r.t.Fatalf("fleet status: %v, %v\n%s", err, jerr, out)
@@ -245,14 +271,10 @@ func (r *fleetRig) refused(what, reason string, p *plan.Plan) {
 
 // rawKV writes a group's pointer as it is, as someone with write access
 // to NATS but not the key could.
-func rawKV(t testing.TB, url string) (jetstream.KeyValue, jetstream.ObjectStore) {
+func (r *fleetRig) rawKV() (jetstream.KeyValue, jetstream.ObjectStore) {
+	t := r.t
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(r.rawNATS())
 	kv, err := js.KeyValue(context.Background(), broker.PolicyBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +292,7 @@ func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fle
 	netnstest.Kernel(t, "ip", "nft")
 	r := &fleetRig{t: t, exe: buildIpfence(t), dir: t.TempDir(), feed: feed, jitter: jitter}
 	r.listen = freeAddr(t)
-	r.url = "nats://" + r.listen
+	r.url = "tls://" + r.listen
 	for range n {
 		r.labs = append(r.labs, netnstest.New(t))
 	}
@@ -279,6 +301,19 @@ func newFleetRig(t testing.TB, n int, feed func(int) string, jitter string) *fle
 		t.Fatal(err)
 	}
 	r.keyPath = filepath.Join(r.dir, "keys", "ipfence.key")
+	// The server as a fleet runs it: TLS, and a user per role.
+	r.auth = filepath.Join(r.dir, "nats")
+	if _, err := run(t, "server", "init", "--dir", r.auth, "--host", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := run(t, "server", "creds", "--dir", r.auth, "--role", "agent", "--name", fmt.Sprint("host", i), "--out", filepath.Join(r.auth, fmt.Sprint("host", i, ".creds"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := run(t, "server", "creds", "--dir", r.auth, "--role", "bans", "--name", "bans", "--out", filepath.Join(r.auth, "bans.creds")); err != nil {
+		t.Fatal(err)
+	}
 	write(t, r.dir, "policy.yaml", "sources:\n  feed: {format: list, paths: [feed.txt]}\nrules:\n  - {name: feed, action: drop, match: {source: feed}}\n")
 	r.policy = filepath.Join(r.dir, "policy.yaml")
 	r.startServer()
@@ -326,7 +361,7 @@ func TestFleet(t *testing.T) {
 		t.Fatal("the address to ban is dropped already")
 	}
 	t0 = time.Now()
-	if _, err := run(t, "ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
+	if _, err := run(t, append([]string{"ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath}, r.nats("bans")...)...); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("fleet ban: dropped in all %d labs %v after `ipfence ban --fleet`", len(r.labs), r.waitDropped(banned, t0, r.labs...).Round(time.Millisecond))
@@ -338,10 +373,10 @@ func TestFleet(t *testing.T) {
 		"--state", filepath.Join(r.dir, "state0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t, "ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
+	if _, err := run(t, append([]string{"ban", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath}, r.nats("bans")...)...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t, "unban", "--fleet", banned.String(), "--key", r.keyPath, "--nats", r.url); err != nil {
+	if _, err := run(t, append([]string{"unban", "--fleet", banned.String(), "--key", r.keyPath}, r.nats("bans")...)...); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); dropped(t, r.labs[1], banned); time.Sleep(50 * time.Millisecond) {
@@ -367,7 +402,7 @@ func TestFleet(t *testing.T) {
 	p3, plan3 := r.published(3)
 	away := netip.MustParseAddr("2001:2::99")
 	banAt := time.Now()
-	if _, err := run(t, "ban", "--fleet", away.String(), "--ttl", "1h", "--key", r.keyPath, "--nats", r.url); err != nil {
+	if _, err := run(t, append([]string{"ban", "--fleet", away.String(), "--ttl", "1h", "--key", r.keyPath}, r.nats("bans")...)...); err != nil {
 		t.Fatal(err)
 	}
 	r.waitFor("hosts 0 and 1 at revision 3, host 2 not", func(rep fleet.Report) bool {
@@ -414,7 +449,7 @@ func TestFleet(t *testing.T) {
 
 	// A tampered bundle (right pointer, bytes changed in the store) and
 	// a forged pointer (another key) are refused; nothing changes.
-	kv, obs := rawKV(t, r.url)
+	kv, obs := r.rawKV()
 	ctx := context.Background()
 	write(t, r.dir, "feed.txt", fleetFeed(9))
 	c9 := compileFor(t, r.policy, filepath.Join(r.dir, "pubstate"))
@@ -448,12 +483,7 @@ func TestFleet(t *testing.T) {
 	// that captured it) is refused: it could displace that prefix's ban.
 	replayed := netip.MustParseAddr("198.18.0.98")
 	msg, _ := fleet.SignBan(&fleet.Ban{Prefix: netip.PrefixFrom(replayed, 32), Created: time.Now(), Expires: time.Now().Add(time.Hour)}, priv)
-	nc, err := nats.Connect(r.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(r.rawNATS())
 	if _, err := js.Publish(ctx, broker.BanSubject(netip.MustParsePrefix("198.18.0.97/32")), msg); err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +519,7 @@ func TestFleet(t *testing.T) {
 	r.waitLatest(p5.Seq)
 
 	// Rollback sends everyone back to revision 4's bundle.
-	out, err = run(t, "--json", "rollback", "--nats", r.url, "--key", r.keyPath, "--group", "web")
+	out, err = run(t, append([]string{"--json", "rollback", "--key", r.keyPath, "--group", "web"}, r.nats("publisher")...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

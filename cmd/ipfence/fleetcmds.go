@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/fleet/agent"
 	"github.com/ipfence/ipfence/internal/fleet/broker"
@@ -101,8 +103,100 @@ with JetStream instead and point every command's --nats at it.`,
 	}
 	c.Flags().StringVar(&cfg.DataDir, "data", "", "JetStream data folder")
 	c.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:4222", "client address (0.0.0.0:4222 to serve a fleet)")
-	c.Flags().StringVar(&cfg.ConfigFile, "config", "", "nats-server configuration file (TLS, accounts, cluster)")
+	c.Flags().StringVar(&cfg.ConfigFile, "config", "", "nats-server configuration file (`server init` writes one: TLS and per-role users)")
+	c.Flags().StringVar(&cfg.Creds, "creds", "", "credentials of the server's own setup connection (the server.creds `server init` wrote)")
 	_ = c.MarkFlagRequired("data")
+	c.AddCommand(newServerInitCmd(g), newServerCredsCmd(g))
+	return c
+}
+
+func newServerInitCmd(g *globals) *cobra.Command {
+	cfg := broker.InitConfig{MaxDisk: broker.DefaultMaxDisk}
+	c := &cobra.Command{
+		Use:   "init --dir DIR --host NAME [--host NAME...]",
+		Short: "Write the fleet server's TLS certificate, users and configuration",
+		Long: `Init writes what ` + "`ipfence server`" + ` needs to serve a fleet beyond loopback,
+authenticated and encrypted, into DIR (mode 0700): a CA (ca.pem: give it to
+every client with --nats-ca) and the server's certificate for each --host,
+an operator and the fleet's account as NATS JWTs (account.nk signs users:
+keep DIR private), nats.conf, and two sets of credentials: server.creds
+(the server's own setup connection) and publisher.creds (publish, rollback,
+fleet status). Make agents' and ban writers' credentials with
+` + "`ipfence server creds`" + `: an agent may only read policies, bundles and bans
+and write its own status; a ban writer may only publish bans. Init never
+overwrites: clients trust the CA and the keys it made.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Now = time.Now()
+			if err := broker.Init(cfg); err != nil {
+				return err
+			}
+			runDir := cmp.Or(cfg.RunDir, cfg.Dir)
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"dir": cfg.Dir, "config": filepath.Join(cfg.Dir, broker.ConfFile),
+					"ca": filepath.Join(cfg.Dir, broker.CAFile), "server_creds": filepath.Join(cfg.Dir, broker.ServerCreds),
+					"publisher_creds": filepath.Join(cfg.Dir, broker.PublisherCreds)})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), `wrote %[1]s: run the server with
+  ipfence server --data /var/lib/ipfence-server --listen 0.0.0.0:4222 --config %[2]s --creds %[3]s
+publish with --nats-creds %[4]s --nats-ca %[5]s; make each agent's credentials with
+  ipfence server creds --dir %[1]s --role agent --name HOST --out HOST.creds
+`, cfg.Dir, filepath.Join(runDir, broker.ConfFile), filepath.Join(runDir, broker.ServerCreds),
+				filepath.Join(cfg.Dir, broker.PublisherCreds), filepath.Join(cfg.Dir, broker.CAFile))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&cfg.Dir, "dir", "", "folder to write into (made mode 0700; it must not hold an init already)")
+	c.Flags().StringArrayVar(&cfg.Hosts, "host", nil, "the server's DNS name or address as clients dial it (repeat; localhost is always in)")
+	c.Flags().StringVar(&cfg.RunDir, "run-dir", "", "where the server reads the files at run time, as written into nats.conf (the systemd unit's /run/credentials/ipfence-server.service; default --dir)")
+	c.Flags().Int64Var(&cfg.MaxDisk, "max-disk", broker.DefaultMaxDisk, "bytes of JetStream storage the fleet may use")
+	_ = c.MarkFlagRequired("dir")
+	return c
+}
+
+func newServerCredsCmd(g *globals) *cobra.Command {
+	var dir, role, name, out, expires string
+	c := &cobra.Command{
+		Use:   "creds --dir DIR --role agent|bans|publisher --name NAME --out FILE",
+		Short: "Make credentials for an agent, a ban writer or a publisher",
+		Long: `Creds signs a NATS user with the account key ` + "`server init`" + ` wrote into DIR and
+writes its credentials to FILE (mode 0600): give it to the client with
+--nats-creds, along with --nats-ca DIR/ca.pem. The server needs no restart.
+An agent's --name is its host name (its --name): it may write that host's
+status only. --expires bounds the credentials' life (e.g. 365d).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := broker.ParseRole(role)
+			if err != nil {
+				return usageError{err}
+			}
+			var life time.Duration
+			if expires != "" {
+				if life, err = ban.ParseTTL(expires); err != nil {
+					return usageError{fmt.Errorf("--expires: %w", err)}
+				}
+			}
+			if out == "" {
+				out = name + ".creds"
+			}
+			if err := broker.IssueFile(dir, r, name, out, life, time.Now()); err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"creds": out, "role": string(r), "name": name})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s %s (give it with --nats-creds, and --nats-ca %s)\n", out, r, name, filepath.Join(dir, broker.CAFile))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "", "the folder `server init` wrote")
+	c.Flags().StringVar(&role, "role", "", "agent, bans or publisher")
+	c.Flags().StringVar(&name, "name", "", "the user's name: an agent's host name")
+	c.Flags().StringVar(&out, "out", "", "file to write (default NAME.creds; never overwritten)")
+	c.Flags().StringVar(&expires, "expires", "", "how long the credentials are valid (e.g. 90d; default for good)")
+	for _, f := range []string{"dir", "role", "name"} {
+		_ = c.MarkFlagRequired(f)
+	}
 	return c
 }
 

@@ -297,7 +297,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 		case <-time.After(rand.N(a.cfg.Jitter)):
 		}
 	}
-	raw, err := a.broker.Bundle(ctx, t.Digest)
+	raw, err := a.broker.Bundle(ctx, t.Digest, t.Size)
 	if err != nil {
 		return nil, p.Seq, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ipfence/ipfence/internal/fleet"
@@ -66,22 +67,42 @@ func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.Private
 func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) }
 
 // FollowBans calls fn with every ban message in force on the stream,
-// then with each new one as it arrives, until ctx is done. The consumer
-// is ordered and resumes where it was after a reconnect; fn sees a
-// prefix's messages in order.
+// then with each new one as it arrives, until ctx is done; after a
+// reconnect it reads the stream again (fn may see a message twice, and
+// an older one after a newer: the caller orders by the signed time). It
+// subscribes and reads with direct gets: an agent may make no consumer.
 func (h *Hub) FollowBans(ctx context.Context, fn func(subject string, data []byte)) error {
-	rctx, cancel := h.ctx(ctx)
-	cons, err := h.js.OrderedConsumer(rctx, BanStream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		FilterSubjects: []string{banSubjects + ">"}})
-	cancel()
+	ch := make(chan *nats.Msg, 4096)
+	sub, err := h.nc.ChanSubscribe(banSubjects+">", ch)
 	if err != nil {
-		return fmt.Errorf("%w: following stream %s: %v", ErrNATS, BanStream, err)
+		return fmt.Errorf("following the fleet bans: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { fn(m.Subject(), m.Data()) })
-	if err != nil {
-		return fmt.Errorf("following stream %s: %w", BanStream, err)
+	defer sub.Unsubscribe()
+	// Subscribed first, then read: nothing published in between is lost.
+	if err := h.directEach(ctx, BanStream, banSubjects+">", func(subject string, data []byte) error {
+		fn(subject, data)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("following the fleet bans: %w", err)
 	}
-	<-ctx.Done()
-	cc.Stop()
-	return nil
+	reconnects := h.nc.Stats().Reconnects
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-ch:
+			fn(m.Subject, m.Data)
+		case <-tick.C:
+			// Messages published while away are in the stream only: start
+			// over (the caller calls again).
+			if h.nc.Stats().Reconnects != reconnects {
+				return fmt.Errorf("following the fleet bans: NATS reconnected")
+			}
+			if dropped, err := sub.Dropped(); err == nil && dropped > 0 {
+				return fmt.Errorf("following the fleet bans: %d messages dropped", dropped)
+			}
+		}
+	}
 }

@@ -31,6 +31,8 @@ const (
 	BanStream     = "IPFENCE_BANS"
 	banSubjects   = "ipfence.bans."
 	policyHistory = 64
+	maxBanMsg     = 16 << 10 // a signed ban is well under 1 KiB
+	maxStatusMsg  = 64 << 10
 )
 
 // Options say how to reach NATS.
@@ -68,7 +70,12 @@ func Connect(o Options, retry bool, extra ...nats.Option) (*Hub, error) {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
 	if o.Creds != "" {
-		opts = append(opts, nats.UserCredentials(o.Creds))
+		upub, err := CredsUser(o.Creds)
+		if err != nil {
+			return nil, err
+		}
+		// Replies on the user's own inbox: its permissions allow no other.
+		opts = append(opts, nats.UserCredentials(o.Creds), nats.CustomInboxPrefix(Inbox(upub)))
 	}
 	if o.CA != "" {
 		opts = append(opts, nats.RootCAs(o.CA))
@@ -130,7 +137,7 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 			func(c context.Context) error {
 				_, err := h.js.CreateStream(c, jetstream.StreamConfig{Name: BanStream, Subjects: []string{banSubjects + ">"},
 					Description: "ipfence: fleet-wide bans, the last per prefix", Storage: jetstream.FileStorage, Replicas: replicas,
-					MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld})
+					MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true, MaxMsgSize: maxBanMsg})
 				return err
 			}},
 	}
@@ -143,6 +150,39 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: setting up %s: %v", ErrNATS, s.name, err)
+		}
+	}
+	return h.harden(ctx)
+}
+
+// harden sets what agents' restricted permissions rely on, also on
+// streams made by an older ipfence: the bans stream answers direct gets
+// (agents may make no consumer), and the status bucket refuses rollups
+// (an agent may write its own key: a rollup there would purge every
+// host's status).
+func (h *Hub) harden(ctx context.Context) error {
+	for name, fix := range map[string]func(*jetstream.StreamConfig) bool{
+		BanStream: func(c *jetstream.StreamConfig) bool {
+			changed := !c.AllowDirect
+			c.AllowDirect = true
+			return changed
+		},
+		statusStream: func(c *jetstream.StreamConfig) bool {
+			changed := c.AllowRollup || c.MaxMsgSize <= 0
+			c.AllowRollup, c.MaxMsgSize = false, maxStatusMsg
+			return changed
+		},
+	} {
+		rctx, cancel := h.ctx(ctx)
+		st, err := h.js.Stream(rctx, name)
+		if err == nil {
+			if cfg := st.CachedInfo().Config; fix(&cfg) {
+				_, err = h.js.UpdateStream(rctx, cfg)
+			}
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: setting up %s: %v", ErrNATS, name, err)
 		}
 	}
 	return nil

@@ -80,7 +80,7 @@ func TestPublishRollback(t *testing.T) {
 		t.Fatalf("a canary over a canary falls back to %s, want bundle two", p4.Stable.Digest)
 	}
 	for i, b := range bundles {
-		got, err := h.Bundle(ctx, fleet.Digest(b))
+		got, err := h.Bundle(ctx, fleet.Digest(b), int64(len(b)))
 		if err != nil || string(got) != string(b) {
 			t.Fatalf("bundle %d: %q, %v", i, got, err)
 		}

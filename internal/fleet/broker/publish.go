@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ipfence/ipfence/internal/fleet"
@@ -210,28 +211,30 @@ func (h *Hub) Pointer(ctx context.Context, group string) ([]byte, error) {
 }
 
 // WatchPointer calls fn with group's pointer as stored, now and at every
-// change, until ctx is done; it returns when the watch breaks (the
-// caller retries).
+// change, until ctx is done. It subscribes to the key's subject (an agent
+// may make no consumer): an update missed while NATS was away is the
+// caller's to poll for.
 func (h *Hub) WatchPointer(ctx context.Context, group string, fn func([]byte)) error {
-	kv, err := h.kv(ctx, PolicyBucket)
-	if err != nil {
-		return err
-	}
-	w, err := kv.Watch(ctx, groupKey(group), jetstream.IgnoreDeletes())
+	ch := make(chan *nats.Msg, 8)
+	sub, err := h.nc.ChanSubscribe("$KV."+PolicyBucket+"."+groupKey(group), ch)
 	if err != nil {
 		return fmt.Errorf("watching group %s's pointer: %w", group, err)
 	}
-	defer w.Stop()
+	defer sub.Unsubscribe()
+	cur, err := h.Pointer(ctx, group)
+	if err != nil {
+		return err
+	}
+	if cur != nil {
+		fn(cur)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return fmt.Errorf("watching group %s's pointer: the watch ended", group)
-			}
-			if e != nil { // nil: the initial values are delivered
-				fn(e.Value())
+		case m := <-ch:
+			if len(m.Data) > 0 { // not a delete or purge
+				fn(m.Data)
 			}
 		}
 	}
@@ -266,18 +269,41 @@ func (h *Hub) hasBundle(ctx context.Context, digest string) error {
 	return nil
 }
 
-// Bundle returns the bytes stored under digest, for the caller to check
-// against a verified pointer.
-func (h *Hub) Bundle(ctx context.Context, digest string) ([]byte, error) {
+// ErrBundleSize is returned for a stored bundle of another size than
+// its pointer names (a fleet.ErrDigest too: it is not the signed one).
+var ErrBundleSize = fmt.Errorf("%w: another size", fleet.ErrDigest)
+
+// Bundle returns the bytes stored under digest, if they are size bytes
+// long (the signed pointer's size: nothing larger is read), for the
+// caller to check against the pointer. The chunks are read with direct
+// gets: an agent may make no consumer.
+func (h *Hub) Bundle(ctx context.Context, digest string, size int64) ([]byte, error) {
 	obs, err := h.store(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 6*h.timeout) // large bundles
-	defer cancel()
-	data, err := obs.GetBytes(rctx, digest)
+	rctx, cancel := h.ctx(ctx)
+	info, err := obs.GetInfo(rctx, digest)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("fetching bundle %s: %w", digest, err)
+	}
+	if info.Size != uint64(size) {
+		return nil, fmt.Errorf("%w: %s is %d bytes, its pointer says %d", ErrBundleSize, digest, info.Size, size)
+	}
+	data := make([]byte, 0, size)
+	err = h.directEach(ctx, "OBJ_"+BundleStore, "$O."+BundleStore+".C."+info.NUID, func(_ string, chunk []byte) error {
+		if int64(len(data)+len(chunk)) > size {
+			return fmt.Errorf("%w: %s has more than %d bytes", ErrBundleSize, digest, size)
+		}
+		data = append(data, chunk...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetching bundle %s: %w", digest, err)
+	}
+	if int64(len(data)) != size {
+		return nil, fmt.Errorf("%w: %s has %d bytes, its pointer says %d", ErrBundleSize, digest, len(data), size)
 	}
 	return data, nil
 }

@@ -25,7 +25,11 @@ type ServerConfig struct {
 	// ConfigFile is a nats-server configuration file (TLS, accounts,
 	// clustering, limits); Listen and DataDir override what it says.
 	ConfigFile string
-	Logger     *slog.Logger
+	// Creds are the credentials of the server's own connection, which
+	// creates the buckets: needed when the configuration has NATS JWT
+	// users (`ipfence server init` writes server.creds).
+	Creds  string
+	Logger *slog.Logger
 	// Ready is called with the client URL once the server takes clients
 	// and the buckets exist.
 	Ready func(url string)
@@ -52,6 +56,9 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if err := checkExposure(host, opts); err != nil {
 		return err
 	}
+	if len(opts.TrustedOperators) > 0 && cfg.Creds == "" {
+		return fmt.Errorf("%w: the configuration has NATS JWT users: give --creds (the server.creds `ipfence server init` wrote)", ErrNATS)
+	}
 	opts.Host, opts.JetStream, opts.StoreDir, opts.NoSigs = host, true, cfg.DataDir, true
 	if opts.ServerName == "" {
 		opts.ServerName = "ipfence"
@@ -71,7 +78,7 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if !s.ReadyForConnections(30 * time.Second) {
 		return fmt.Errorf("starting NATS on %s: not ready after 30s", cfg.Listen)
 	}
-	h, err := Connect(Options{Name: "ipfence server"}, false, nats.InProcessServer(s))
+	h, err := Connect(Options{Name: "ipfence server", Creds: cfg.Creds}, false, nats.InProcessServer(s))
 	if err != nil {
 		return err
 	}

@@ -29,12 +29,18 @@ func Start(t testing.TB, dir string) *Server {
 // StartOn is Start on listen (host:port; port -1 is any free one).
 func StartOn(t testing.TB, dir, listen string) *Server {
 	t.Helper()
+	return StartWith(t, broker.ServerConfig{DataDir: dir, Listen: listen})
+}
+
+// StartWith runs an embedded server configured by cfg (its Ready is
+// the helper's).
+func StartWith(t testing.TB, cfg broker.ServerConfig) *Server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan string, 1), make(chan error, 1)
-	go func() {
-		done <- broker.Serve(ctx, broker.ServerConfig{DataDir: dir, Listen: listen, Ready: func(url string) { ready <- url }})
-	}()
-	s := &Server{Dir: dir}
+	cfg.Ready = func(url string) { ready <- url }
+	go func() { done <- broker.Serve(ctx, cfg) }()
+	s := &Server{Dir: cfg.DataDir}
 	select {
 	case s.URL = <-ready:
 	case err := <-done:
