@@ -28,6 +28,25 @@ func connect(t *testing.T, url string) *broker.Hub {
 	return h
 }
 
+// rawKV is bucket as any client of the server sees it, without a key.
+func rawKV(t *testing.T, url, bucket string) jetstream.KeyValue {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 func key(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(nil)
@@ -229,29 +248,25 @@ func TestBans(t *testing.T) {
 }
 
 // TestPublishOverForged: a pointer written with another key (agents
-// refuse it) does not block the publisher: the next revision follows the
-// last one signed with the fleet's key, and rollback skips the forgery.
+// refuse it) or an older revision replayed does not block the publisher:
+// the next revision follows the last one signed with the fleet's key,
+// and rollback skips the forgery.
 func TestPublishOverForged(t *testing.T) {
 	srv := brokertest.Start(t, "")
 	h := connect(t, srv.URL)
 	ctx := context.Background()
 	priv := key(t)
+	var first []byte
 	for _, b := range []string{"one", "two"} {
 		if _, err := h.Publish(ctx, "web", []byte(b), priv, 0, time.Now()); err != nil {
 			t.Fatal(err)
 		}
+		if first == nil {
+			first, _ = h.Pointer(ctx, "web")
+		}
 	}
 	forged, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: 1000, Digest: fleet.Digest([]byte("evil"))}, key(t))
-	nc, err := nats.Connect(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(ctx, broker.PolicyBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := rawKV(t, srv.URL, broker.PolicyBucket)
 	if _, err := kv.Put(ctx, "group.web", forged); err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +280,83 @@ func TestPublishOverForged(t *testing.T) {
 	rb, err := h.Rollback(ctx, "web", 0, priv, time.Now())
 	if err != nil || rb.Seq != 4 || rb.Digest != fleet.Digest([]byte("two")) {
 		t.Fatalf("rollback over a forged pointer: %+v, %v; want seq 4 to bundle two", rb, err)
+	}
+	// Revision 1 replayed: not the group's latest, nor a second 1.
+	if _, err := kv.Put(ctx, "group.web", first); err != nil {
+		t.Fatal(err)
+	}
+	p, err = h.Publish(ctx, "web", []byte("four"), priv, 0, time.Now())
+	if err != nil || p.Seq != 5 {
+		t.Fatalf("publish over revision 1 replayed: %+v, %v; want seq 5", p, err)
+	}
+	hist, err := h.History(ctx, "web", priv.Public().(ed25519.PublicKey))
+	if err != nil || len(hist) != 5 || hist[4].Seq != 5 {
+		t.Fatalf("history after a replay: %d revisions, %v; want 1 to 5", len(hist), err)
+	}
+}
+
+// TestForeignGroupPointer: group lab's signed pointer copied to group
+// web's key (any client can) is not a revision of web: publish (its
+// canary's other hosts), rollback, history and fleet status all go by
+// web's own pointers.
+func TestForeignGroupPointer(t *testing.T) {
+	srv := brokertest.Start(t, "")
+	h := connect(t, srv.URL)
+	ctx := context.Background()
+	priv := key(t)
+	pub := priv.Public().(ed25519.PublicKey)
+	for _, b := range []string{"lab1", "lab2", "lab3", "lab4", "lab5", "web1", "web2"} {
+		if _, err := h.Publish(ctx, b[:3], []byte(b), priv, 0, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lab, err := h.Pointer(ctx, "lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := rawKV(t, srv.URL, broker.PolicyBucket)
+	copyLab := func() {
+		t.Helper()
+		if _, err := kv.Put(ctx, "group.web", lab); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyLab()
+	for _, pk := range []ed25519.PublicKey{pub, nil} {
+		if ps, err := h.Pointers(ctx, pk); !errors.Is(err, fleet.ErrGroup) {
+			t.Errorf("pointers (key %v) with lab's at group.web: %v, %v; want ErrGroup", pk != nil, ps, err)
+		}
+	}
+	p, err := h.Publish(ctx, "web", []byte("web3"), priv, 10, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Seq != 3 || p.Stable == nil || p.Stable.Digest != fleet.Digest([]byte("web2")) {
+		t.Fatalf("web's canary over lab's pointer: %+v (others on %+v); want seq 3, the others on web2", p, p.Stable)
+	}
+	copyLab()
+	if _, err := h.Rollback(ctx, "web", 5, priv, time.Now()); !errors.Is(err, broker.ErrNoRevision) {
+		t.Fatalf("web's rollback to lab's revision 5: %v, want ErrNoRevision", err)
+	}
+	rb, err := h.Rollback(ctx, "web", 0, priv, time.Now())
+	if err != nil || rb.Seq != 4 || rb.Digest != fleet.Digest([]byte("web2")) {
+		t.Fatalf("web's rollback over lab's pointer: %+v, %v; want seq 4 to web2", rb, err)
+	}
+	hist, err := h.History(ctx, "web", pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, p := range hist {
+		if p.Group != "web" {
+			t.Errorf("web's history holds group %s's revision %d", p.Group, p.Seq)
+		}
+		seqs = append(seqs, p.Seq)
+	}
+	if !slices.Equal(seqs, []uint64{1, 2, 3, 4}) {
+		t.Errorf("web's history seqs %v, want 1 2 3 4", seqs)
+	}
+	if ps, err := h.Pointers(ctx, pub); err != nil || ps["web"].Seq != 4 || ps["lab"].Seq != 5 {
+		t.Errorf("pointers: %v, %v", ps, err)
 	}
 }

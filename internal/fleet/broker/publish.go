@@ -129,23 +129,26 @@ func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, n
 	return p, nil
 }
 
-// lastSigned returns the current pointer cur if pub signed it, else
-// the newest one in the history pub signed: a pointer someone else
-// wrote (agents refused it) is replaced by the next revision, whose seq
+// lastSigned returns group's latest revision signed with pub: a
+// pointer someone else wrote (agents refused it), another group's or an
+// older revision replayed is replaced by the next revision, whose seq
 // follows the last one agents could accept.
 func (h *Hub) lastSigned(ctx context.Context, group string, cur []byte, pub ed25519.PublicKey) (*fleet.Pointer, error) {
-	p, err := fleet.Verify(cur, pub)
-	if err == nil {
-		return p, nil
+	hist, err := h.History(ctx, group, pub)
+	if err != nil {
+		return nil, err
 	}
-	if hist, herr := h.History(ctx, group, pub); herr == nil && len(hist) > 0 {
+	if len(hist) > 0 {
 		return hist[len(hist)-1], nil
 	}
+	_, err = fleet.Verify(cur, group, pub)
 	return nil, fmt.Errorf("group %s's pointer and its history are not signed by this key (another key publishes this group?): %w", group, err)
 }
 
-// History returns group's pointers signed by pub, oldest first, as far
-// back as the bucket keeps them (64); others (forged) are left out.
+// History returns group's revisions, oldest first, as far back as the
+// bucket keeps them (64): the pointers pub signed for group. Others
+// (forged, another group's) are left out, and so is an older revision
+// replayed after newer ones: seqs grow along the history.
 func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) ([]*fleet.Pointer, error) {
 	kv, err := h.kv(ctx, PolicyBucket)
 	if err != nil {
@@ -165,7 +168,8 @@ func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) 
 		if e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		if p, err := fleet.Verify(e.Value(), pub); err == nil {
+		p, err := fleet.Verify(e.Value(), group, pub)
+		if err == nil && (len(ps) == 0 || p.Seq > ps[len(ps)-1].Seq) {
 			ps = append(ps, p)
 		}
 	}
@@ -173,18 +177,20 @@ func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) 
 }
 
 // Pointers returns every group's current pointer, checked against pub,
-// or only decoded without it (reports).
+// or only decoded without it (reports); a pointer that names another
+// group than its key's is an error either way.
 func (h *Hub) Pointers(ctx context.Context, pub ed25519.PublicKey) (map[string]*fleet.Pointer, error) {
 	out := map[string]*fleet.Pointer{}
 	err := h.each(ctx, PolicyBucket, "group.>", func(key string, v []byte) error {
-		p, err := fleet.Peek(v)
+		group := strings.TrimPrefix(key, "group.")
+		p, err := fleet.Peek(v, group)
 		if pub != nil {
-			p, err = fleet.Verify(v, pub)
+			p, err = fleet.Verify(v, group, pub)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		out[strings.TrimPrefix(key, "group.")] = p
+		out[group] = p
 		return nil
 	})
 	return out, err
