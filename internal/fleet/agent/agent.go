@@ -434,7 +434,7 @@ func (a *Agent) Status() fleet.Status {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s.LastError, s.FailedSeq, s.Mode, s.ApplyMillis = a.lastErr, a.failed, a.mode, a.took.Milliseconds()
+	s.LastError, s.FailedSeq, s.Watermark, s.Mode, s.ApplyMillis = a.lastErr, a.failed, a.seq, a.mode, a.took.Milliseconds()
 	if a.cur != nil {
 		s.Seq, s.Digest, s.Applied = a.cur.Seq, a.cur.Digest, a.cur.Applied
 	}

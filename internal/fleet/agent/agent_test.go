@@ -51,15 +51,15 @@ func TestWatermark(t *testing.T) {
 		"another group's pointer": follow(&fleet.Pointer{Group: "lab", Seq: 1000, Digest: "sha256-lab"}, priv),
 		"another key's pointer":   follow(&fleet.Pointer{Group: "web", Seq: 2000, Digest: "sha256-evil"}, other),
 	} {
-		if a.seq != 2 || st.Seq != 2 || st.FailedSeq != 0 || !strings.Contains(st.LastError, "refused") {
+		if a.seq != 2 || st.Seq != 2 || st.FailedSeq != 0 || st.Watermark != 2 || !strings.Contains(st.LastError, "refused") {
 			t.Errorf("after %s: watermark %d, status %+v; want still 2, the pointer refused", name, a.seq, st)
 		}
 	}
 	if st := follow(&fleet.Pointer{Group: "web", Seq: 3, Digest: running}, priv); st.Seq != 3 || st.LastError != "" {
 		t.Fatalf("the group's revision 3 after the refused pointers: status %+v", st)
 	}
-	if st := follow(&fleet.Pointer{Group: "web", Seq: 5, Digest: "sha256-gone"}, priv); st.Seq != 3 || st.FailedSeq != 5 || a.seq != 5 {
-		t.Fatalf("revision 5, its bundle missing: watermark %d, status %+v; want 5, running 3", a.seq, st)
+	if st := follow(&fleet.Pointer{Group: "web", Seq: 5, Digest: "sha256-gone"}, priv); st.Seq != 3 || st.FailedSeq != 5 || st.Watermark != 5 {
+		t.Fatalf("revision 5, its bundle missing: status %+v; want watermark 5, running 3", st)
 	}
 	if st := follow(&fleet.Pointer{Group: "web", Seq: 4, Digest: running}, priv); st.Seq != 3 {
 		t.Fatalf("revision 4 after 5 was seen (a replay): status %+v, want it ignored", st)
