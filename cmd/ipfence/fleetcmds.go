@@ -237,11 +237,12 @@ publish again without --canary to send everyone.`,
 			if err := h.Setup(cmd.Context(), 1); err != nil {
 				return err
 			}
-			p, err := h.Publish(cmd.Context(), group, data, priv, pct, time.Now())
+			m, err := h.Publish(cmd.Context(), group, data, priv, pct, time.Now())
 			if err != nil {
 				return err
 			}
-			return printPointer(cmd.OutOrStdout(), g, "published", p, c.Plan)
+			warnReplaced(g, m)
+			return printPointer(cmd.OutOrStdout(), g, "published", m.Pointer, c.Plan)
 		},
 	}
 	pf.register(c)
@@ -263,6 +264,16 @@ func parseCanary(s string) (int, error) {
 		return 0, fmt.Errorf("--canary %q: want a share of hosts from 1%% to 99%%", s)
 	}
 	return n, nil
+}
+
+// warnReplaced tells the operator (on stderr) when the group's pointer
+// was not the last revision signed with their key: someone wrote it
+// without the key, copied another group's or replayed an old one, or
+// another key publishes this group.
+func warnReplaced(g *globals, m *broker.Moved) {
+	if m.Replaced != "" {
+		g.logger.Warn("the group's pointer was not its latest revision signed with this key: replaced", "group", m.Group, "seq", m.Seq, "was", m.Replaced)
+	}
 }
 
 // printPointer says where a group's pointer went (p: nil for rollback's
@@ -306,11 +317,12 @@ replayed cannot roll a host back.`,
 				return err
 			}
 			defer h.Close()
-			p, err := h.Rollback(cmd.Context(), group, to, priv, time.Now())
+			m, err := h.Rollback(cmd.Context(), group, to, priv, time.Now())
 			if err != nil {
 				return err
 			}
-			return printPointer(cmd.OutOrStdout(), g, "rolled back: new", p, nil)
+			warnReplaced(g, m)
+			return printPointer(cmd.OutOrStdout(), g, "rolled back: new", m.Pointer, nil)
 		},
 	}
 	nf.register(c)

@@ -89,7 +89,8 @@ func TestBundleRoundTrip(t *testing.T) {
 }
 
 // TestSignVerify: a pointer verifies with the publisher's public key
-// only; a changed pointer, another key's signature and a bundle whose
+// only, as the pointer of the group it names only; a changed pointer,
+// another key's signature, another group's pointer and a bundle whose
 // bytes changed are all refused, each with its own error.
 func TestSignVerify(t *testing.T) {
 	dir := t.TempDir()
@@ -123,7 +124,7 @@ func TestSignVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := fleet.Verify(signed, pub)
+	got, err := fleet.Verify(signed, "web", pub)
 	if err != nil || got.Seq != 7 || got.Digest != p.Digest {
 		t.Fatalf("verify: %+v %v", got, err)
 	}
@@ -137,8 +138,16 @@ func TestSignVerify(t *testing.T) {
 	s.Payload = bytes.Replace(s.Payload, []byte(`"seq":7`), []byte(`"seq":8`), 1)
 	tampered, _ := json.Marshal(&s)
 	for name, d := range map[string][]byte{"another key": forged, "changed seq": tampered, "garbage": []byte("{")} {
-		if _, err := fleet.Verify(d, pub); !errors.Is(err, fleet.ErrSignature) {
+		if _, err := fleet.Verify(d, "web", pub); !errors.Is(err, fleet.ErrSignature) || errors.Is(err, fleet.ErrGroup) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, read := range map[string]func() (*fleet.Pointer, error){
+		"verify": func() (*fleet.Pointer, error) { return fleet.Verify(signed, "lab", pub) },
+		"peek":   func() (*fleet.Pointer, error) { return fleet.Peek(signed, "lab") },
+	} {
+		if p, err := read(); !errors.Is(err, fleet.ErrGroup) || !errors.Is(err, fleet.ErrSignature) {
+			t.Errorf("%s: web's pointer read as group lab's: %+v, %v", name, p, err)
 		}
 	}
 	changed := bytes.Clone(data)
@@ -204,7 +213,7 @@ func TestBanMessages(t *testing.T) {
 			t.Errorf("%s as a ban: %v", name, err)
 		}
 	}
-	if _, err := fleet.Verify(data, pub); !errors.Is(err, fleet.ErrSignature) {
+	if _, err := fleet.Verify(data, "web", pub); !errors.Is(err, fleet.ErrSignature) {
 		t.Errorf("a ban as a pointer: %v", err)
 	}
 	if a, b := fleet.BanToken(netip.MustParsePrefix("2001:2::1/64")), fleet.BanToken(netip.MustParsePrefix("2001:2::/64")); a != b {

@@ -40,7 +40,8 @@ func FuzzVerifyBan(f *testing.F) {
 }
 
 // FuzzVerifyPointer: Verify returns a pointer only for the trusted key's
-// signature, never panics, and Peek agrees with it on what it decodes.
+// signature and the group it was read as, never panics, and Peek agrees
+// with it on what it decodes.
 func FuzzVerifyPointer(f *testing.F) {
 	p := &Pointer{Group: "web", Seq: 4, Digest: "sha256-00", Size: 10, Canary: 10, Stable: &Target{Seq: 3, Digest: "sha256-01", Size: 9}}
 	signed, err := Sign(p, fuzzKey)
@@ -48,20 +49,21 @@ func FuzzVerifyPointer(f *testing.F) {
 		f.Fatal(err)
 	}
 	ban, _ := SignBan(&Ban{Prefix: netip.MustParsePrefix("203.0.113.0/24")}, fuzzKey)
-	for _, s := range [][]byte{signed, ban, nil, []byte("[]"), []byte(`{"kind":"pointer","payload":null}`)} {
+	lab, _ := Sign(&Pointer{Group: "lab", Seq: 9}, fuzzKey)
+	for _, s := range [][]byte{signed, ban, lab, nil, []byte("[]"), []byte(`{"kind":"pointer","payload":null}`)} {
 		f.Add(s)
 	}
 	pub := fuzzKey.Public().(ed25519.PublicKey)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := Verify(data, pub)
+		got, err := Verify(data, "web", pub)
 		if err != nil {
 			if !errors.Is(err, ErrSignature) {
 				t.Fatalf("error %v is not an ErrSignature", err)
 			}
 			return
 		}
-		peek, err := Peek(data)
-		if err != nil || peek.Seq != got.Seq || peek.Digest != got.Digest || peek.Group != got.Group {
+		peek, err := Peek(data, "web")
+		if err != nil || peek.Seq != got.Seq || peek.Digest != got.Digest || got.Group != "web" {
 			t.Fatalf("Verify %+v, Peek %+v, %v", got, peek, err)
 		}
 		_ = got.For("host") // any canary split, without panicking

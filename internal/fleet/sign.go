@@ -187,21 +187,32 @@ func open(kind string, data []byte, pub ed25519.PublicKey, check bool, v any) er
 // Sign signs p with priv.
 func Sign(p *Pointer, priv ed25519.PrivateKey) ([]byte, error) { return sign(kindPointer, p, priv) }
 
-// Verify returns the pointer in data if pub signed it.
-func Verify(data []byte, pub ed25519.PublicKey) (*Pointer, error) {
-	var p Pointer
-	if err := open(kindPointer, data, pub, true, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+// ErrGroup is returned for a pointer read at another group's key than
+// the one it names: a pointer counts only for its own group (a keyless
+// client could copy one group's signed pointer to another's key).
+var ErrGroup = fmt.Errorf("%w: a pointer of another group", ErrSignature)
+
+// Verify returns the pointer in data, read at group's key, if pub signed
+// it for group.
+func Verify(data []byte, group string, pub ed25519.PublicKey) (*Pointer, error) {
+	return openPointer(data, group, pub, true)
 }
 
-// Peek returns the pointer in data without checking who signed it: for
-// reports only, never to decide what a host runs.
-func Peek(data []byte) (*Pointer, error) {
+// Peek returns the pointer in data, read at group's key, if it names
+// group, without checking who signed it: for reports only, never to
+// decide what a host runs.
+func Peek(data []byte, group string) (*Pointer, error) {
+	return openPointer(data, group, nil, false)
+}
+
+// openPointer is Verify (check true) and Peek.
+func openPointer(data []byte, group string, pub ed25519.PublicKey, check bool) (*Pointer, error) {
 	var p Pointer
-	if err := open(kindPointer, data, nil, false, &p); err != nil {
+	if err := open(kindPointer, data, pub, check, &p); err != nil {
 		return nil, err
+	}
+	if p.Group != group {
+		return nil, fmt.Errorf("%w: it names group %q, it was read as group %s's", ErrGroup, p.Group, group)
 	}
 	return &p, nil
 }

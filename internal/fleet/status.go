@@ -31,8 +31,13 @@ type Status struct {
 	Version     string `json:"version"`
 	// LastError is why the host is not on the revision it should run
 	// (FailedSeq, the pointer that named it); "" once it is.
-	LastError string    `json:"last_error,omitempty"`
-	FailedSeq uint64    `json:"failed_seq,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	FailedSeq uint64 `json:"failed_seq,omitempty"`
+	// Watermark is the highest revision of its group the host took or
+	// refused: it takes no lower one (a replay), nor that one again
+	// unless it is retrying it. A publisher whose key has no revision of
+	// the group left follows it.
+	Watermark uint64    `json:"watermark,omitempty"`
 	Started   time.Time `json:"started"`
 	Heartbeat time.Time `json:"heartbeat"`
 }

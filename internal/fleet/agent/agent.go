@@ -268,14 +268,12 @@ var errOld = errors.New("revision followed already")
 
 // fetch verifies a stored pointer, fetches and checks the bundle it
 // names for this host, and returns it with the pointer's seq (errOld:
-// nothing to do).
+// nothing to do). A pointer refused itself (not signed with the key,
+// another group's) names no revision of the group: its seq is 0.
 func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, error) {
-	p, err := fleet.Verify(data, a.cfg.PubKey)
+	p, err := fleet.Verify(data, a.cfg.Group, a.cfg.PubKey)
 	if err != nil {
 		return nil, 0, fmt.Errorf("group %s's pointer refused: %w", a.cfg.Group, err)
-	}
-	if p.Group != a.cfg.Group {
-		return nil, p.Seq, fmt.Errorf("%w: group %s's key holds a pointer signed for group %q", fleet.ErrSignature, a.cfg.Group, p.Group)
 	}
 	a.mu.Lock()
 	seq, cur, retry := a.seq, a.cur, a.lastErr != ""
@@ -398,14 +396,17 @@ func (a *Agent) follow(ctx context.Context, data []byte) {
 	a.report(ctx)
 }
 
-// fail records err as the reason this host is not on pointer seq.
+// fail records err as the reason this host is not on pointer seq (0:
+// the pointer was refused itself, and names no revision of the group).
 func (a *Agent) fail(seq uint64, err error) {
 	a.log.Error("revision not applied", "seq", seq, "err", err)
 	a.mu.Lock()
 	a.lastErr, a.failed = err.Error(), seq
 	if seq > a.seq && a.cur != nil {
-		// Seen and refused: a later poll retries it, a replay of an older
-		// one is ignored.
+		// A revision of the group, seen and refused: a later poll retries
+		// it, a replay of an older one is ignored. Only fetch's verified
+		// pointers get here with a seq: a forged or another group's
+		// pointer must not raise it.
 		a.seq = seq
 	}
 	a.mu.Unlock()
@@ -433,7 +434,7 @@ func (a *Agent) Status() fleet.Status {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s.LastError, s.FailedSeq, s.Mode, s.ApplyMillis = a.lastErr, a.failed, a.mode, a.took.Milliseconds()
+	s.LastError, s.FailedSeq, s.Watermark, s.Mode, s.ApplyMillis = a.lastErr, a.failed, a.seq, a.mode, a.took.Milliseconds()
 	if a.cur != nil {
 		s.Seq, s.Digest, s.Applied = a.cur.Seq, a.cur.Digest, a.cur.Applied
 	}

@@ -25,8 +25,11 @@ var ErrNoRevision = errors.New("no such revision")
 // Publish stores the bundle data (under its digest, unless it is there
 // already) and moves group's pointer to it, signed with priv: every
 // host of the group, or with canary (1–99) that percentage of them
-// while the others stay on the revision they run.
-func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed25519.PrivateKey, canary int, now time.Time) (*fleet.Pointer, error) {
+// while the others stay on the revision they run. A stored pointer that
+// is not the group's latest revision signed with priv is replaced
+// (Moved.Replaced says why); with no such revision left at all, the new
+// one's seq follows what the group's hosts report (see nextSeq).
+func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed25519.PrivateKey, canary int, now time.Time) (*Moved, error) {
 	if err := CheckName("group", group); err != nil {
 		return nil, err
 	}
@@ -38,7 +41,7 @@ func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed255
 		p := &fleet.Pointer{Group: group, Digest: digest, Size: int64(len(data)), Created: now.UTC()}
 		if canary > 0 && canary < 100 {
 			if prev == nil {
-				return nil, fmt.Errorf("%w: a canary needs a revision the other hosts keep; publish to the whole group first", ErrNoRevision)
+				return nil, fmt.Errorf("%w: a canary needs a revision signed with this key that the other hosts keep, group %s has none; publish to the whole group first", ErrNoRevision, group)
 			}
 			stable := prev.For("") // a canary's other hosts stay where they are
 			if prev.Canary > 0 && prev.Stable != nil {
@@ -53,7 +56,7 @@ func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed255
 // Rollback moves group's pointer back to the bundle of revision to (0:
 // the last one before the current whose bundle differs), for every host.
 // It is a new revision with a higher seq: agents never take a lower one.
-func (h *Hub) Rollback(ctx context.Context, group string, to uint64, priv ed25519.PrivateKey, now time.Time) (*fleet.Pointer, error) {
+func (h *Hub) Rollback(ctx context.Context, group string, to uint64, priv ed25519.PrivateKey, now time.Time) (*Moved, error) {
 	hist, err := h.History(ctx, group, priv.Public().(ed25519.PublicKey))
 	if err != nil {
 		return nil, err
@@ -82,40 +85,66 @@ func (h *Hub) Rollback(ctx context.Context, group string, to uint64, priv ed2551
 	})
 }
 
-// move writes the pointer next makes of the current one (nil: none yet)
-// with the next seq, if nobody moved it meanwhile.
-func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, next func(prev *fleet.Pointer) (*fleet.Pointer, error)) (*fleet.Pointer, error) {
+// Moved is a group's pointer after a publish or rollback.
+type Moved struct {
+	*fleet.Pointer
+	// Replaced says why the pointer stored before was not the group's
+	// latest revision signed with this key (another key's, another
+	// group's, an older one replayed); "" when it was, or none was
+	// stored. The publisher should hear of it.
+	Replaced string
+}
+
+// maxSeq bounds sequence numbers: far beyond any count of revisions,
+// exact in JSON readers that use doubles, and never wrapping around.
+const maxSeq = 1 << 53
+
+// ErrSeq is returned when a group's next sequence number would be out of
+// range.
+var ErrSeq = errors.New("sequence number out of range")
+
+// move writes the pointer next makes of the group's latest revision
+// signed with priv (nil: none) with the next seq, if nobody moved the
+// pointer meanwhile.
+func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, next func(prev *fleet.Pointer) (*fleet.Pointer, error)) (*Moved, error) {
+	pub := priv.Public().(ed25519.PublicKey)
 	kv, err := h.kv(ctx, PolicyBucket)
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := h.ctx(ctx)
-	defer cancel()
-	var prev *fleet.Pointer
+	var cur []byte
 	var rev uint64
+	rctx, cancel := h.ctx(ctx)
 	e, err := kv.Get(rctx, groupKey(group))
+	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
 		return nil, fmt.Errorf("reading group %s's pointer: %w", group, err)
 	default:
-		rev = e.Revision()
-		if prev, err = h.lastSigned(ctx, group, e.Value(), priv.Public().(ed25519.PublicKey)); err != nil {
-			return nil, err
-		}
+		cur, rev = e.Value(), e.Revision()
+	}
+	hist, err := h.History(ctx, group, pub)
+	if err != nil {
+		return nil, err
+	}
+	var prev *fleet.Pointer
+	if len(hist) > 0 {
+		prev = hist[len(hist)-1]
 	}
 	p, err := next(prev)
 	if err != nil {
 		return nil, err
 	}
-	p.Seq = 1
-	if prev != nil {
-		p.Seq = prev.Seq + 1
+	if p.Seq, err = h.nextSeq(ctx, group, prev); err != nil {
+		return nil, err
 	}
 	data, err := fleet.Sign(p, priv)
 	if err != nil {
 		return nil, err
 	}
+	rctx, cancel = h.ctx(ctx)
+	defer cancel()
 	if rev == 0 {
 		_, err = kv.Create(rctx, groupKey(group), data)
 	} else {
@@ -127,26 +156,60 @@ func (h *Hub) move(ctx context.Context, group string, priv ed25519.PrivateKey, n
 	if err != nil {
 		return nil, fmt.Errorf("moving group %s's pointer: %w", group, err)
 	}
-	return p, nil
+	return &Moved{Pointer: p, Replaced: stale(cur, group, pub, prev)}, nil
 }
 
-// lastSigned returns the current pointer cur if pub signed it, else
-// the newest one in the history pub signed: a pointer someone else
-// wrote (agents refused it) is replaced by the next revision, whose seq
-// follows the last one agents could accept.
-func (h *Hub) lastSigned(ctx context.Context, group string, cur []byte, pub ed25519.PublicKey) (*fleet.Pointer, error) {
-	p, err := fleet.Verify(cur, pub)
-	if err == nil {
-		return p, nil
+// stale says why cur, group's pointer as stored, is not prev, the
+// group's latest revision signed with pub ("" when it is, or none was
+// stored).
+func stale(cur []byte, group string, pub ed25519.PublicKey, prev *fleet.Pointer) string {
+	if cur == nil {
+		return ""
 	}
-	if hist, herr := h.History(ctx, group, pub); herr == nil && len(hist) > 0 {
-		return hist[len(hist)-1], nil
+	p, err := fleet.Verify(cur, group, pub)
+	switch {
+	case err != nil:
+		return err.Error()
+	case prev == nil || p.Seq < prev.Seq:
+		return fmt.Sprintf("revision %d, replayed over a later one", p.Seq)
 	}
-	return nil, fmt.Errorf("group %s's pointer and its history are not signed by this key (another key publishes this group?): %w", group, err)
+	return ""
 }
 
-// History returns group's pointers signed by pub, oldest first, as far
-// back as the bucket keeps them (64); others (forged) are left out.
+// nextSeq is the seq after prev, group's latest revision. Without one (a
+// first publish, or nothing this key signed left in the history: a
+// forged first pointer, a flooded history) it follows the highest seq
+// the group's hosts report having run or refused: agents take no lower.
+func (h *Hub) nextSeq(ctx context.Context, group string, prev *fleet.Pointer) (uint64, error) {
+	if prev != nil {
+		if prev.Seq >= maxSeq {
+			return 0, fmt.Errorf("%w: group %s is at revision %d", ErrSeq, group, prev.Seq)
+		}
+		return prev.Seq + 1, nil
+	}
+	sts, err := h.Statuses(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the revisions group %s's hosts run: %w", group, err)
+	}
+	var last uint64
+	for _, s := range sts {
+		if s.Group != group {
+			continue
+		}
+		seq := max(s.Seq, s.FailedSeq, s.Watermark)
+		if seq >= maxSeq {
+			return 0, fmt.Errorf("%w: host %s of group %s reports revision %d, not below %d (a forged status? delete key %s of bucket %s)",
+				ErrSeq, s.Host, group, seq, uint64(maxSeq), hostKey(s.Host), StatusBucket)
+		}
+		last = max(last, seq)
+	}
+	return last + 1, nil
+}
+
+// History returns group's revisions, oldest first, as far back as the
+// bucket keeps them (64): the pointers pub signed for group. Others
+// (forged, another group's) are left out, and so is an older revision
+// replayed after newer ones: seqs grow along the history.
 func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) ([]*fleet.Pointer, error) {
 	kv, err := h.kv(ctx, PolicyBucket)
 	if err != nil {
@@ -166,7 +229,8 @@ func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) 
 		if e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		if p, err := fleet.Verify(e.Value(), pub); err == nil {
+		p, err := fleet.Verify(e.Value(), group, pub)
+		if err == nil && (len(ps) == 0 || p.Seq > ps[len(ps)-1].Seq) {
 			ps = append(ps, p)
 		}
 	}
@@ -174,18 +238,20 @@ func (h *Hub) History(ctx context.Context, group string, pub ed25519.PublicKey) 
 }
 
 // Pointers returns every group's current pointer, checked against pub,
-// or only decoded without it (reports).
+// or only decoded without it (reports); a pointer that names another
+// group than its key's is an error either way.
 func (h *Hub) Pointers(ctx context.Context, pub ed25519.PublicKey) (map[string]*fleet.Pointer, error) {
 	out := map[string]*fleet.Pointer{}
 	err := h.each(ctx, PolicyBucket, "group.>", func(key string, v []byte) error {
-		p, err := fleet.Peek(v)
+		group := strings.TrimPrefix(key, "group.")
+		p, err := fleet.Peek(v, group)
 		if pub != nil {
-			p, err = fleet.Verify(v, pub)
+			p, err = fleet.Verify(v, group, pub)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		out[strings.TrimPrefix(key, "group.")] = p
+		out[group] = p
 		return nil
 	})
 	return out, err
