@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 
 func newDoctorCmd(g *globals) *cobra.Command {
 	var ns string
+	var xf xdpFlags
 	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Report what this host offers ipfence's backends (nftables, iptables, ipset, XDP)",
@@ -25,10 +27,14 @@ that is removed afterwards: the host's own firewall is never touched.
 It also reads the ruleset (of --netns, default the current namespace) for other
 firewall managers — firewalld, Docker, kube-proxy, ufw, fail2ban, a CrowdSec
 bouncer, nftables.service — and says how each gets along with ipfence; "warn"
-marks a conflict (something that deletes ipfence's table or bans twice).`,
+marks a conflict (something that deletes ipfence's table or bans twice).
+
+And it lists ipfence's XDP pins (under --pin-dir) of network namespaces that
+are gone: deleted without a flush, their program runs nowhere but its maps stay
+in memory until ` + "`ipfence flush --stale-pins`" + ` removes them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := doctor.Run(ns)
+			r, err := doctor.Run(ns, xf.pinDir)
 			if err != nil {
 				return err
 			}
@@ -40,6 +46,7 @@ marks a conflict (something that deletes ipfence's table or bans twice).`,
 		},
 	}
 	c.Flags().StringVar(&ns, "netns", "", "network namespace whose ruleset to read for other managers (default: the current one)")
+	xf.register(c, false)
 	return c
 }
 
@@ -79,5 +86,9 @@ func printDoctor(w io.Writer, r *doctor.Report) {
 			level = "WARN"
 		}
 		fmt.Fprintf(w, "manager    %s %s (%s): %s\n", level, m.Name, m.Evidence, m.Advice)
+	}
+	line("pins", r.Pins.Check, "")
+	for _, p := range r.Pins.Stale {
+		fmt.Fprintf(w, "pins       WARN %s: remove with `%s`\n", p, doctor.FlushStalePins(filepath.Dir(p.Dir)))
 	}
 }

@@ -208,7 +208,8 @@ func newPublishCmd(g *globals) *cobra.Command {
 		Use:   "publish --policy FILE --key FILE [--group NAME] [--canary N%] [--nats URL]",
 		Short: "Compile a policy and roll it out to a host group",
 		Long: `Publish reads and compiles the policy here (its URLs downloaded here, once for
-the fleet), bundles the policy with what its sources resolved to, stores the
+the fleet), bundles the policy (its text without credentials: api_key values,
+URL passwords and query values) with what its sources resolved to, stores the
 bundle in the fleet's object store under its SHA-256 and moves the group's
 revision pointer to it, signed with --key. Every agent of the group applies it
 within seconds. --canary 10% sends only a tenth of the group's hosts (chosen

@@ -16,6 +16,7 @@ import (
 	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/hostaddr"
@@ -480,11 +481,36 @@ func printIPTStatus(w io.Writer, s *ipt.Status, a *statedir.Applied) {
 func newFlushCmd(g *globals) *cobra.Command {
 	var kf kernelFlags
 	var xf xdpFlags
+	var staleOnly bool
 	c := &cobra.Command{
-		Use:   "flush [--netns NAME]",
+		Use:   "flush [--netns NAME] [--stale-pins]",
 		Short: "Remove ipfence's table, XDP program, iptables chains and ipsets (nothing else)",
-		Args:  cobra.NoArgs,
+		Long: `Flush removes what ipfence loaded in the namespace (--netns, default the
+current one): its nftables table, its XDP program and pins, its iptables chains
+and ipsets, nothing else. In the current namespace it also removes the XDP pins
+of namespaces that are gone (deleted without a flush: their program runs
+nowhere but its maps stay in memory); --stale-pins removes only those, and
+leaves every firewall alone. Pins of a namespace that exists are never removed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			if staleOnly {
+				if kf.netns != "" {
+					return usageError{errors.New("--stale-pins removes the XDP pins of every namespace that is gone: give it without --netns")}
+				}
+				removed, err := xdp.RemoveStale(xf.pinDir)
+				if g.json {
+					if err != nil {
+						return err
+					}
+					return writeJSON(w, map[string][]xdp.Pin{"stale_pins_removed": removed})
+				}
+				printStalePins(w, removed)
+				if err == nil && len(removed) == 0 {
+					fmt.Fprintln(w, "no XDP pins of namespaces that are gone")
+				}
+				return err
+			}
 			t := kf.target()
 			t.XDP, t.Logger = xf.options(), g.logger
 			unlock, err := t.State.Lock()
@@ -496,28 +522,36 @@ func newFlushCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			existed, detached, chains := r.Table, r.XDP, r.IPTables
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]bool{"removed": existed, "xdp_detached": detached, "iptables_removed": chains})
+				return writeJSON(w, r)
 			}
 			switch {
-			case existed:
-				fmt.Fprintf(cmd.OutOrStdout(), "removed table inet %s\n", kf.table)
-			case !chains:
-				fmt.Fprintln(cmd.OutOrStdout(), "no ipfence table was loaded")
+			case r.Table:
+				fmt.Fprintf(w, "removed table inet %s\n", kf.table)
+			case !r.IPTables:
+				fmt.Fprintln(w, "no ipfence table was loaded")
 			}
-			if chains {
-				fmt.Fprintf(cmd.OutOrStdout(), "removed ipfence's iptables chains and ipsets (%s*)\n", kf.table)
+			if r.IPTables {
+				fmt.Fprintf(w, "removed ipfence's iptables chains and ipsets (%s*)\n", kf.table)
 			}
-			if detached {
-				fmt.Fprintln(cmd.OutOrStdout(), "detached the XDP program")
+			if r.XDP {
+				fmt.Fprintln(w, "detached the XDP program")
 			}
+			printStalePins(w, r.StalePins)
 			return nil
 		},
 	}
 	kf.register(c)
 	xf.register(c, false)
+	c.Flags().BoolVar(&staleOnly, "stale-pins", false, "only remove the XDP pins of namespaces that are gone")
 	return c
+}
+
+// printStalePins says which pins of gone namespaces were removed.
+func printStalePins(w io.Writer, pins []xdp.Pin) {
+	for _, p := range pins {
+		fmt.Fprintf(w, "removed the XDP pins of a namespace that is gone: %s\n", p)
+	}
 }
 
 func newExplainCmd(g *globals) *cobra.Command {

@@ -3,21 +3,26 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/demo"
+	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
@@ -73,7 +78,14 @@ type xdpSetup struct {
 // veth, pinning under a bpffs of the test's own.
 func applyXDPPolicy(t *testing.T) xdpSetup {
 	t.Helper()
-	s := xdpSetup{lab: netnstest.New(t), pins: netnstest.BPFFS(t), dir: t.TempDir()}
+	return applyXDPPolicyPinned(t, netnstest.BPFFS(t))
+}
+
+// applyXDPPolicyPinned is applyXDPPolicy pinning under pins, a bpffs
+// of the test's own (netnstest.BPFFS).
+func applyXDPPolicyPinned(t *testing.T, pins string) xdpSetup {
+	t.Helper()
+	s := xdpSetup{lab: netnstest.New(t), pins: pins, dir: t.TempDir()}
 	s.pol = xdpPolicy(t, s.dir, "xdp", s.lab.FWIf)
 	s.args = []string{"--netns", s.lab.FW, "--state", s.dir, "--pin-dir", s.pins}
 	var err error
@@ -297,5 +309,102 @@ func TestFlushUnderIPNetnsExec(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(s.pins); len(entries) > 2 { // maps.debug, progs.debug
 		t.Errorf("pins left after flush: %v", entries)
+	}
+}
+
+// TestStalePins: a namespace deleted without a flush leaves its XDP
+// program pinned, with its maps. doctor reports those pins; flush
+// --stale-pins removes them and keeps the pins (and the program) of a
+// namespace that exists; a plain flush removes them too. Everything is
+// pinned under a bpffs of the test's own.
+func TestStalePins(t *testing.T) {
+	pins := netnstest.BPFFS(t)
+	kept := applyXDPPolicyPinned(t, pins)
+	dirOf := func(s xdpSetup) string {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(netns.Path(s.lab.FW), &st); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(pins, fmt.Sprintf("netns-%d", st.Ino))
+		if _, err := os.Stat(filepath.Join(dir, "prog")); err != nil {
+			t.Fatalf("no program pinned for %s: %v", s.lab.FW, err)
+		}
+		return dir
+	}
+	keptDir := dirOf(kept)
+	// leave applies the policy in a new namespace, deletes the namespace
+	// without a flush and returns its pin folder once its links are
+	// detached (the kernel tears a namespace down in the background).
+	leave := func() string {
+		t.Helper()
+		s := applyXDPPolicyPinned(t, pins)
+		dir := dirOf(s)
+		if err := s.lab.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			all, err := xdp.Pins(pins)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(all, func(p xdp.Pin) bool { return p.Dir == dir })
+			if i < 0 {
+				t.Fatalf("the pins in %s went with their namespace: %v", dir, all)
+			}
+			if all[i].Stale() {
+				return dir
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v is not stale 30s after its namespace was deleted", all[i])
+			}
+		}
+	}
+	goneDir := leave()
+
+	out, err := run(t, "doctor", "--json", "--pin-dir", pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r doctor.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Pins.OK || len(r.Pins.Stale) != 1 || r.Pins.Stale[0].Dir != goneDir || !r.Pins.Stale[0].Gone || r.Pins.Stale[0].MapBytes == 0 {
+		t.Errorf("doctor's pins: %+v, want %s alone stale, with its maps' size", r.Pins, goneDir)
+	}
+	var text strings.Builder
+	printDoctor(&text, &r)
+	if want := "pins       WARN " + goneDir; !strings.Contains(text.String(), want) || !strings.Contains(text.String(), "ipfence flush --stale-pins --pin-dir "+pins) {
+		t.Errorf("doctor's text lacks %q and what to do:\n%s", want, text.String())
+	}
+
+	out, err = run(t, "flush", "--stale-pins", "--pin-dir", pins)
+	if err != nil || !strings.Contains(out, "removed the XDP pins of a namespace that is gone: "+goneDir) {
+		t.Errorf("flush --stale-pins: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(goneDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still there: %v", goneDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(keptDir, "prog")); err != nil {
+		t.Errorf("the pins of a namespace that exists were removed: %v", err)
+	}
+	if x := xdpOf(t, kept.lab); x == nil || !x.Attached {
+		t.Errorf("the program of a namespace that exists was detached: %+v", x)
+	}
+	if out, err := run(t, "flush", "--stale-pins", "--pin-dir", pins); err != nil || !strings.Contains(out, "no XDP pins of namespaces that are gone") {
+		t.Errorf("flush --stale-pins again: %v\n%s", err, out)
+	}
+
+	// A plain flush, of the current namespace (kept's: never the host's
+	// in a test), removes them too.
+	goneDir = leave()
+	exe := buildIpfence(t)
+	b, err := exec.Command("ip", "netns", "exec", kept.lab.FW, exe, "flush", "--state", kept.dir, "--pin-dir", pins).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "removed the XDP pins of a namespace that is gone: "+goneDir) {
+		t.Errorf("ip netns exec … flush: %v\n%s", err, b)
+	}
+	if _, err := os.Stat(goneDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still there after a plain flush: %v", goneDir, err)
 	}
 }

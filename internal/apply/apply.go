@@ -406,11 +406,15 @@ type FlushReport struct {
 	Table    bool `json:"removed"`
 	XDP      bool `json:"xdp_detached"`
 	IPTables bool `json:"iptables_removed"`
+	// StalePins are the XDP pins of namespaces that are gone.
+	StalePins []xdp.Pin `json:"stale_pins_removed"`
 }
 
 // Flush removes everything ipfence made in t's namespace under table
 // (every backend's part, whatever the record says) and forgets the
-// record. The caller holds the state folder's lock.
+// record. In the current namespace it also removes the XDP pins of
+// namespaces that are gone (xdp.RemoveStale). The caller holds the state
+// folder's lock.
 func (t *Target) Flush(ctx context.Context, table string) (FlushReport, error) {
 	var r FlushReport
 	var err error
@@ -425,6 +429,12 @@ func (t *Target) Flush(ctx context.Context, table string) (FlushReport, error) {
 	}
 	if err := t.State.ForgetApplied(t.NetNS); err != nil {
 		t.log().Warn("forgetting what was applied", "err", err)
+	}
+	if t.NetNS == "" {
+		// The flush itself is done: a failure here is only a warning.
+		if r.StalePins, err = xdp.RemoveStale(t.XDP.PinDir); err != nil {
+			t.log().Warn("removing the XDP pins of namespaces that are gone", "err", err)
+		}
 	}
 	return r, nil
 }

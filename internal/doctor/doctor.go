@@ -1,5 +1,6 @@
 // Package doctor reports what a host offers ipfence's backends: the
-// kernel, nftables, the iptables flavour, ipset, XDP and bpffs. Every
+// kernel, nftables, the iptables flavour, ipset, XDP and bpffs, and the
+// XDP pins left by namespaces that are gone. Every
 // probe that changes kernel state runs in a scratch network namespace of
 // its own, removed afterwards: the host's firewall is only read.
 package doctor
@@ -20,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
 )
@@ -77,12 +79,27 @@ type Report struct {
 	// Managers are the other firewall managers in the namespace looked
 	// at, conflicts first.
 	Managers []Manager `json:"managers"`
+	// Pins are ipfence's XDP pins: not OK when some are of namespaces
+	// that are gone.
+	Pins Pins `json:"pins"`
 }
 
-// Run probes the host, and reads the ruleset of the namespace ns ("" the
-// current one) for other firewall managers.
-func Run(ns string) (*Report, error) {
+// Pins is the check of ipfence's XDP pin folders.
+type Pins struct {
+	Check
+	// Stale are those of namespaces that are gone, whose program runs
+	// nowhere: `ipfence flush --stale-pins` removes them.
+	Stale []xdp.Pin `json:"stale,omitempty"`
+}
+
+// Run probes the host, reads the ruleset of the namespace ns ("" the
+// current one) for other firewall managers and the XDP pins under
+// pinDir ("" is xdp.DefaultPinDir) for those of namespaces that are gone.
+func Run(ns, pinDir string) (*Report, error) {
 	r := &Report{}
+	// Before the probes' scratch namespace, which could take the inode
+	// of one that is gone.
+	r.Pins = pins(pinDir)
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
 		r.Kernel = unix.ByteSliceToString(u.Release[:])
@@ -252,6 +269,51 @@ func bpffs() Check {
 		return Check{OK: true, Detail: "/sys/fs/bpf is a bpf file system"}
 	}
 	return Check{Detail: "/sys/fs/bpf is not a bpf file system; `ipfence apply` mounts one there for XDP pins (as bpftool does)"}
+}
+
+// pins checks ipfence's XDP pins under root for namespaces that are gone.
+func pins(root string) Pins {
+	if root == "" {
+		root = xdp.DefaultPinDir
+	}
+	all, err := xdp.Pins(root)
+	if err != nil {
+		return Pins{Check: Check{Detail: err.Error()}}
+	}
+	var c Pins
+	var bytes uint64
+	running := 0 // of gone namespaces, still attached somewhere
+	for _, p := range all {
+		switch {
+		case p.Stale():
+			c.Stale = append(c.Stale, p)
+			bytes += p.MapBytes
+		case p.Gone:
+			running++
+		}
+	}
+	c.OK = len(c.Stale) == 0
+	c.Detail = fmt.Sprintf("XDP pins of %d network namespaces in %s", len(all), root)
+	if len(all) == 0 {
+		c.Detail = "no XDP pins in " + root
+	}
+	if len(c.Stale) > 0 {
+		c.Detail += fmt.Sprintf("; those of %d that are gone keep %.1f MiB of maps in memory: remove them with `%s`",
+			len(c.Stale), float64(bytes)/(1<<20), FlushStalePins(root))
+	}
+	if running > 0 {
+		c.Detail += fmt.Sprintf("; %d more are gone but their program is still attached to an interface (moved to another namespace?): left alone", running)
+	}
+	return c
+}
+
+// FlushStalePins is the command that removes the stale XDP pins under
+// root.
+func FlushStalePins(root string) string {
+	if root == xdp.DefaultPinDir {
+		return "ipfence flush --stale-pins"
+	}
+	return "ipfence flush --stale-pins --pin-dir " + root
 }
 
 // interfaces lists the host's interfaces and their drivers from sysfs.

@@ -20,6 +20,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/policy"
 )
 
 // BundleVersion is the newest bundle format this build writes and reads:
@@ -30,14 +31,16 @@ import (
 // stateless, as they always did).
 const BundleVersion = 2
 
-// Bundle is one revision of a group's policy: the policy file as written,
-// for the record, and what it resolved to on the publisher, so that every
-// agent applies the same prefixes whatever it could download itself.
+// Bundle is one revision of a group's policy: the policy file, for the
+// record, and what it resolved to on the publisher, so that every agent
+// applies the same prefixes whatever it could download itself. A bundle
+// carries no credentials: agents use none of the policy text, which is
+// kept redacted (policy.Redact).
 type Bundle struct {
 	Version    int       `json:"version"`
 	Created    time.Time `json:"created"`
 	PolicyFile string    `json:"policy_file"` // its name on the publisher
-	Policy     string    `json:"policy"`      // its text
+	Policy     string    `json:"policy"`      // its text without credentials ("" if it could not be redacted)
 	Table      string    `json:"table"`
 	Priority   int32     `json:"priority"`
 	Backend    string    `json:"backend,omitempty"`
@@ -65,9 +68,14 @@ type BundleRule struct {
 	Prefixes  string         `json:"prefixes"`
 }
 
-// NewBundle records in, resolved from the policy file name holding text.
+// NewBundle records in, resolved from the policy file name holding text
+// (which it redacts: see Bundle.Policy).
 func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Time) *Bundle {
-	b := &Bundle{Version: BundleVersion, Created: now.UTC(), PolicyFile: name, Policy: text,
+	redacted, err := policy.Redact(text)
+	if err != nil {
+		redacted = "" // never the text as written
+	}
+	b := &Bundle{Version: BundleVersion, Created: now.UTC(), PolicyFile: name, Policy: redacted,
 		Table: in.Table, Priority: in.Priority, Backend: string(in.Backend), Interfaces: in.Interfaces,
 		RejectMark: rejectMark, Protect: prefixLines(in.Protect)}
 	b.Version = 1

@@ -2,14 +2,17 @@ package fleet_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,5 +283,61 @@ func TestBundleVersion(t *testing.T) {
 	got, err := bd.Input()
 	if err != nil || got.Rules[0].Direction != plan.BothWays {
 		t.Errorf("read back: %v, direction %q; want both", err, got.Rules[0].Direction)
+	}
+}
+
+// TestBundleCarriesNoSecrets: the stored bundle records the policy
+// without its api_key, URL password or query token, keeps the rest
+// readable, and resolves to the same input; a text that cannot be
+// redacted is not recorded at all.
+func TestBundleCarriesNoSecrets(t *testing.T) {
+	text := `# key: SECRET-COMMENT
+sources:
+  cs: {format: crowdsec, url: "http://127.0.0.1:8080/", api_key: SECRET-KEY}
+  feeds: {format: list, url: "https://ops:SECRET-PASS@feeds.example/drop.txt?token=SECRET-TOKEN"}
+rules:
+  - {name: feeds, action: drop, match: {source: feeds}}
+`
+	in := testInput(t)
+	data, err := fleet.NewBundle(in, 0, "p.yaml", text, time.Now()).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"SECRET-COMMENT", "SECRET-KEY", "SECRET-PASS", "SECRET-TOKEN"} {
+		if bytes.Contains(raw, []byte(s)) {
+			t.Errorf("the bundle holds %s", s)
+		}
+	}
+	b, err := fleet.DecodeBundle(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"name: feeds", "https://ops:xxxxx@feeds.example/drop.txt?token=xxxxx", "api_key: REDACTED"} {
+		if !strings.Contains(b.Policy, want) {
+			t.Errorf("the bundle's policy lacks %q:\n%s", want, b.Policy)
+		}
+	}
+	got, err := b.Input()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range in.Rules {
+		if got.Rules[i].Name != r.Name || !got.Rules[i].Set.Equal(r.Set) {
+			t.Errorf("rule %d: %s differs from %s", i, got.Rules[i].Name, r.Name)
+		}
+	}
+	if !got.Protect.Equal(in.Protect) {
+		t.Errorf("protected prefixes differ")
+	}
+	if p := fleet.NewBundle(in, 0, "p.yaml", "api_key: [SECRET-KEY\n", time.Now()).Policy; p != "" {
+		t.Errorf("an unredactable policy is recorded as %q", p)
 	}
 }

@@ -9,3 +9,6 @@ func ForgetForTest(l *Lab) {
 	l.closed, l.fwNS, l.genNS = true, nil, nil
 	l.mu.Unlock()
 }
+
+// NSFSMounts is nsfsMounts, for tests.
+var NSFSMounts = nsfsMounts

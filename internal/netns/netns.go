@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -216,13 +217,18 @@ func Exec(ns string, argv ...string) ([]byte, error) {
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		where := "the current network namespace"
-		if ns != "" {
-			where = "network namespace " + ns
-		}
-		return out, fmt.Errorf("running %q in %s: %w: %s", strings.Join(argv, " "), where, err, strings.TrimSpace(string(out)))
+		return out, fmt.Errorf("running %q in %s: %w: %s", strings.Join(argv, " "), Describe(ns), err, strings.TrimSpace(string(out)))
 	}
 	return out, nil
+}
+
+// Describe names namespace ns in messages: "network namespace NAME", or
+// "the current network namespace" for "".
+func Describe(ns string) string {
+	if ns == "" {
+		return "the current network namespace"
+	}
+	return "network namespace " + ns
 }
 
 // ensureRunDir creates RunDir and makes it a shared mount point, as
@@ -356,7 +362,7 @@ func Sweep() ([]string, error) {
 			if err := unix.Statfs(Path(name), &sfs); err != nil {
 				continue
 			}
-			if sfs.Type == nsfsMagic && used[st.Ino] {
+			if _, inUse := used[st.Ino]; sfs.Type == nsfsMagic && inUse {
 				continue
 			}
 			// A plain file is a mount point being set up by create, or the
@@ -392,10 +398,10 @@ func isLabNS(name string) bool {
 	return ok && checkLabName(lab) == nil
 }
 
-// usedNetNS returns the inode numbers of the network namespaces that some
-// live task is in or has an open file for.
-func usedNetNS() map[uint64]bool {
-	used := map[uint64]bool{}
+// usedNetNS returns the network namespaces that some live task is in or
+// has an open file for, by inode, each with a path that opens it.
+func usedNetNS() map[uint64]string {
+	used := map[uint64]string{}
 	add := func(link string) {
 		target, err := os.Readlink(link)
 		if err != nil {
@@ -403,7 +409,7 @@ func usedNetNS() map[uint64]bool {
 		}
 		var ino uint64
 		if _, err := fmt.Sscanf(target, "net:[%d]", &ino); err == nil {
-			used[ino] = true
+			used[ino] = link
 			return
 		}
 		// A namespace file opened through its bind mount reads as that
@@ -412,7 +418,7 @@ func usedNetNS() map[uint64]bool {
 			var st unix.Stat_t
 			var sfs unix.Statfs_t
 			if unix.Stat(link, &st) == nil && unix.Statfs(link, &sfs) == nil && sfs.Type == nsfsMagic {
-				used[st.Ino] = true
+				used[st.Ino] = link
 			}
 		}
 	}
@@ -428,6 +434,97 @@ func usedNetNS() map[uint64]bool {
 		}
 	}
 	return used
+}
+
+// Live returns the network namespaces that exist, by inode, each with a
+// path that opens it (see Open): those a task of this PID namespace is
+// in or holds open (usedNetNS), and those bind-mounted in the mount
+// namespace of any such task, as `ip netns add` and container runtimes
+// do. A namespace that only a socket keeps alive is not seen. It fails
+// when it does not even see its own namespace: then it knows nothing.
+func Live() (map[uint64]string, error) {
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
+		return nil, fmt.Errorf("listing network namespaces: %w", err)
+	}
+	live := usedNetNS()
+	seen := map[string]bool{} // mount namespaces read
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, proc := range procs {
+		mnt, err := os.Readlink(proc + "/ns/mnt")
+		if err != nil || seen[mnt] {
+			continue
+		}
+		seen[mnt] = true
+		data, err := os.ReadFile(proc + "/mountinfo")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for ino, at := range nsfsMounts(string(data)) {
+			if _, ok := live[ino]; !ok {
+				live[ino] = proc + "/root" + at
+			}
+		}
+	}
+	if _, ok := live[self.Ino]; !ok {
+		return nil, fmt.Errorf("listing network namespaces: this process's own (%d) is not among those /proc shows", self.Ino)
+	}
+	return live, nil
+}
+
+// nsfsMounts returns the network namespaces mounted in a mountinfo
+// listing (proc_pid_mountinfo(5)), by inode, with their mount points.
+func nsfsMounts(mountinfo string) map[uint64]string {
+	out := map[uint64]string{}
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if sep < 6 || sep+1 >= len(f) || f[sep+1] != "nsfs" {
+			continue
+		}
+		var ino uint64
+		if _, err := fmt.Sscanf(f[3], "net:[%d]", &ino); err != nil {
+			continue
+		}
+		out[ino] = unescapeMount(f[4])
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Cookie returns the cookie of network namespace ns (see Open; "" is the
+// current one), which unlike its inode number is never reused while the
+// system runs (SO_NETNS_COOKIE, Linux 5.14).
+func Cookie(ns string) (uint64, error) {
+	var c uint64
+	err := Do(ns, func() error {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		c, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the cookie of %s: %w", Describe(ns), err)
+	}
+	return c, nil
 }
 
 // Sysctl reads the sysctl name ("net/netfilter/nf_conntrack_count") as

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
@@ -338,4 +340,81 @@ func nsExec(ns string, argv ...string) (string, error) {
 func execHost(argv ...string) (string, error) {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	return string(out), err
+}
+
+// TestNSFSMounts reads the network namespaces of a mountinfo listing:
+// nsfs mounts of net namespaces only, mount points unescaped.
+func TestNSFSMounts(t *testing.T) {
+	info := `22 1 0:21 / /proc rw,nosuid shared:12 - proc proc rw
+610 29 0:4 net:[4026532177] /run/netns/ipf-a rw shared:301 - nsfs nsfs rw
+611 29 0:4 net:[4026532300] /run/netns/with\040space rw - nsfs nsfs rw
+612 29 0:4 mnt:[4026532400] /run/mntns rw - nsfs nsfs rw
+613 29 0:4 net:[4026532500] /tmp/x rw - tmpfs tmpfs rw
+bad line
+`
+	got := netns.NSFSMounts(info)
+	want := map[uint64]string{4026532177: "/run/netns/ipf-a", 4026532300: "/run/netns/with space"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("got %v, want %v", got, want)
+		}
+	}
+}
+
+// TestLiveAndCookie: Live lists this process's namespace and a lab's,
+// each with a path that opens it; cookies tell namespaces apart and
+// outlive no namespace, even when the kernel gives its inode to the next.
+func TestLiveAndCookie(t *testing.T) {
+	lab := netnstest.New(t)
+	gone := netnstest.New(t)
+	live, err := netns.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookies := map[string]uint64{}
+	for _, ns := range []string{"", lab.FW, gone.FW} {
+		var st unix.Stat_t
+		file := "/proc/self/ns/net"
+		if ns != "" {
+			file = netns.Path(ns)
+		}
+		if err := unix.Stat(file, &st); err != nil {
+			t.Fatal(err)
+		}
+		path, ok := live[st.Ino]
+		if !ok {
+			t.Fatalf("Live lacks %s (inode %d)", netns.Describe(ns), st.Ino)
+		}
+		c, err := netns.Cookie(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if viaPath, err := netns.Cookie(path); err != nil || viaPath != c {
+			t.Errorf("%s: cookie %d, through Live's path %s: %d, %v", netns.Describe(ns), c, path, viaPath, err)
+		}
+		for other, oc := range cookies {
+			if oc == c {
+				t.Errorf("%s and %s have the same cookie %d", netns.Describe(ns), netns.Describe(other), c)
+			}
+		}
+		cookies[ns] = c
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(netns.Path(gone.FW), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if live, err = netns.Live(); err != nil {
+		t.Fatal(err)
+	}
+	if path, ok := live[st.Ino]; ok {
+		if c, err := netns.Cookie(path); err == nil && c == cookies[gone.FW] {
+			t.Errorf("a removed namespace is still live at %s", path)
+		}
+	}
 }

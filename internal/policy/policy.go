@@ -53,7 +53,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Policy is a parsed, validated policy file.
 type Policy struct {
 	File string
-	// Text is the file as read, for the record (a fleet bundle keeps it).
+	// Text is the file as read, for the record (a fleet bundle keeps it
+	// without credentials: Redact).
 	Text     string
 	Table    string
 	Priority int32

@@ -265,10 +265,11 @@ func (h *hashReader) sum() (d [32]byte) {
 	return d
 }
 
-// RedactURL returns rawURL as ipfence shows it in messages, logs and
-// origins: without its password and with every query value replaced by
-// "xxxxx" (feeds pass keys both ways). Unparsable URLs are shown as
-// "(unparsable URL)".
+// RedactURL returns rawURL as ipfence shows it in messages, logs,
+// origins and fleet bundles: without its password (or its user name when
+// it has no password: a token passed as https://TOKEN@host/) and with
+// every query value replaced by "xxxxx" (feeds pass keys both ways).
+// Unparsable URLs are shown as "(unparsable URL)".
 func RedactURL(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -280,6 +281,11 @@ func RedactURL(rawURL string) string {
 			q[k] = []string{"xxxxx"}
 		}
 		u.RawQuery = q.Encode()
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); !ok {
+			u.User = url.User("xxxxx")
+		}
 	}
 	return u.Redacted()
 }

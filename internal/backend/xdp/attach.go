@@ -399,10 +399,16 @@ func Flush(opt Options) (bool, error) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return found, nil
 	}
+	return true, removePins(dir)
+}
+
+// removePins detaches the links pinned in a namespace's pin folder dir
+// and removes the folder.
+func removePins(dir string) error {
 	// The links are detached first: removing a pin drops the last
 	// reference to a link, a program or a map, but bpffs frees the inode
 	// after an RCU grace period, so the program would stay attached for
-	// a moment after Flush returned.
+	// a moment after the pins are gone.
 	links, _ := filepath.Glob(filepath.Join(dir, "link_*"))
 	for _, path := range links {
 		l, err := link.LoadPinnedLink(path, nil)
@@ -412,13 +418,13 @@ func Flush(opt Options) (bool, error) {
 		err = l.Detach()
 		l.Close()
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return true, fmt.Errorf("detaching XDP link %s: %w", path, err)
+			return fmt.Errorf("detaching XDP link %s: %w", path, err)
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return true, fmt.Errorf("removing the XDP pins in %s: %w", dir, err)
+		return fmt.Errorf("removing the XDP pins in %s: %w", dir, err)
 	}
-	return true, nil
+	return nil
 }
 
 // Status is what runs in XDP in a namespace.
@@ -522,7 +528,7 @@ func pinPath(opt Options) (string, error) {
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(nsFile, &st); err != nil {
-		return "", fmt.Errorf("network namespace %s: %w", nsName(opt.NetNS), err)
+		return "", fmt.Errorf("%s: %w", netns.Describe(opt.NetNS), err)
 	}
 	return filepath.Join(root, fmt.Sprintf("netns-%d", st.Ino)), nil
 }
@@ -544,14 +550,25 @@ func pinDir(opt Options) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("making the XDP pin folder: %w", err)
 	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(root, &fs); err != nil {
-		return "", fmt.Errorf("XDP pin folder %s: %w", root, err)
+	if err := checkBPFFS(root); err != nil {
+		return "", err
 	}
-	if fs.Type != unix.BPF_FS_MAGIC {
-		return "", fmt.Errorf("XDP pin folder %s is not on a bpf filesystem; mount one with `mount -t bpf bpf %s`", root, root)
+	if err := markPins(dir, opt.NetNS); err != nil {
+		return "", err
 	}
 	return dir, nil
+}
+
+// checkBPFFS fails unless root, an XDP pin root, is on a bpffs.
+func checkBPFFS(root string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return fmt.Errorf("XDP pin folder %s: %w", root, err)
+	}
+	if fs.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("XDP pin folder %s is not on a bpf filesystem; mount one with `mount -t bpf bpf %s`", root, root)
+	}
+	return nil
 }
 
 // ensureBPFFS mounts a bpffs at dir unless one is there.
@@ -564,13 +581,6 @@ func ensureBPFFS(dir string) error {
 		return fmt.Errorf("mounting the bpf filesystem at %s (needed to keep XDP programs across restarts): %w", dir, err)
 	}
 	return nil
-}
-
-func nsName(name string) string {
-	if name == "" {
-		return "the current network namespace"
-	}
-	return "network namespace " + name
 }
 
 // progName is the name of ipfence's XDP program (ProgramSpec.Name), by

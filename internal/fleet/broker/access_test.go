@@ -116,7 +116,7 @@ func TestAccess(t *testing.T) {
 	agentCreds := s.creds(t, broker.Agent, "web1")
 	agent := s.hub(t, agentCreds)
 	data, err := agent.Pointer(ctx, "web")
-	if got, verr := fleet.Verify(data, pub); err != nil || verr != nil || got.Seq != p.Seq {
+	if got, verr := fleet.Verify(data, "web", pub); err != nil || verr != nil || got.Seq != p.Seq {
 		t.Fatalf("agent reading the pointer: %v %v", err, verr)
 	}
 	if got, err := agent.Bundle(ctx, p.Digest, p.Size); err != nil || string(got) != string(bundle) {
@@ -149,7 +149,7 @@ func TestAccess(t *testing.T) {
 	}
 	select {
 	case d := <-watched:
-		if got, err := fleet.Verify(d, pub); err != nil || got.Seq != p2.Seq {
+		if got, err := fleet.Verify(d, "web", pub); err != nil || got.Seq != p2.Seq {
 			t.Fatalf("watched pointer %v %v, want seq %d", got, err, p2.Seq)
 		}
 	case <-time.After(10 * time.Second):
