@@ -398,7 +398,24 @@ func TestFleet(t *testing.T) {
 	}
 
 	// Agent 2 is killed; revision 3 and a ban go out while it is away.
+	// So does the first fleet ban of banned, lifted since, replayed on its
+	// subject (as a holder of ban credentials could): the agent
+	// remembers the unban across its restart and ignores it.
+	unbannedAt := time.Now()
+	time.Sleep(time.Second) // host 2 has had the unban
 	r.kill(r.agents[2])
+	priv, err := fleet.LoadPrivateKey(r.keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := fleet.SignBan(&fleet.Ban{Prefix: netip.PrefixFrom(banned, 32), Created: unbannedAt.Add(-time.Minute), Expires: time.Now().Add(time.Hour)}, priv)
+	js, err := jetstream.New(r.rawNATS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), broker.BanSubject(netip.PrefixFrom(banned, 32)), old); err != nil {
+		t.Fatal(err)
+	}
 	p3, plan3 := r.published(3)
 	away := netip.MustParseAddr("2001:2::99")
 	banAt := time.Now()
@@ -420,6 +437,9 @@ func TestFleet(t *testing.T) {
 	r.startAgent(2)
 	r.waitLatest(p3.Seq)
 	r.waitDropped(away, banAt, r.labs[2])
+	if dropped(t, r.labs[2], banned) {
+		t.Errorf("%s: the replayed ban of %s, lifted before the agent's restart, was applied", r.labs[2].FW, banned)
+	}
 	for _, lab := range r.labs {
 		if n := r.mismatches(lab, plan3); n > 0 {
 			t.Fatalf("%s: %d verdicts differ from revision 3", lab.FW, n)
@@ -460,10 +480,6 @@ func TestFleet(t *testing.T) {
 	if _, err := obs.PutBytes(ctx, fleet.Digest(good), evil); err != nil {
 		t.Fatal(err)
 	}
-	priv, err := fleet.LoadPrivateKey(r.keyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tampered, _ := fleet.Sign(&fleet.Pointer{Group: "web", Seq: p3.Seq + 1, Digest: fleet.Digest(good), Size: int64(len(good)), Created: time.Now()}, priv)
 	if _, err := kv.Put(ctx, "group.web", tampered); err != nil {
 		t.Fatal(err)
@@ -483,7 +499,7 @@ func TestFleet(t *testing.T) {
 	// that captured it) is refused: it could displace that prefix's ban.
 	replayed := netip.MustParseAddr("198.18.0.98")
 	msg, _ := fleet.SignBan(&fleet.Ban{Prefix: netip.PrefixFrom(replayed, 32), Created: time.Now(), Expires: time.Now().Add(time.Hour)}, priv)
-	js, _ := jetstream.New(r.rawNATS())
+	js, _ = jetstream.New(r.rawNATS())
 	if _, err := js.Publish(ctx, broker.BanSubject(netip.MustParsePrefix("198.18.0.97/32")), msg); err != nil {
 		t.Fatal(err)
 	}

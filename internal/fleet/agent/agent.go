@@ -90,8 +90,8 @@ type Agent struct {
 	mode    string
 	took    time.Duration
 
-	bans    chan *fleet.Ban
-	banSeen map[netip.Prefix]time.Time // the newest message applied per prefix
+	bans chan *fleet.Ban
+	seen *seenBans // the newest message applied per prefix
 }
 
 // revision is a bundle in force, and the pointer that led to it.
@@ -149,7 +149,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.NATS.Name = "ipfence agent " + cfg.Name
 	}
 	a := &Agent{cfg: cfg, log: cfg.Daemon.Logger, dir: statedir.Dir{Path: cfg.Daemon.StateDir}.FleetDir(cfg.Daemon.NetNS),
-		bans: make(chan *fleet.Ban, 4096), banSeen: map[netip.Prefix]time.Time{}}
+		bans: make(chan *fleet.Ban, 4096)}
 	a.cfg.Daemon.Policy = fmt.Sprintf("fleet group %s", cfg.Group)
 	a.cfg.Daemon.Input = a.input
 	a.cfg.Daemon.IPTables = cfg.IPTables
@@ -220,6 +220,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("recording the revision as last good", "err", err)
 		}
 	}
+	a.seen = a.openSeen()
+	defer a.seen.Close()
 	wg.Go(func() { a.followPointer(ctx) })
 	wg.Go(func() { a.followBans(ctx) })
 	wg.Go(func() { a.applyBans(ctx) })
@@ -518,11 +520,17 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		}
 		reqs = reqs[:0]
 	}
+	seen := make(map[netip.Prefix]time.Time, len(batch))
+	defer func() {
+		if err := a.seen.record(seen); err != nil {
+			a.log.Warn("recording the fleet bans applied", "err", err)
+		}
+	}()
 	for _, b := range batch {
-		if seen, ok := a.banSeen[b.Prefix]; ok && b.Created.Before(seen) {
+		if a.seen.older(b.Prefix, b.Created) || b.Created.Before(seen[b.Prefix]) {
 			continue // an older message replayed
 		}
-		a.banSeen[b.Prefix] = b.Created
+		seen[b.Prefix] = b.Created
 		if b.Unban {
 			flush()
 			// A fleet ban's only: bans of this host's own (operator,
@@ -540,6 +548,20 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: FleetOrigin + b.Origin, NoShorten: true})
 	}
 	flush()
+}
+
+// openSeen opens the record of fleet ban messages applied, in a.dir; if
+// it cannot, replays are recognised until the agent restarts only.
+func (a *Agent) openSeen() *seenBans {
+	err := os.MkdirAll(a.dir, 0o700)
+	if err == nil {
+		var s *seenBans
+		if s, err = openSeen(filepath.Join(a.dir, "bans-seen.db"), time.Now()); err == nil {
+			return s
+		}
+	}
+	a.log.Error("fleet bans: replays are recognised until a restart only", "err", err)
+	return &seenBans{m: map[netip.Prefix]time.Time{}}
 }
 
 // The last good revision lives in a.dir: bundle and revision.json, and
