@@ -63,7 +63,7 @@ for u in dist/systemd/*.service; do
 done
 install -D -m 0644 dist/ipfence/policy.yaml "$root/etc/ipfence/policy.yaml"
 install -D -m 0644 dist/ipfence/blocklist.txt "$root/etc/ipfence/blocklist.txt"
-install -D -m 0600 dist/ipfence/nats.conf "$root/etc/ipfence/nats.conf"
+install -d -m 0700 "$root/etc/ipfence/nats"
 install -D -m 0644 dist/fail2ban/ipfence.conf "$root/etc/fail2ban/action.d/ipfence.conf"
 install -D -m 0644 README.md "$root/usr/share/doc/ipfence/README.md"
 install -D -m 0644 data/geo/LICENSE-NRO "$root/usr/share/doc/ipfence/LICENSE-NRO"
@@ -75,7 +75,7 @@ delegation files: (c) Number Resource Organization (nro.net), CC BY 4.0
 (see LICENSE-NRO); the compilation (ip-location-db geo-whois-asn-country)
 is CC0.
 EOF
-conffiles="/etc/ipfence/policy.yaml /etc/ipfence/blocklist.txt /etc/ipfence/nats.conf /etc/fail2ban/action.d/ipfence.conf"
+conffiles="/etc/ipfence/policy.yaml /etc/ipfence/blocklist.txt /etc/fail2ban/action.d/ipfence.conf"
 summary="IP block and allow lists, bans and feeds compiled into nftables, ipset or XDP"
 description="ipfence manages very large IP block and allow lists (threat feeds,
 country data, bans; 10k to 1M prefixes, IPv4 and IPv6) and compiles them

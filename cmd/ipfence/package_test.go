@@ -60,7 +60,7 @@ func TestPackage(t *testing.T) {
 	if !strings.Contains(status, "Status: install ok installed") || !strings.Contains(status, "Version: "+version) {
 		t.Errorf("dpkg -s:\n%s", status)
 	}
-	conffiles := []string{"/etc/ipfence/policy.yaml", "/etc/ipfence/blocklist.txt", "/etc/ipfence/nats.conf", "/etc/fail2ban/action.d/ipfence.conf"}
+	conffiles := []string{"/etc/ipfence/policy.yaml", "/etc/ipfence/blocklist.txt", "/etc/fail2ban/action.d/ipfence.conf"}
 	for _, c := range conffiles {
 		if !strings.Contains(status, "\n "+c+" ") {
 			t.Errorf("%s is not a conffile:\n%s", c, status)

@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,37 +81,67 @@ func TestExposure(t *testing.T) {
 			}
 		}
 		err := checkExposure(tc.host, o)
-		if (err == nil) != tc.ok || err != nil && (!errors.Is(err, ErrExposed) || !strings.Contains(err.Error(), "dist/ipfence/nats.conf")) {
+		if (err == nil) != tc.ok || err != nil && (!errors.Is(err, ErrExposed) || !strings.Contains(err.Error(), "ipfence server init")) {
 			t.Errorf("%s: %v, want ok %v", tc.name, err, tc.ok)
 		}
 	}
 }
 
-// TestShippedConfig: dist/ipfence/nats.conf, with its credentials in
-// place, is a configuration the server takes beyond loopback; and Serve
-// refuses 0.0.0.0 without one, before it listens.
+// TestShippedConfig: what `server init` writes for the systemd unit is
+// a configuration the server takes beyond loopback, and the unit hands
+// the server every file it names; Serve refuses 0.0.0.0 without one,
+// before it listens.
 func TestShippedConfig(t *testing.T) {
-	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
-	b, err := os.ReadFile("../../../dist/ipfence/nats.conf")
+	dir, run := t.TempDir(), "/run/credentials/ipfence-server.service"
+	if err := Init(InitConfig{Dir: dir, RunDir: run, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	unit, err := os.ReadFile("../../../dist/systemd/ipfence-server.service")
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := strings.NewReplacer("/run/credentials/ipfence-server.service/nats-cert.pem", cert,
-		"/run/credentials/ipfence-server.service/nats-key.pem", key).Replace(string(b))
-	path := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+	loaded := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^LoadCredential=([^:]+):/etc/ipfence/nats/(.+)$`).FindAllStringSubmatch(string(unit), -1) {
+		if m[1] != m[2] {
+			t.Errorf("LoadCredential %s from %s: the names differ", m[1], m[2])
+		}
+		if _, err := os.Stat(filepath.Join(dir, m[2])); err != nil {
+			t.Errorf("the unit loads %s, init did not write it: %v", m[2], err)
+		}
+		loaded[m[1]] = true
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, ConfFile))
+	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := server.ProcessConfigFile(path)
+	for _, m := range regexp.MustCompile(regexp.QuoteMeta(run)+`/([^"]+)`).FindAllStringSubmatch(string(conf), -1) {
+		if !loaded[m[1]] {
+			t.Errorf("nats.conf reads %s, the unit does not load it", m[0])
+		}
+	}
+	for _, f := range []string{ConfFile, ServerCreds} {
+		if !loaded[f] || !strings.Contains(string(unit), "${CREDENTIALS_DIRECTORY}/"+f) {
+			t.Errorf("the unit does not run the server with %s", f)
+		}
+	}
+	// The same folder with its paths: the server takes it beyond loopback.
+	local := t.TempDir()
+	if err := Init(InitConfig{Dir: local, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(filepath.Join(local, ConfFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := checkExposure("0.0.0.0", o); err != nil {
-		t.Errorf("the shipped configuration: %v", err)
+		t.Errorf("the configuration init wrote: %v", err)
 	}
 	err = Serve(context.Background(), ServerConfig{DataDir: t.TempDir(), Listen: "0.0.0.0:-1"})
 	if !errors.Is(err, ErrExposed) {
 		t.Errorf("Serve on 0.0.0.0 without a configuration: %v, want ErrExposed", err)
+	}
+	err = Serve(context.Background(), ServerConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", ConfigFile: filepath.Join(local, ConfFile)})
+	if !errors.Is(err, ErrNATS) {
+		t.Errorf("Serve with JWT users and no --creds: %v, want ErrNATS", err)
 	}
 }

@@ -134,6 +134,6 @@ func checkExposure(host string, o *server.Options) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %q needs %s in the --config file; see dist/ipfence/nats.conf and docs/fleet.md, or listen on 127.0.0.1",
+	return fmt.Errorf("%w: %q needs %s in the --config file: `ipfence server init` writes one (docs/fleet.md), or listen on 127.0.0.1",
 		ErrExposed, host, strings.Join(missing, " and "))
 }
