@@ -244,20 +244,27 @@ func TestSourceStatePerNamespace(t *testing.T) {
 }
 
 // TestForeignTablesUntouched: a flush or a policy naming another
-// manager's table is refused, and that table stays.
+// manager's table is refused (ErrTableName), and so is one naming a
+// table of a name ipfence accepts that ipfence did not make
+// (nft.ErrNotOwned: it has no mark); those tables stay.
 func TestForeignTablesUntouched(t *testing.T) {
 	lab := netnstest.New(t)
 	dir := t.TempDir()
 	netnstest.Exec(t, lab.FW, "nft", "add table inet filter; add chain inet filter input { type filter hook input priority 0; policy accept; }")
 	netnstest.Exec(t, lab.FW, "nft", "add table ip DOCKER-USER")
+	netnstest.Exec(t, lab.FW, "nft", "add table inet mytable; add chain inet mytable input { type filter hook input priority 0; policy accept; }; add rule inet mytable input tcp dport 22 accept")
 	before := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset")
-	for _, table := range []string{"filter", "DOCKER", "ufw"} {
-		if _, err := run(t, "flush", "--table", table, "--netns", lab.FW, "--state", dir); !errors.Is(err, plan.ErrTableName) {
-			t.Errorf("flush --table %s: %v, want ErrTableName", table, err)
+	for _, tc := range []struct {
+		table string
+		want  error
+	}{{"filter", plan.ErrTableName}, {"DOCKER", plan.ErrTableName}, {"ufw", plan.ErrTableName}, {"mytable", nft.ErrNotOwned}} {
+		table := tc.table
+		if _, err := run(t, "flush", "--table", table, "--netns", lab.FW, "--state", dir); !errors.Is(err, tc.want) {
+			t.Errorf("flush --table %s: %v, want %v", table, err, tc.want)
 		}
 		write(t, dir, "p.yaml", "table: "+table+"\nrules:\n  - {name: f, action: drop, match: {prefixes: [192.0.2.0/24]}}\n")
-		if _, err := run(t, "apply", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW, "--state", dir); !errors.Is(err, plan.ErrTableName) {
-			t.Errorf("apply with table %s: %v, want ErrTableName", table, err)
+		if _, err := run(t, "apply", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW, "--state", dir); !errors.Is(err, tc.want) {
+			t.Errorf("apply with table %s: %v, want %v", table, err, tc.want)
 		}
 	}
 	if after := netnstest.Exec(t, lab.FW, "nft", "list", "ruleset"); after != before {

@@ -98,7 +98,8 @@ func newCompileCmd(g *globals) *cobra.Command {
 		Short: "Compile a policy into an nft script (no kernel is touched)",
 		Long: `Compile reads the policy and its sources, computes every rule's prefix set and
 layout, and prints the nft script that 'ipfence apply' would load (loadable with
-'nft -f'). With --json it prints the plan instead: per rule and family the
+'nft -f', which replaces a table of that name whoever made it: apply first checks
+that it has ipfence's mark). With --json it prints the plan instead: per rule and family the
 layout chosen, its levels and element counts, and the cost model's estimate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -433,6 +434,9 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *statedir.Applied) {
 		return
 	}
 	fmt.Fprintf(w, "table inet %s loaded: %d chains, %d sets/maps\n", ts.Table, len(ts.Chains), len(ts.Sets))
+	if !ts.Marked {
+		fmt.Fprintf(w, "  without ipfence's mark (comment %q): an older ipfence loaded it (the next apply marks it), or it is not ipfence's\n", nft.Mark)
+	}
 	printApplied(w, a)
 	for _, c := range ts.Chains {
 		for _, r := range c.Rules {
@@ -487,7 +491,8 @@ func newFlushCmd(g *globals) *cobra.Command {
 		Short: "Remove ipfence's table, XDP program, iptables chains and ipsets (nothing else)",
 		Long: `Flush removes what ipfence loaded in the namespace (--netns, default the
 current one): its nftables table, its XDP program and pins, its iptables chains
-and ipsets, nothing else. In the current namespace it also removes the XDP pins
+and ipsets, nothing else. An nftables table of the name without ipfence's mark
+(comment "ipfence") is not ipfence's: flush refuses it and removes nothing. In the current namespace it also removes the XDP pins
 of namespaces that are gone (deleted without a flush: their program runs
 nowhere but its maps stay in memory); --stale-pins removes only those, and
 leaves every firewall alone. Pins of a namespace that exists are never removed.`,

@@ -184,15 +184,23 @@ func (t *Target) backend(k plan.Backend, flavour string) Backend {
 	case plan.IPSet, plan.IPTablesSplit:
 		return &iptBackend{kind: k, netns: t.NetNS, flavour: flavour, log: t.log()}
 	}
-	return &nftBackend{netns: t.NetNS, log: t.log()}
+	return t.nftables(nil)
 }
 
-// main is c's backend for the rules that do not run in XDP.
-func (t *Target) main(c *Compiled) Backend {
+// nftables is t's nftables backend. prev, the last apply's record, may
+// vouch for a table without ipfence's mark (statedir.Applied.Vouches);
+// with nil, such a table is refused.
+func (t *Target) nftables(prev *statedir.Applied) *nftBackend {
+	return &nftBackend{netns: t.NetNS, log: t.log(), prev: prev}
+}
+
+// main is c's backend for the rules that do not run in XDP (prev: the
+// last apply's record).
+func (t *Target) main(c *Compiled, prev *statedir.Applied) Backend {
 	if c.Plan.Backend.IPTables() {
 		return t.backend(c.Plan.Backend, c.Flavour)
 	}
-	return t.backend(plan.NFTables, "")
+	return t.nftables(prev)
 }
 
 // Report says what an apply did.
@@ -269,7 +277,7 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	cur.Flavour = c.Flavour
 	rep := &Report{Backend: c.Plan.Backend, Changes: statedir.Compare(prev, cur), Applied: cur}
 
-	main := t.main(c)
+	main := t.main(c, prev)
 	ms, err := main.Prepare(ctx, c)
 	if err != nil {
 		return nil, err
@@ -365,8 +373,9 @@ func (t *Target) handOver(ctx context.Context, prev *statedir.Applied, c *Compil
 	switch {
 	case main.Kind() != plan.NFTables:
 		// Whatever an nftables apply left (a record may be lost: the
-		// table is looked for anyway).
-		old = t.backend(plan.NFTables, "")
+		// table is looked for anyway, and without the record removed
+		// only when it has ipfence's mark).
+		old = t.nftables(prev)
 		if prev != nil && prev.HasXDP() {
 			if _, err := t.backend(plan.XDP, "").Flush(ctx, table); err != nil {
 				return fmt.Errorf("the %s rules are in force, but detaching the XDP program of the last apply failed: %w", main.Kind(), err)
@@ -413,12 +422,14 @@ type FlushReport struct {
 // Flush removes everything ipfence made in t's namespace under table
 // (every backend's part, whatever the record says) and forgets the
 // record. In the current namespace it also removes the XDP pins of
-// namespaces that are gone (xdp.RemoveStale). The caller holds the state
-// folder's lock.
+// namespaces that are gone (xdp.RemoveStale). An nftables table of that
+// name without ipfence's mark, which the record does not vouch for
+// (statedir.Applied.Vouches), is refused before anything is removed
+// (nft.ErrNotOwned). The caller holds the state folder's lock.
 func (t *Target) Flush(ctx context.Context, table string) (FlushReport, error) {
 	var r FlushReport
 	var err error
-	if r.Table, err = t.backend(plan.NFTables, "").Flush(ctx, table); err != nil {
+	if r.Table, err = t.nftables(t.Previous()).Flush(ctx, table); err != nil {
 		return r, fmt.Errorf("flushing: %w", err)
 	}
 	if r.XDP, err = t.backend(plan.XDP, "").Flush(ctx, table); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // Backend is one of ipfence's kernel backends in one namespace: it loads
@@ -62,13 +63,22 @@ var (
 type nftBackend struct {
 	netns string
 	log   *slog.Logger
+	// prev is the last apply's record (nil: none), which may vouch for
+	// a table without ipfence's mark.
+	prev *statedir.Applied
+}
+
+// options are the nft options for table.
+func (b *nftBackend) options(table string) nft.ApplyOptions {
+	return nft.ApplyOptions{NetNS: b.netns, Adopt: b.prev.Vouches(table)}
 }
 
 func (*nftBackend) isBackend()         {}
 func (*nftBackend) Kind() plan.Backend { return plan.NFTables }
 
 func (b *nftBackend) Sink(c *Compiled) bansets.Sink {
-	return &bansets.NFTSink{NetNS: b.netns, Table: c.Plan.Table, Heads: nft.Heads(c.Plan), Priority: c.Plan.Priority}
+	return &bansets.NFTSink{NetNS: b.netns, Table: c.Plan.Table, Heads: nft.Heads(c.Plan), Priority: c.Plan.Priority,
+		Adopt: b.prev.Vouches(c.Plan.Table)}
 }
 
 func (b *nftBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
@@ -76,7 +86,7 @@ func (b *nftBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
 }
 
 func (b *nftBackend) Flush(ctx context.Context, table string) (bool, error) {
-	return nft.Flush(ctx, table, b.netns)
+	return nft.Flush(ctx, table, b.options(table))
 }
 
 func (b *nftBackend) Status(ctx context.Context, table string, s *Status) error {
@@ -104,7 +114,7 @@ func (s *nftStage) Commit(ctx context.Context, bans *bansets.Controller) error {
 		if s.update.Empty() {
 			return nil
 		}
-		r, err := nft.ApplyUpdate(ctx, s.update, nft.ApplyOptions{NetNS: s.b.netns})
+		r, err := nft.ApplyUpdate(ctx, s.update, s.b.options(s.update.Table))
 		if err != nil {
 			return fmt.Errorf("updating the ruleset: %w", err)
 		}
@@ -114,7 +124,7 @@ func (s *nftStage) Commit(ctx context.Context, bans *bansets.Controller) error {
 	p := s.c.Plan
 	heads := nft.Heads(p)
 	err := bans.Load(s.b.Sink(s.c), func(snap bansets.Snapshot, now time.Time) (err error) {
-		s.result, err = applyRetrying(ctx, nft.WithBans(s.c.NFT, heads, p.Priority, snap.Nft(now)), s.b.netns, s.b.log)
+		s.result, err = applyRetrying(ctx, nft.WithBans(s.c.NFT, heads, p.Priority, snap.Nft(now)), s.b.options(p.Table), s.b.log)
 		return err
 	})
 	if err != nil {
@@ -129,9 +139,9 @@ func (*nftStage) Close()      {}
 // applyRetrying applies p; when another program changed the ruleset
 // between reading its generation and committing (the kernel refused the
 // whole batch), it tries again, up to 3 times.
-func applyRetrying(ctx context.Context, p *nft.Program, netns string, log *slog.Logger) (nft.ApplyResult, error) {
+func applyRetrying(ctx context.Context, p *nft.Program, opts nft.ApplyOptions, log *slog.Logger) (nft.ApplyResult, error) {
 	for try := 1; ; try++ {
-		r, err := nft.Apply(ctx, p, nft.ApplyOptions{NetNS: netns})
+		r, err := nft.Apply(ctx, p, opts)
 		var cc *nft.ConcurrentChangeError
 		if !errors.As(err, &cc) || try == 3 {
 			return r, err

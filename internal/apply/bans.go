@@ -92,7 +92,7 @@ func (t *Target) recordedSink(a *statedir.Applied) bansets.Sink {
 	case plan.IPTablesSplit:
 		return bansets.NoSink{}
 	}
-	return &bansets.NFTSink{NetNS: t.NetNS, Table: a.Table, Heads: a.RuleHeads(), Priority: a.Priority}
+	return &bansets.NFTSink{NetNS: t.NetNS, Table: a.Table, Heads: a.RuleHeads(), Priority: a.Priority, Adopt: a.Vouches(a.Table)}
 }
 
 // ensureBanSets loads a table holding only the ban sets when the
@@ -119,7 +119,9 @@ func (t *Target) ensureBanSets(ctx context.Context, b *Bans, applied *statedir.A
 	if err != nil {
 		return fmt.Errorf("creating table inet %s for the bans: %w", applied.Table, err)
 	}
-	return t.State.SaveApplied(t.NetNS, applied)
+	rec := *applied
+	rec.Marked = true // the table it describes now has the mark
+	return t.State.SaveApplied(t.NetNS, &rec)
 }
 
 func prefixStrings(s *netipx.IPSet) []string {

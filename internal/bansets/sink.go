@@ -73,7 +73,10 @@ type NFTSink struct {
 	// non-empty.
 	Heads    []nft.RuleHead
 	Priority int32
-	up       *nft.Updater // the open netlink connection, nil until used
+	// Adopt: the table may lack ipfence's mark (nft.ApplyOptions.Adopt)
+	// when a ban creates or deletes the base chain.
+	Adopt bool
+	up    *nft.Updater // the open netlink connection, nil until used
 }
 
 var (
@@ -102,7 +105,7 @@ func (s *NFTSink) Send(ctx context.Context, ch Change) error {
 // dropping it after an error (the next call opens a fresh one).
 func (s *NFTSink) apply(ctx context.Context, u *nft.Update) error {
 	if s.up == nil {
-		up, err := nft.NewUpdater(s.NetNS)
+		up, err := nft.NewUpdater(nft.ApplyOptions{NetNS: s.NetNS, Adopt: s.Adopt})
 		if err != nil {
 			return err
 		}

@@ -201,7 +201,7 @@ func singleAdds(ctx context.Context, ns string, s *nft.Set, kind string, next *u
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
-			up, err := nft.NewUpdater(ns)
+			up, err := nft.NewUpdater(nft.ApplyOptions{NetNS: ns})
 			if err != nil {
 				errs[w] = err
 				return
@@ -239,7 +239,7 @@ func bulkInsert(ctx context.Context, ns, kind string, n, batch int, end time.Tim
 	if _, err := nft.Apply(ctx, &nft.Program{Table: controlTable, Sets: []*nft.Set{benchSet(kind), s}}, nft.ApplyOptions{NetNS: ns}); err != nil {
 		return 0, 0, err
 	}
-	up, err := nft.NewUpdater(ns)
+	up, err := nft.NewUpdater(nft.ApplyOptions{NetNS: ns})
 	if err != nil {
 		return 0, 0, err
 	}

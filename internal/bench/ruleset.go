@@ -30,7 +30,7 @@ func NFTProgram(p *nft.Program) Loader {
 			return nil, err
 		}
 		return func() error {
-			_, err := nft.Flush(context.WithoutCancel(ctx), p.Table, lab.FW)
+			_, err := nft.Flush(context.WithoutCancel(ctx), p.Table, nft.ApplyOptions{NetNS: lab.FW})
 			return err
 		}, nil
 	}

@@ -67,6 +67,31 @@ type Applied struct {
 	// tables loaded before connection-aware rules, whose base chain (at
 	// raw) ran every rule; Lowering for today's.
 	Lowering int `json:"lowering,omitempty"`
+	// Marked: written by an ipfence that marks its nftables table
+	// (nft.Mark). Records from before the mark have false: see Vouches.
+	Marked bool `json:"marked,omitempty"`
+}
+
+// Vouches reports whether a (nil: no record) vouches for an nftables
+// table named table that lacks ipfence's mark (nft.ApplyOptions.Adopt):
+// a record written before ipfence marked its tables, of an nftables
+// apply of that table. This is how tables loaded by older versions are
+// taken over (and marked by the next apply) rather than refused.
+//
+// The record is the migration rule rather than the table's contents:
+// it is ipfence's own account of what it loaded in exactly this
+// namespace under exactly this name, whereas contents prove little
+// (most of ipfence's rules carry no comment, and its chain names, such
+// as prerouting and forward, are common in hand-written tables). It is
+// there wherever a table is replaced or deleted (apply, the daemon,
+// flush, a switch of backend), and it vouches only once: the next apply
+// marks the table and writes a Marked record, after which an unmarked
+// table of that name (another program's, made after ipfence's was
+// deleted) is refused. Without the record (another state folder, or
+// one lost) an old table is refused, and the error says how to remove
+// it.
+func (a *Applied) Vouches(table string) bool {
+	return a != nil && !a.Marked && !a.IPTables() && a.Table == table
 }
 
 // Lowering is the kernel layout this ipfence loads: 2, connection-aware
@@ -158,7 +183,8 @@ func (r RuleApplied) backend() plan.Backend {
 // Summarize records a plan's rules, and the base chain's heads the
 // nftables backend loads for it.
 func Summarize(p *plan.Plan) *Applied {
-	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend, Lowering: Lowering}
+	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend,
+		Lowering: Lowering, Marked: true}
 	if !p.Backend.IPTables() {
 		a.Heads = nft.Heads(p)
 	}

@@ -67,3 +67,37 @@ func TestCompareAndSave(t *testing.T) {
 		t.Error("forgotten state still loads")
 	}
 }
+
+// TestVouches: only a record from before the mark (no "marked" in its
+// JSON), of an nftables apply of that very table, vouches for a table
+// without the mark; what Summarize records never does.
+func TestVouches(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	old := `{"time":"2026-11-20T10:00:00Z","table":"ipfence","priority":-300,"protect":[],"rules":[]}`
+	if err := WriteFileAtomic(d.appliedPath(""), []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := d.LoadApplied("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := Summarize(&plan.Plan{Table: "ipfence", Backend: plan.NFTables})
+	ipset := *a
+	ipset.Backend = plan.IPSet
+	for _, tc := range []struct {
+		name  string
+		a     *Applied
+		table string
+		want  bool
+	}{
+		{"older ipfence's record", a, "ipfence", true},
+		{"another table", a, "mytable", false},
+		{"no record", nil, "ipfence", false},
+		{"today's record", now, "ipfence", false},
+		{"an iptables backend's record", &ipset, "ipfence", false},
+	} {
+		if got := tc.a.Vouches(tc.table); got != tc.want {
+			t.Errorf("%s: Vouches(%s) = %v, want %v", tc.name, tc.table, got, tc.want)
+		}
+	}
+}

@@ -44,6 +44,8 @@ const (
 )
 
 const (
+	// https://github.com/torvalds/linux/blob/cbd2257dc96e3e46217540fcb095a757ffa20d96/include/uapi/linux/netfilter/nf_tables.h#L210
+	nftaTableUserData = 0x06
 	// https://github.com/torvalds/linux/blob/cbd2257dc96e3e46217540fcb095a757ffa20d96/include/uapi/linux/netfilter/nf_tables.h#L211
 	nftaTableOwner = 0x07
 
@@ -79,6 +81,13 @@ type Table struct {
 	Flags  TableFlags // NFTA_TABLE_FLAGS
 	Owner  uint32     // NFTA_TABLE_OWNER
 	Family TableFamily
+	// UserData is the table's userdata (NFTA_TABLE_USERDATA, Linux 5.13):
+	// TLVs of the userdata package, as nft writes them for
+	// `table inet x { comment "..." }` (a TypeComment string). AddTable
+	// sends it when not empty; ListTables and ListTable read it back. The
+	// kernel keeps it from the table's creation: adding an existing table
+	// does not change it.
+	UserData []byte
 }
 
 // DelTable deletes a specific table, along with all chains/rules it contains.
@@ -124,6 +133,9 @@ func (cc *Conn) addTable(t *Table, flag netlink.HeaderFlags) *Table {
 	}
 
 	attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_TABLE_FLAGS, Data: binaryutil.BigEndian.PutUint32(uint32(t.Flags))})
+	if len(t.UserData) > 0 {
+		attrs = append(attrs, netlink.Attribute{Type: nftaTableUserData, Data: t.UserData})
+	}
 	data := cc.marshalAttr(attrs)
 
 	cc.messages = append(cc.messages, netlinkMessage{
@@ -262,6 +274,8 @@ func tableFromMsg(msg netlink.Message) (*Table, error) {
 			t.Flags = TableFlags(ad.Uint32())
 		case nftaTableOwner:
 			t.Owner = ad.Uint32()
+		case nftaTableUserData:
+			t.UserData = ad.Bytes()
 		}
 	}
 

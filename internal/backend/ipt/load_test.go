@@ -82,7 +82,7 @@ func BenchmarkLoad(b *testing.B) {
 				if c.backend == plan.NFTables {
 					prog := nft.FromPlan(p, nft.Bans{})
 					load = func() error { _, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: lab.FW}); return err }
-					if _, err := nft.Flush(ctx, p.Table, lab.FW); err != nil {
+					if _, err := nft.Flush(ctx, p.Table, nft.ApplyOptions{NetNS: lab.FW}); err != nil {
 						b.Fatal(err)
 					}
 				} else {

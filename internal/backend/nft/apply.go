@@ -17,12 +17,20 @@ import (
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
-// ApplyOptions tell Apply where to load a Program.
+// ApplyOptions tell Apply, ApplyUpdate and Flush where their table is,
+// and whether it may lack ipfence's mark.
 type ApplyOptions struct {
 	// NetNS is the network namespace to load into: "" for the current
 	// one, a name as `ip netns add` creates (opened at /run/netns/NAME),
 	// or an absolute path to a namespace file such as /proc/PID/ns/net.
 	NetNS string
+	// Adopt takes an existing table of the name without ipfence's mark
+	// (see Mark) as ipfence's: Apply replaces it (and so marks it),
+	// Flush deletes it, ApplyUpdate changes it. Set it only when
+	// ipfence's own record says it loaded that table there before it
+	// marked its tables (statedir.Applied.Vouches); without it such a
+	// table is refused (ErrNotOwned).
+	Adopt bool
 }
 
 // ApplyResult says what Apply loaded and how long it took.
@@ -66,12 +74,16 @@ var testHookBeforeFlush func()
 
 // Apply replaces the inet table p.Table in the target namespace with p, in
 // one netlink transaction checked against the ruleset generation: the
-// table is added (if absent), deleted and created again with its chains,
-// sets, elements and rules, and base chains are hooked in only when the
-// transaction commits. If the kernel rejects any part nothing changes and
-// the error says which message failed; if another process changed the
-// ruleset meanwhile, the error is a *ConcurrentChangeError. An invalid
-// Program fails Validate (ErrInvalidProgram) before the kernel is asked.
+// table is added (if absent), deleted and created again, with ipfence's
+// mark (Mark), its chains, sets, elements and rules, and base chains are
+// hooked in only when the transaction commits. An existing table without
+// the mark is refused (ErrNotOwned, see ApplyOptions.Adopt); it is read
+// after the generation, so that a table swapped in before the commit
+// makes the transaction fail. If the kernel rejects any part nothing
+// changes and the error says which message failed; if another process
+// changed the ruleset meanwhile, the error is a *ConcurrentChangeError.
+// An invalid Program fails Validate (ErrInvalidProgram) before the kernel
+// is asked.
 //
 // ctx is checked before each step; a flush in progress is not interrupted
 // (the kernel commits or rejects it as a whole either way).
@@ -107,6 +119,9 @@ func apply(ctx context.Context, p *Program, opts ApplyOptions, validate bool) (A
 		return res, fmt.Errorf("loading table %s: reading ruleset generation: %w", p.Table, err)
 	}
 	res.GenID = gen.ID
+	if _, err := checkOwner(c, p.Table, opts); err != nil {
+		return res, fmt.Errorf("loading table %s: %w", p.Table, err)
+	}
 	b := &batch{c: c, ifindex: idx, res: &res}
 	if err := b.queue(p); err != nil {
 		return res, fmt.Errorf("loading table %s: %w", p.Table, err)
@@ -161,24 +176,48 @@ func kernelHint(err error) string {
 }
 
 // Flush deletes the inet table named table from the target namespace (see
-// ApplyOptions.NetNS) in one transaction, leaving every other table alone.
-// existed reports whether there was a table to delete; a missing table is
-// not an error.
-func Flush(ctx context.Context, table, netns string) (existed bool, err error) {
+// ApplyOptions), leaving every other table alone. existed reports whether
+// there was a table to delete; a missing table is not an error. A table
+// without ipfence's mark is refused (ErrNotOwned, see ApplyOptions.Adopt)
+// and stays. The deletion is one transaction checked against the
+// generation the table was read at; if the ruleset changed in between,
+// Flush reads it again (3 times at most).
+func Flush(ctx context.Context, table string, opts ApplyOptions) (existed bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	c, closeConn, _, err := dial(netns)
+	c, closeConn, _, err := dial(opts.NetNS)
 	if err != nil {
 		return false, fmt.Errorf("deleting table %s: %w", table, err)
 	}
 	defer closeConn()
+	for try := 1; ; try++ {
+		existed, err = flushTable(c, table, opts)
+		if !errors.Is(err, unix.ERESTART) || try == 3 {
+			break
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("deleting table %s: %w", table, err)
+	}
+	return existed, nil
+}
+
+// flushTable is one try of Flush.
+func flushTable(c *nftables.Conn, table string, opts ApplyOptions) (existed bool, err error) {
+	gen, err := c.GetGen()
+	if err != nil {
+		return false, fmt.Errorf("reading ruleset generation: %w", err)
+	}
+	if exists, err := checkOwner(c, table, opts); err != nil || !exists {
+		return false, err
+	}
 	c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: table})
-	switch err := c.Flush(); {
+	switch err := c.FlushWithGenID(gen.ID); {
 	case errors.Is(err, unix.ENOENT):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("deleting table %s: %w", table, err)
+		return false, err
 	}
 	return true, nil
 }

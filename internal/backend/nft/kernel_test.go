@@ -109,6 +109,7 @@ func normalizedJSON(t testing.TB, ns string, drop ...string) string {
 // order: the kernel names them __set%d and lists them as they were
 // created, which differs once some rules were replaced.
 type kernelObjects struct {
+	Table  string // the table's userdata, quoted (its comment)
 	Chains []string
 	Rules  map[string][]string
 	Sets   []string
@@ -122,8 +123,11 @@ func readKernel(t testing.TB, ns, table string) kernelObjects {
 		t.Fatal(err)
 	}
 	defer closeConn()
-	tb := &nftables.Table{Family: nftables.TableFamilyINet, Name: table}
-	ko := kernelObjects{Rules: map[string][]string{}, Elems: map[string][]string{}}
+	tb, err := c.ListTableOfFamily(table, nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ko := kernelObjects{Table: fmt.Sprintf("%q", tb.UserData), Rules: map[string][]string{}, Elems: map[string][]string{}}
 	sets, err := c.GetSets(tb)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +228,9 @@ func compareNamespaces(t *testing.T, a, b string, drop ...string) {
 		t.Errorf("nft -j list ruleset differs (netlink vs nft -f):\n%s", lineDiff(jb, ja))
 	}
 	ka, kb := readKernel(t, a, "ipfence"), readKernel(t, b, "ipfence")
+	if ka.Table != kb.Table {
+		t.Errorf("table userdata differs:\nnetlink %s\nnft -f  %s", ka.Table, kb.Table)
+	}
 	if !reflect.DeepEqual(ka.Chains, kb.Chains) {
 		t.Errorf("chains differ:\nnetlink %q\nnft -f  %q", ka.Chains, kb.Chains)
 	}
@@ -361,14 +368,14 @@ func TestApplyTwiceReplacesAndFlushRemoves(t *testing.T) {
 		t.Errorf("Apply of a smaller program left extra objects:\n%s", lineDiff(want, loaded))
 	}
 
-	existed, err := Flush(ctx, "ipfence", ns)
+	existed, err := Flush(ctx, "ipfence", ApplyOptions{NetNS: ns})
 	if err != nil || !existed {
 		t.Fatalf("Flush = %v, %v; want true, nil", existed, err)
 	}
 	if out := nft(t, ns, "", "list", "ruleset"); strings.TrimSpace(out) != "" {
 		t.Errorf("ruleset after Flush:\n%s", out)
 	}
-	existed, err = Flush(ctx, "ipfence", ns)
+	existed, err = Flush(ctx, "ipfence", ApplyOptions{NetNS: ns})
 	if err != nil || existed {
 		t.Errorf("second Flush = %v, %v; want false, nil", existed, err)
 	}
@@ -391,7 +398,7 @@ table ip ipfence {
 	loadScript(t, ns, others)
 	before := nft(t, ns, "", "list", "ruleset")
 	mustApply(t, shapesProgram(), ns)
-	existed, err := Flush(context.Background(), "ipfence", ns)
+	existed, err := Flush(context.Background(), "ipfence", ApplyOptions{NetNS: ns})
 	if err != nil || !existed {
 		t.Fatalf("Flush = %v, %v; want true, nil", existed, err)
 	}

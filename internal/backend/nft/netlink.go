@@ -12,8 +12,8 @@ import (
 )
 
 // batch queues a Program on an nftables.Conn as the messages `nft -f` of
-// Render's script sends, in the same order: table (add, delete, add),
-// every chain, every named set with its elements, then the rules, each
+// Render's script sends, in the same order: table (add, delete, add with
+// ipfence's mark), every chain, every named set with its elements, then the rules, each
 // rule preceded by the anonymous sets it uses. Chains come before sets so
 // that map elements can jump to them.
 type batch struct {
@@ -25,10 +25,10 @@ type batch struct {
 }
 
 func (b *batch) queue(p *Program) error {
-	b.table = &nftables.Table{Family: nftables.TableFamilyINet, Name: p.Table}
-	b.c.AddTable(b.table)
-	b.c.DelTable(b.table)
-	b.c.AddTable(b.table)
+	old := &nftables.Table{Family: nftables.TableFamilyINet, Name: p.Table}
+	b.c.AddTable(old)
+	b.c.DelTable(old)
+	b.table = b.c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: p.Table, UserData: markUserdata()})
 
 	chains := make(map[string]*nftables.Chain, len(p.Chains))
 	for _, ch := range p.Chains {

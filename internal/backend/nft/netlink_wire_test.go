@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nltest"
 	"golang.org/x/sys/unix"
@@ -69,10 +70,10 @@ func TestApplyWire(t *testing.T) {
 	}
 	golden(t, "apply.wire", dumpSends(t, k.sends))
 
-	// The generation is read first, then everything goes in one batch
-	// checked against it.
-	if len(k.sends) != 2 || k.sends[0][0].Header.Type != nftType(unix.NFT_MSG_GETGEN) {
-		t.Fatalf("%d sends, want NFT_MSG_GETGEN then one batch", len(k.sends))
+	// The generation is read first, then the table (its mark), then
+	// everything goes in one batch checked against the generation.
+	if len(k.sends) != 3 || kinds(decodeMessages(t, []netlink.Message{k.sends[0][0], k.sends[1][0]})) != "GETGEN GETTABLE" {
+		t.Fatalf("%d sends, want NFT_MSG_GETGEN, NFT_MSG_GETTABLE, then one batch", len(k.sends))
 	}
 	ms := k.oneBatch(t)
 	for _, i := range []int{0, len(ms) - 1} {
@@ -94,6 +95,12 @@ func TestApplyWire(t *testing.T) {
 		if m.flags&netlink.Request == 0 || m.nfgen[0] != unix.NFPROTO_INET {
 			t.Errorf("%s: flags %s, family %d: want a request for the inet family", typeName(m.typ), flagNames(m.typ, m.flags), m.nfgen[0])
 		}
+	}
+	// The table created carries ipfence's mark; the one added to be
+	// deleted does not need to.
+	checkAttr(t, "table mark", ms[3].attrs, markUserdata(), nftaTableUserData)
+	if attrAt(ms[1].attrs, nftaTableUserData) != nil {
+		t.Error("the table added before the delete carries userdata")
 	}
 
 	pre := find(ms, unix.NFT_MSG_NEWCHAIN, unix.NFTA_CHAIN_NAME, "pre")
@@ -272,10 +279,10 @@ func TestApplyWireConcurrentChange(t *testing.T) {
 	if ce.GenID != 42 || ce.Now != 43 {
 		t.Errorf("generations %d, now %d; want 42, now 43", ce.GenID, ce.Now)
 	}
-	if len(k.sends) != 3 {
-		t.Fatalf("%d sends, want the generation read, the batch, the generation read again", len(k.sends))
+	if len(k.sends) != 4 {
+		t.Fatalf("%d sends, want the generation and table read, the batch, the generation read again", len(k.sends))
 	}
-	if got := kinds(decodeMessages(t, []netlink.Message{k.sends[0][0], k.sends[2][0]})); got != "GETGEN GETGEN" {
+	if got := kinds(decodeMessages(t, []netlink.Message{k.sends[0][0], k.sends[3][0]})); got != "GETGEN GETGEN" {
 		t.Errorf("before and after the batch: %s, want GETGEN GETGEN", got)
 	}
 }
@@ -296,13 +303,18 @@ func TestApplyWireRejected(t *testing.T) {
 	}
 }
 
-// TestFlushWire: Flush is one batch deleting the table; the kernel's
-// ENOENT means there was none.
+// TestFlushWire: Flush reads the generation and the table, then deletes
+// it in one batch checked against that generation; a missing table is
+// no error and sends no batch, and the kernel's ENOENT means there was
+// none. A table without ipfence's mark is refused unless adopted.
 func TestFlushWire(t *testing.T) {
 	k := newFakeKernel(t)
-	existed, err := Flush(context.Background(), "ipfence", "")
+	existed, err := Flush(context.Background(), "ipfence", ApplyOptions{})
 	if err != nil || !existed {
 		t.Fatalf("Flush: %v, %v; want true, nil", existed, err)
+	}
+	if got := kinds(decodeMessages(t, []netlink.Message{k.sends[0][0], k.sends[1][0]})); got != "GETGEN GETTABLE" {
+		t.Errorf("before the batch: %s, want GETGEN GETTABLE", got)
 	}
 	ms := k.oneBatch(t)
 	checkOutline(t, ms, "BATCH_BEGIN DELTABLE BATCH_END")
@@ -310,25 +322,73 @@ func TestFlushWire(t *testing.T) {
 	if ms[1].nfgen[0] != unix.NFPROTO_INET {
 		t.Errorf("family %d, want inet", ms[1].nfgen[0])
 	}
-	if attrAt(ms[0].attrs, unix.NFNL_BATCH_GENID) != nil {
-		t.Error("Flush checks a generation it never read")
+	if a := attrAt(ms[0].attrs, unix.NFNL_BATCH_GENID); a == nil || !slices.Equal(a.value, be32(k.gen)) {
+		t.Errorf("the batch does not carry generation %d", k.gen)
 	}
 
 	k.answer = rejectWith(unix.ENOENT, unix.NFT_MSG_DELTABLE, unix.NFTA_TABLE_NAME, "ipfence")
-	existed, err = Flush(context.Background(), "ipfence", "")
+	existed, err = Flush(context.Background(), "ipfence", ApplyOptions{})
 	if err != nil || existed {
-		t.Errorf("Flush of a missing table: %v, %v; want false, nil", existed, err)
+		t.Errorf("Flush of a table deleted meanwhile: %v, %v; want false, nil", existed, err)
+	}
+	k.answer = nil
+
+	k.sends = nil
+	existed, err = Flush(context.Background(), "other", ApplyOptions{})
+	if err != nil || existed || len(k.batches(t)) != 0 {
+		t.Errorf("Flush of a missing table: %v, %v, %d batches; want false, nil, none", existed, err, len(k.batches(t)))
+	}
+
+	k.tables["other"] = nil
+	_, err = Flush(context.Background(), "other", ApplyOptions{})
+	if !errors.Is(err, ErrNotOwned) || len(k.batches(t)) != 0 {
+		t.Errorf("Flush of a table without the mark: %v, %d batches; want ErrNotOwned, none", err, len(k.batches(t)))
+	}
+	existed, err = Flush(context.Background(), "other", ApplyOptions{Adopt: true})
+	if err != nil || !existed || len(k.batches(t)) != 1 {
+		t.Errorf("Flush of a table adopted: %v, %v, %d batches; want true, nil, one", existed, err, len(k.batches(t)))
+	}
+}
+
+// TestApplyWireNotOwned: Apply and an Update that changes objects refuse
+// a table without ipfence's mark before they send a batch; an Update of
+// elements alone does not read the table.
+func TestApplyWireNotOwned(t *testing.T) {
+	k := newFakeKernel(t)
+	k.tables["ipfence"] = userdata.AppendString(nil, userdata.TypeComment, "someone else's")
+	if _, err := Apply(context.Background(), wireProgram(), ApplyOptions{}); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Apply: %v, want ErrNotOwned", err)
+	}
+	u := &Update{Table: "ipfence", DelSets: []string{"allow6"}}
+	if _, err := ApplyUpdate(context.Background(), u, ApplyOptions{}); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("ApplyUpdate deleting a set: %v, want ErrNotOwned", err)
+	}
+	if n := len(k.batches(t)); n != 0 {
+		t.Fatalf("%d batches sent to a table without the mark", n)
+	}
+	k.sends = nil
+	bans := &Update{Table: "ipfence", Sets: []SetChange{{Set: BanSets()[0], Add: []Elem{{Key: pfx("198.51.100.7/32")}}}}}
+	if _, err := ApplyUpdate(context.Background(), bans, ApplyOptions{}); err != nil {
+		t.Errorf("ApplyUpdate of elements: %v", err)
+	}
+	if got := kinds(decodeMessages(t, slices.Concat(k.sends...))); strings.Contains(got, "GETTABLE") {
+		t.Errorf("an update of elements alone sent %s", got)
+	}
+	if _, err := Apply(context.Background(), wireProgram(), ApplyOptions{Adopt: true}); err != nil {
+		t.Errorf("Apply adopting the table: %v", err)
 	}
 }
 
 // TestUpdaterBansWire sends two ban updates over one Updater, as the ban
-// controller does: each is one batch with no generation check, the
-// elements with their timeouts in milliseconds, deletes by key alone
+// controller does when the ban sets' presence changes: each reads the
+// table (it rewrites the base chain, so the table must have ipfence's
+// mark) and sends one batch with no generation check, the elements with
+// their timeouts in milliseconds, deletes by key alone
 // (NFT_MSG_DESTROYSETELEM: an absent element is no error), and the base
 // chain rewritten (flushed, its rules added again) in the same batch.
 func TestUpdaterBansWire(t *testing.T) {
 	k := newFakeKernel(t)
-	up, err := NewUpdater("")
+	up, err := NewUpdater(ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +425,11 @@ func TestUpdaterBansWire(t *testing.T) {
 	golden(t, "bans.wire", dumpSends(t, k.sends))
 
 	bs := k.batches(t)
-	if len(k.sends) != 2 || len(bs) != 2 {
-		t.Fatalf("%d sends, %d of them batches: want one batch per update and nothing else", len(k.sends), len(bs))
+	if len(k.sends) != 4 || len(bs) != 2 {
+		t.Fatalf("%d sends, %d of them batches: want a table read and a batch per update and nothing else", len(k.sends), len(bs))
+	}
+	if got := kinds(decodeMessages(t, []netlink.Message{k.sends[0][0], k.sends[2][0]})); got != "GETTABLE GETTABLE" {
+		t.Errorf("before the batches: %s, want GETTABLE GETTABLE", got)
 	}
 	first, second := decodeMessages(t, bs[0]), decodeMessages(t, bs[1])
 	for _, ms := range [][]wireMessage{first, second} {
@@ -433,8 +496,8 @@ func TestApplyUpdateDiffWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "diff.wire", dumpSends(t, k.sends))
-	if len(k.sends) != 1 {
-		t.Errorf("%d sends, want one batch", len(k.sends))
+	if len(k.sends) != 2 {
+		t.Errorf("%d sends, want the table read and one batch", len(k.sends))
 	}
 	ms := k.oneBatch(t)
 	// 1. new chains; 2. replaced and deleted chains flushed; 3. sets
@@ -494,7 +557,7 @@ func TestStatusWire(t *testing.T) {
 	}
 	counted := []RuleStatus{{HasCounter: true}}
 	want := TableStatus{
-		Table: "ipfence", Exists: true, GenID: k.gen,
+		Table: "ipfence", Exists: true, Marked: true, GenID: k.gen,
 		Chains: []ChainStatus{
 			{Name: "v4_10_2", Rules: counted},
 			{Name: "blocked", Rules: counted},

@@ -55,8 +55,10 @@ var ndpTypes = []struct {
 
 // Render returns the nft script that loads p: `nft -f` of it replaces
 // ipfence's table in one transaction, exactly as Apply does (a test loads
-// both ways and compares). The script starts with "table inet NAME {}" and
-// "delete table inet NAME", so it loads whether or not the table exists.
+// both ways and compares), the table with ipfence's mark (`comment
+// "ipfence"`, see Mark). The script starts with "table inet NAME {}" and
+// "delete table inet NAME", so it loads whether or not the table exists:
+// unlike Apply, nft does not check that an existing table has the mark.
 //
 // Output is deterministic: objects and elements come in Program order, one
 // element per line. Render does not validate p; an invalid Program (see
@@ -76,7 +78,7 @@ func Render(p *Program) string {
 	t := p.Table
 	b.WriteString("table inet " + t + " {}\n")
 	b.WriteString("delete table inet " + t + "\n")
-	b.WriteString("table inet " + t + " {\n")
+	b.WriteString("table inet " + t + " {\n\tcomment " + strconv.Quote(Mark) + "\n")
 	first := true
 	sep := func() {
 		if !first {

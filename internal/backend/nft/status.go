@@ -16,6 +16,9 @@ import (
 type TableStatus struct {
 	Table  string
 	Exists bool
+	// Marked says that the table has ipfence's mark (Mark); a table an
+	// older ipfence loaded has none until it is applied again.
+	Marked bool
 	// GenID is the ruleset generation when the table was read.
 	GenID  uint32
 	Chains []ChainStatus
@@ -86,7 +89,7 @@ func StatusChains(ctx context.Context, table, netns string, want func(chain stri
 	if err != nil {
 		return st, fmt.Errorf("reading table %s: %w", table, err)
 	}
-	st.Exists = true
+	st.Exists, st.Marked = true, marked(t.UserData)
 
 	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {

@@ -108,6 +108,20 @@ func (u *Update) Empty() bool {
 		len(u.DelSets) == 0 && len(u.DelChains) == 0 && len(u.Ensure) == 0
 }
 
+// changesObjects reports whether u creates, deletes or redefines chains
+// or sets, or replaces rules: everything but adding and deleting elements
+// of existing sets (a ban), for which Updater.Apply checks the table's
+// mark first.
+func (u *Update) changesObjects() bool {
+	for _, sc := range u.Sets {
+		if sc.After != nil {
+			return true // may declare the set's size again
+		}
+	}
+	return len(u.Chains) > 0 || len(u.NewSets) > 0 || len(u.NewChains) > 0 ||
+		len(u.DelSets) > 0 || len(u.DelChains) > 0 || len(u.Ensure) > 0
+}
+
 // UpdateResult says what ApplyUpdate sent and how long it took.
 type UpdateResult struct {
 	// Added counts the elements added, those of NewSets included;
@@ -124,12 +138,14 @@ type UpdateResult struct {
 // transaction: all of it takes effect, or (error) none of it. An Update
 // that breaks the rules of the model fails (ErrInvalidProgram) before the
 // kernel is asked; chains it neither creates nor replaces are assumed to
-// exist. If an object it names is missing, one it deletes is still in use,
-// or a set would hold more elements than its size, the kernel rejects the
-// transaction, and the error says which message failed and what that
-// usually means.
+// exist. An Update that does more than add and delete elements of
+// existing sets is refused (ErrNotOwned) when the table lacks ipfence's
+// mark (see ApplyOptions.Adopt). If an object it names is missing, one it
+// deletes is still in use, or a set would hold more elements than its
+// size, the kernel rejects the transaction, and the error says which
+// message failed and what that usually means.
 func ApplyUpdate(ctx context.Context, u *Update, opts ApplyOptions) (UpdateResult, error) {
-	up, err := NewUpdater(opts.NetNS)
+	up, err := NewUpdater(opts)
 	if err != nil {
 		return UpdateResult{}, fmt.Errorf("updating table %s: %w", u.Table, err)
 	}
@@ -141,19 +157,19 @@ func ApplyUpdate(ctx context.Context, u *Update, opts ApplyOptions) (UpdateResul
 // keeps open, which saves opening one per transaction (a tenth of a
 // millisecond: a good part of a ban). It is not safe for concurrent use.
 type Updater struct {
-	netns     string
+	opts      ApplyOptions
 	c         *nftables.Conn
 	nsfd      int
 	closeConn func()
 }
 
-// NewUpdater opens the connection (see ApplyOptions.NetNS).
-func NewUpdater(netns string) (*Updater, error) {
-	c, closeConn, nsfd, err := dial(netns)
+// NewUpdater opens the connection to the namespace opts.NetNS.
+func NewUpdater(opts ApplyOptions) (*Updater, error) {
+	c, closeConn, nsfd, err := dial(opts.NetNS)
 	if err != nil {
 		return nil, err
 	}
-	return &Updater{netns: netns, c: c, nsfd: nsfd, closeConn: closeConn}, nil
+	return &Updater{opts: opts, c: c, nsfd: nsfd, closeConn: closeConn}, nil
 }
 
 // Close closes the connection.
@@ -168,7 +184,16 @@ func (up *Updater) Apply(ctx context.Context, u *Update) (UpdateResult, error) {
 	if err := u.validate(); err != nil {
 		return res, err
 	}
-	idx, err := ifindexes(iifNames(&Program{Chains: slices.Concat(u.NewChains, u.Chains, u.Ensure)}), up.nsfd, up.netns)
+	if u.changesObjects() {
+		// Read before the batch, without a generation check (a ban must
+		// not fail because another program changed its own tables): the
+		// table is one that Apply, which checks with the generation,
+		// loaded.
+		if _, err := checkOwner(up.c, u.Table, up.opts); err != nil {
+			return res, fmt.Errorf("updating table %s: %w", u.Table, err)
+		}
+	}
+	idx, err := ifindexes(iifNames(&Program{Chains: slices.Concat(u.NewChains, u.Chains, u.Ensure)}), up.nsfd, up.opts.NetNS)
 	if err != nil {
 		return res, fmt.Errorf("updating table %s: %w", u.Table, err)
 	}

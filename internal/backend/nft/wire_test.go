@@ -22,12 +22,17 @@ import (
 // of encoding changes them.
 
 // fakeKernel records the requests sent to it, one entry per send (a batch
-// is one send), and answers NFT_MSG_GETGEN with gen.
+// is one send), answers NFT_MSG_GETGEN with gen, and NFT_MSG_GETTABLE of
+// one inet table from tables.
 type fakeKernel struct {
 	gen   uint32
 	sends [][]netlink.Message
+	// tables are the inet tables that exist, by name, with their
+	// userdata: "ipfence", with ipfence's mark, unless a test changes it.
+	tables map[string][]byte
 	// answer, when set, answers a send in place of the default (no reply
-	// but to NFT_MSG_GETGEN); returning nil falls back to the default.
+	// but to NFT_MSG_GETGEN and NFT_MSG_GETTABLE); returning nil falls
+	// back to the default.
 	answer func(req []netlink.Message) []netlink.Message
 }
 
@@ -36,7 +41,7 @@ type fakeKernel struct {
 // for themselves). Tests using it must not run in parallel.
 func newFakeKernel(t *testing.T) *fakeKernel {
 	t.Helper()
-	k := &fakeKernel{gen: 42}
+	k := &fakeKernel{gen: 42, tables: map[string][]byte{"ipfence": markUserdata()}}
 	testDial = k.dial
 	t.Cleanup(func() { testDial = nil })
 	return k
@@ -52,15 +57,40 @@ func (k *fakeKernel) dial(req []netlink.Message) ([]netlink.Message, error) {
 			return out, nil
 		}
 	}
-	if req[0].Header.Type == nftType(unix.NFT_MSG_GETGEN) {
+	switch req[0].Header.Type {
+	case nftType(unix.NFT_MSG_GETGEN):
 		return []netlink.Message{{
 			Header: netlink.Header{Type: nftType(unix.NFT_MSG_NEWGEN), Sequence: req[0].Header.Sequence},
 			Data: append([]byte{unix.AF_UNSPEC, 0, 0, 0}, nltest.MustMarshalAttributes([]netlink.Attribute{
 				{Type: unix.NFTA_GEN_ID, Data: binary.BigEndian.AppendUint32(nil, k.gen)},
 			})...),
 		}}, nil
+	case nftType(unix.NFT_MSG_GETTABLE):
+		return k.getTable(req[0]), nil
 	}
 	return nil, nil
+}
+
+// getTable answers a get of one inet table: the table from k.tables, or
+// ENOENT.
+func (k *fakeKernel) getTable(req netlink.Message) []netlink.Message {
+	w, err := decodeMessage(req)
+	ud, ok := k.tables[w.str(unix.NFTA_TABLE_NAME)]
+	if err != nil || !ok || w.nfgen[0] != unix.NFPROTO_INET {
+		out, _ := nltest.Error(int(unix.ENOENT), []netlink.Message{req})
+		return out
+	}
+	attrs := []netlink.Attribute{
+		{Type: unix.NFTA_TABLE_NAME, Data: append([]byte(w.str(unix.NFTA_TABLE_NAME)), 0)},
+		{Type: unix.NFTA_TABLE_FLAGS, Data: make([]byte, 4)},
+	}
+	if ud != nil {
+		attrs = append(attrs, netlink.Attribute{Type: nftaTableUserData, Data: ud})
+	}
+	return []netlink.Message{{
+		Header: netlink.Header{Type: nftType(unix.NFT_MSG_NEWTABLE), Sequence: req.Header.Sequence, PID: nltest.PID},
+		Data:   append([]byte{unix.NFPROTO_INET, 0, 0, 0}, nltest.MustMarshalAttributes(attrs)...),
+	}}
 }
 
 // batches returns the batches among the sends, failing t unless each is

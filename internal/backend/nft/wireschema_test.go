@@ -57,7 +57,8 @@ func nest(name string, sub attrSchema) attrField { return attrField{name: name, 
 var (
 	dataSchema = numbered(named("NFTA_DATA_VALUE"), nest("NFTA_DATA_VERDICT", numbered(
 		attrField{name: "NFTA_VERDICT_CODE", kind: kVerdict}, named("NFTA_VERDICT_CHAIN"))))
-	tableSchema = numbered(named("NFTA_TABLE_NAME"), flags("NFTA_TABLE_FLAGS"))
+	tableSchema = numbered(named("NFTA_TABLE_NAME"), flags("NFTA_TABLE_FLAGS"), u32("NFTA_TABLE_USE"),
+		u64("NFTA_TABLE_HANDLE"), named("NFTA_TABLE_PAD"), named("NFTA_TABLE_USERDATA"))
 	chainSchema = numbered(named("NFTA_CHAIN_TABLE"), u64("NFTA_CHAIN_HANDLE"), named("NFTA_CHAIN_NAME"),
 		nest("NFTA_CHAIN_HOOK", numbered(u32("NFTA_HOOK_HOOKNUM"), attrField{name: "NFTA_HOOK_PRIORITY", kind: kI32})),
 		attrField{name: "NFTA_CHAIN_POLICY", kind: kVerdict}, u32("NFTA_CHAIN_USE"), named("NFTA_CHAIN_TYPE"))
@@ -131,6 +132,10 @@ const (
 	nfDrop   = 0
 	nfAccept = 1
 )
+
+// nftaTableUserData is NFTA_TABLE_USERDATA (Linux 5.13), which x/sys/unix
+// does not name.
+const nftaTableUserData = 6
 
 // msgDestroySetElem is NFT_MSG_DESTROYSETELEM (Linux 6.3), which
 // x/sys/unix does not name: a delete that ignores absent elements.

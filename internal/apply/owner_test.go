@@ -1,0 +1,147 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"regexp"
+	"testing"
+
+	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/statedir"
+)
+
+// TestUnmarkedTable is the migration rule for tables without ipfence's
+// mark (statedir.Applied.Vouches), in a lab namespace: a table an older
+// ipfence loaded (its record written before the mark) is replaced and
+// marked by the next apply, and can be flushed; the record vouches only
+// for that table, and only until the next apply; a table no record
+// vouches for is refused by apply and flush and left as it was.
+func TestUnmarkedTable(t *testing.T) {
+	lab := netnstest.New(t, "nft")
+	ctx := context.Background()
+	tg := &Target{NetNS: lab.FW, State: statedir.Dir{Path: t.TempDir()}}
+	c := compileDrop(t, "ipfence")
+	mustApply(t, tg, c)
+
+	// An upgrade: the table and record an older ipfence left.
+	unmark(t, lab.FW, "ipfence")
+	oldRecord(t, tg)
+	if st := status(t, tg, "ipfence"); !st.Exists || st.Marked {
+		t.Fatalf("the older ipfence's table: exists %v, marked %v", st.Exists, st.Marked)
+	}
+	mustApply(t, tg, c)
+	if st := status(t, tg, "ipfence"); !st.Marked {
+		t.Error("the table is not marked after the apply that took it over")
+	}
+	if !tg.Previous().Marked {
+		t.Error("the record of the apply that took the table over is not Marked")
+	}
+
+	// The record vouched once: an unmarked table of the name now is
+	// someone else's.
+	unmark(t, lab.FW, "ipfence")
+	before := netnstest.Ruleset(t, lab.FW)
+	if _, err := applyTo(tg, c); !errors.Is(err, nft.ErrNotOwned) {
+		t.Errorf("apply over an unmarked table after the upgrade: %v, want ErrNotOwned", err)
+	}
+	if _, err := tg.Flush(ctx, "ipfence"); !errors.Is(err, nft.ErrNotOwned) {
+		t.Errorf("flush of an unmarked table after the upgrade: %v, want ErrNotOwned", err)
+	}
+	if after := netnstest.Ruleset(t, lab.FW); after != before {
+		t.Errorf("the unmarked table changed:\n%s", after)
+	}
+
+	// A flush after an upgrade removes the older ipfence's table.
+	oldRecord(t, tg)
+	if r, err := tg.Flush(ctx, "ipfence"); err != nil || !r.Table {
+		t.Errorf("flush of the older ipfence's table: %+v, %v", r, err)
+	}
+
+	// A record of another table vouches for nothing here.
+	netnstest.Exec(t, lab.FW, "nft", "add table inet mytable; add chain inet mytable input { type filter hook input priority 0; policy accept; }; add rule inet mytable input tcp dport 22 accept")
+	mustApply(t, tg, c)
+	oldRecord(t, tg)
+	before = netnstest.Ruleset(t, lab.FW)
+	if _, err := applyTo(tg, compileDrop(t, "mytable")); !errors.Is(err, nft.ErrNotOwned) {
+		t.Errorf("apply over a foreign table: %v, want ErrNotOwned", err)
+	}
+	if _, err := tg.Flush(ctx, "mytable"); !errors.Is(err, nft.ErrNotOwned) {
+		t.Errorf("flush of a foreign table: %v, want ErrNotOwned", err)
+	}
+	if after := netnstest.Ruleset(t, lab.FW); after != before {
+		t.Errorf("the foreign table changed:\n%s", after)
+	}
+}
+
+// compileDrop compiles a policy for table that drops 192.0.2.0/24.
+func compileDrop(t *testing.T, table string) *Compiled {
+	t.Helper()
+	var b netipx.IPSetBuilder
+	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
+	set, _ := b.IPSet()
+	c, err := Compile(&plan.Input{Table: table, Priority: -300, Protect: plan.Builtin(),
+		Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, Set: set}}}, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// applyTo applies c in tg with its bans, as `ipfence apply` does.
+func applyTo(tg *Target, c *Compiled) (*Report, error) {
+	ctx := context.Background()
+	bans, err := tg.OpenBans(ctx, c.Plan.Table, false)
+	if err != nil {
+		return nil, err
+	}
+	defer bans.Close()
+	return tg.Apply(ctx, c, bans.Controller, Options{})
+}
+
+func mustApply(t *testing.T, tg *Target, c *Compiled) {
+	t.Helper()
+	if _, err := applyTo(tg, c); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+}
+
+func status(t *testing.T, tg *Target, table string) nft.TableStatus {
+	t.Helper()
+	st, err := nft.Status(context.Background(), table, tg.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+var markLine = regexp.MustCompile(`(?m)^\tcomment "` + nft.Mark + `"\n`)
+
+// unmark makes inet table name in ns what an ipfence from before the
+// mark loaded: the same table, without the comment.
+func unmark(t *testing.T, ns, name string) {
+	t.Helper()
+	listing := netnstest.Exec(t, ns, "nft", "list", "table", "inet", name)
+	if !markLine.MatchString(listing) {
+		t.Fatalf("table %s has no mark to remove:\n%s", name, listing)
+	}
+	netnstest.Exec(t, ns, "nft", "delete table inet "+name+"\n"+markLine.ReplaceAllString(listing, ""))
+}
+
+// oldRecord rewrites tg's record as an ipfence from before the mark
+// wrote it.
+func oldRecord(t *testing.T, tg *Target) {
+	t.Helper()
+	a := tg.Previous()
+	if a == nil {
+		t.Fatal("no record")
+	}
+	a.Marked = false
+	if err := tg.State.SaveApplied(tg.NetNS, a); err != nil {
+		t.Fatal(err)
+	}
+}
