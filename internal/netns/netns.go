@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -52,6 +53,24 @@ const nsfsMagic = 0x6e736673
 
 // Path returns the file under RunDir for namespace name.
 func Path(name string) string { return filepath.Join(RunDir, name) }
+
+// Key names namespace ns in a state folder, the same for every package
+// that keeps files per namespace: "" (the current namespace) is
+// "_current", a name or a file under RunDir (or /var/run/netns) is that
+// name, and any other path is the path with its separators spelled "_"
+// ("path_proc_42_ns_net"): namespaces given as /proc/PID/ns/net must not
+// share one record.
+func Key(ns string) string {
+	switch dir := filepath.Dir(ns); {
+	case ns == "":
+		return "_current"
+	case !filepath.IsAbs(ns), dir == RunDir, dir == "/var/run/netns", dir == "/run/netns":
+		return filepath.Base(ns)
+	}
+	return "path" + unsafeKey.ReplaceAllString(filepath.Clean(ns), "_")
+}
+
+var unsafeKey = regexp.MustCompile(`[^A-Za-z0-9.-]`)
 
 // checkName rejects names that are not a single path element.
 func checkName(name string) error {

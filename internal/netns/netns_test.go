@@ -418,3 +418,21 @@ func TestLiveAndCookie(t *testing.T) {
 		}
 	}
 }
+
+// TestKey: names and files under the run folder keep their name; other
+// paths are told apart by their whole path.
+func TestKey(t *testing.T) {
+	for ns, want := range map[string]string{
+		"":                    "_current",
+		"lab":                 "lab",
+		"/run/netns/lab":      "lab",
+		"/var/run/netns/lab":  "lab",
+		"/proc/42/ns/net":     "path_proc_42_ns_net",
+		"/proc/43/ns/net":     "path_proc_43_ns_net",
+		"/proc/42/task/7/net": "path_proc_42_task_7_net",
+	} {
+		if got := Key(ns); got != want {
+			t.Errorf("Key(%q) = %q, want %q", ns, got, want)
+		}
+	}
+}

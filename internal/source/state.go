@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
 )
 
 // ShrinkError reports a load refused by the shrink gate: the source's
@@ -82,14 +84,13 @@ type goodState struct {
 	Committed  time.Time `json:"committed"`
 }
 
-// nsKey names Namespace in the state folder as package statedir does:
-// a name from `ip netns list`, or the last element of a path
-// (/run/netns/NAME, /proc/PID/ns/net); "" for the current namespace.
+// nsKey names Namespace in the state folder as package statedir does
+// (netns.Key); "" for the current namespace.
 func (l *Loader) nsKey() string {
 	if l.Namespace == "" {
 		return ""
 	}
-	return filepath.Base(l.Namespace)
+	return netns.Key(l.Namespace)
 }
 
 // statePath is where the last good load of source name is recorded.

@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
@@ -295,14 +296,9 @@ func toSet(ps []string) *netipx.IPSet {
 	return s
 }
 
-// key is the name a namespace's files have in the state folder: its
-// name, or _current for the namespace ipfence runs in ("").
-func key(netns string) string {
-	if netns == "" {
-		return "_current"
-	}
-	return filepath.Base(netns)
-}
+// key is the name a namespace's files have in the state folder
+// (netns.Key).
+func key(ns string) string { return netns.Key(ns) }
 
 func (d Dir) appliedPath(netns string) string {
 	return filepath.Join(d.Path, "applied", key(netns)+".json")
