@@ -64,8 +64,8 @@ func Key(ns string) string {
 	switch dir := filepath.Dir(ns); {
 	case ns == "":
 		return "_current"
-	case !filepath.IsAbs(ns), dir == RunDir, dir == "/var/run/netns", dir == "/run/netns":
-		return filepath.Base(ns)
+	case !filepath.IsAbs(ns), dir == RunDir, dir == "/var/run/netns", dir == "/run/netns", filepath.Clean(ns) == "/":
+		return filepath.Base(ns) // "/" for the root, which callers refuse
 	}
 	return "path" + unsafeKey.ReplaceAllString(filepath.Clean(ns), "_")
 }
