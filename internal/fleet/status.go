@@ -9,8 +9,11 @@ import (
 // Status is what an agent reports about itself, at every change and as
 // a heartbeat.
 type Status struct {
-	Host  string `json:"host"`
-	Group string `json:"group"`
+	Host string `json:"host"`
+	// Unreadable, set by the reader, says why what the host's key holds
+	// is no status (the host is then reported failing).
+	Unreadable string `json:"unreadable,omitempty"`
+	Group      string `json:"group"`
 	// Seq and Digest are the revision in force: the pointer the host
 	// last applied and the bundle it runs.
 	Seq     uint64    `json:"seq"`

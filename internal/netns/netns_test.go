@@ -431,7 +431,7 @@ func TestKey(t *testing.T) {
 		"/proc/43/ns/net":     "path_proc_43_ns_net",
 		"/proc/42/task/7/net": "path_proc_42_task_7_net",
 	} {
-		if got := Key(ns); got != want {
+		if got := netns.Key(ns); got != want {
 			t.Errorf("Key(%q) = %q, want %q", ns, got, want)
 		}
 	}

@@ -18,6 +18,7 @@ sources:
     url: &u "https://user:SECRET-PASS@feeds.example/drop.txt?token=SECRET-TOKEN&fmt=txt"
     urls:
       - https://SECRET-USER@feeds.example/more.txt
+      - https://SECRET-EMPTY:@feeds.example/empty.txt
       - https://feeds.example/plain.txt
   again: {format: list, urls: [*u]}
 protect: [203.0.113.7]
@@ -25,7 +26,7 @@ rules:
   - {name: feeds, action: drop, match: {sources: [feeds, again]}}  # SECRET-LINE
 `
 
-var secrets = []string{"SECRET-COMMENT", "SECRET-KEY", "SECRET-PASS", "SECRET-TOKEN", "SECRET-USER", "SECRET-LINE"}
+var secrets = []string{"SECRET-COMMENT", "SECRET-KEY", "SECRET-PASS", "SECRET-TOKEN", "SECRET-USER", "SECRET-EMPTY", "SECRET-LINE"}
 
 // TestRedact: a redacted policy holds none of the credentials and is
 // still the same policy, minus them.
@@ -52,6 +53,7 @@ func TestRedact(t *testing.T) {
 	for _, want := range []string{
 		"https://user:xxxxx@feeds.example/drop.txt?fmt=xxxxx&token=xxxxx",
 		"https://xxxxx@feeds.example/more.txt",
+		"https://xxxxx@feeds.example/empty.txt",
 		"https://feeds.example/plain.txt",
 		"http://127.0.0.1:8080/",
 		"*u",

@@ -283,7 +283,9 @@ func RedactURL(rawURL string) string {
 		u.RawQuery = q.Encode()
 	}
 	if u.User != nil {
-		if _, ok := u.User.Password(); !ok {
+		// A token is often the user name, with no password or an empty
+		// one: then the user name is not shown either.
+		if pw, _ := u.User.Password(); pw == "" {
 			u.User = url.User("xxxxx")
 		}
 	}

@@ -196,6 +196,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	// Closed after every goroutine below is done (defers run last first).
+	a.seen = a.openSeen()
+	defer a.seen.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -220,8 +223,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("recording the revision as last good", "err", err)
 		}
 	}
-	a.seen = a.openSeen()
-	defer a.seen.Close()
 	wg.Go(func() { a.followPointer(ctx) })
 	wg.Go(func() { a.followBans(ctx) })
 	wg.Go(func() { a.applyBans(ctx) })
@@ -473,11 +474,14 @@ func (a *Agent) followBans(ctx context.Context) {
 			}
 		})
 		if err != nil {
-			a.log.Debug("following the fleet bans; trying again", "err", err)
+			a.log.Warn("following the fleet bans; trying again", "err", err)
 		}
 		sleep(ctx, time.Second)
 	}
 }
+
+// maxClockSkew is how far in the future a fleet ban may be created.
+const maxClockSkew = 5 * time.Minute
 
 // FleetOrigin starts the origin of the bans a fleet ban makes on a host.
 const FleetOrigin = "fleet:"
@@ -527,6 +531,12 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		}
 	}()
 	for _, b := range batch {
+		b.Prefix = b.Prefix.Masked()
+		if b.Created.After(now.Add(maxClockSkew)) {
+			// It would hide every later message of the prefix until then.
+			a.log.Warn("fleet ban refused: created in the future (check the clock of who banned)", "prefix", b.Prefix, "created", b.Created)
+			continue
+		}
 		if a.seen.older(b.Prefix, b.Created) || b.Created.Before(seen[b.Prefix]) {
 			continue // an older message replayed
 		}

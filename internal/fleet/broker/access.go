@@ -12,8 +12,16 @@ import (
 )
 
 // Role is what a NATS user of the fleet may do. Users are NATS JWTs
-// signed by the fleet's account key (Init writes it, Issue uses it): the
-// server checks each user's permissions itself.
+// signed by their role's account key (Init writes them, Issue uses
+// them): the server checks each user's permissions itself.
+//
+// Publishers live in the fleet's account, which holds the streams.
+// Agents and ban writers live in accounts of their own, without
+// JetStream, which import only what they may use: JetStream answers a
+// request on the reply subject its sender names, and inside the fleet's
+// account that subject could be any stream's or an API call (a direct
+// get answered to $JS.API.STREAM.DELETE.X deletes X). Across an import
+// the answer can only go back to the importing account.
 type Role string
 
 const (
@@ -21,12 +29,9 @@ const (
 	// up the buckets: the fleet's administrator (and `ipfence server`'s
 	// own setup connection).
 	Publisher Role = "publisher"
-	// Agent reads pointers, bundles and bans, and writes its own host's
-	// status, nothing else. It creates no consumers: a push consumer's
-	// deliver subject is not checked against its creator's permissions,
-	// so a consumer could copy one stream's messages into another
-	// (pointers into group keys, anything onto a ban's subject). Agents
-	// read with direct gets and plain subscriptions instead.
+	// Agent reads pointers, bundles and bans (direct gets and
+	// subscriptions: no consumer, whose deliver subject nobody checks)
+	// and writes its own host's status, nothing else.
 	Agent Role = "agent"
 	// Bans publishes fleet bans and reads the ban it lifts, nothing else.
 	Bans Role = "bans"
@@ -55,23 +60,13 @@ const (
 	bundleStream = "OBJ_" + BundleStore
 )
 
-// Permissions are r's subjects for a user whose NATS public key is
-// upub, and for an agent, the host it writes the status of. Replies
-// reach each user on its own inbox prefix (Inbox), so that no user reads
-// another's replies.
+// Permissions are r's subjects, in its account, for a user whose NATS
+// public key is upub, and for an agent, the host it writes the status
+// of. Replies reach each user on its own inbox prefix (Inbox). The
+// accounts' imports (Init) bound the same a second time.
 func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 	var p jwt.Permissions
 	inbox := Inbox(upub) + ".>"
-	info := func(streams ...string) {
-		for _, s := range streams {
-			p.Pub.Allow.Add("$JS.API.STREAM.INFO." + s)
-		}
-	}
-	direct := func(streams ...string) {
-		for _, s := range streams {
-			p.Pub.Allow.Add("$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>", "$JS.API.STREAM.MSG.GET."+s)
-		}
-	}
 	switch r {
 	case Publisher:
 		// Everything in the fleet's account: it is the fleet's owner.
@@ -82,19 +77,60 @@ func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 		if err := CheckName("host", host); err != nil {
 			return p, err
 		}
-		info(policyStream, statusStream, bundleStream, BanStream)
-		direct(policyStream, bundleStream, BanStream)
+		for _, s := range []string{policyStream, bundleStream, BanStream} {
+			p.Pub.Allow.Add(importedAPI+".DIRECT.GET."+s, importedAPI+".DIRECT.GET."+s+".>")
+		}
 		p.Pub.Allow.Add("$KV." + StatusBucket + "." + hostKey(host))
 		p.Sub.Allow.Add(inbox, "$KV."+PolicyBucket+".group.>", banSubjects+">")
 	case Bans:
-		info(BanStream)
-		direct(BanStream)
-		p.Pub.Allow.Add(banSubjects + ">")
+		p.Pub.Allow.Add(banSubjects+"*", importedAPI+".DIRECT.GET."+BanStream+"."+banSubjects+"*")
 		p.Sub.Allow.Add(inbox)
 	default:
 		return p, fmt.Errorf("%w %q", ErrRole, r)
 	}
 	return p, nil
+}
+
+// exports are what the fleet's account offers the agents' and ban
+// writers' accounts, and imports what each takes: direct gets of the
+// streams (answers of several messages), writing a status or a ban (a
+// publish acknowledged), and the pointer and ban subjects.
+func exports() jwt.Exports {
+	var e jwt.Exports
+	for _, s := range []string{policyStream, bundleStream, BanStream} {
+		for _, subj := range []string{"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"} {
+			e.Add(&jwt.Export{Name: subj, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream})
+		}
+	}
+	e.Add(&jwt.Export{Name: "status", Subject: jwt.Subject("$KV." + StatusBucket + ".host.*"), Type: jwt.Service},
+		&jwt.Export{Name: "bans", Subject: jwt.Subject(banSubjects + "*"), Type: jwt.Service},
+		&jwt.Export{Name: "pointers", Subject: jwt.Subject("$KV." + PolicyBucket + ".group.>"), Type: jwt.Stream},
+		&jwt.Export{Name: "ban stream", Subject: jwt.Subject(banSubjects + ">"), Type: jwt.Stream})
+	return e
+}
+
+func imports(r Role, fleet string) jwt.Imports {
+	var im jwt.Imports
+	direct := func(streams ...string) {
+		for _, s := range streams {
+			for _, suffix := range []string{"", ".>"} {
+				im.Add(&jwt.Import{Name: s + suffix, Account: fleet, Type: jwt.Service,
+					Subject:      jwt.Subject("$JS.API.DIRECT.GET." + s + suffix),
+					LocalSubject: jwt.RenamingSubject(importedAPI + ".DIRECT.GET." + s + suffix)})
+			}
+		}
+	}
+	switch r {
+	case Agent:
+		direct(policyStream, bundleStream, BanStream)
+		im.Add(&jwt.Import{Name: "status", Account: fleet, Type: jwt.Service, Subject: jwt.Subject("$KV." + StatusBucket + ".host.*")},
+			&jwt.Import{Name: "pointers", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject("$KV." + PolicyBucket + ".group.>")},
+			&jwt.Import{Name: "ban stream", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject(banSubjects + ">")})
+	case Bans:
+		direct(BanStream)
+		im.Add(&jwt.Import{Name: "bans", Account: fleet, Type: jwt.Service, Subject: jwt.Subject(banSubjects + "*")})
+	}
+	return im
 }
 
 // Inbox is the inbox prefix of the user whose public key is upub.
@@ -114,8 +150,8 @@ func (r Role) limits() jwt.NatsLimits {
 }
 
 // Issue makes the credentials (a .creds file's bytes) of a user of role
-// r named name, signed by the account key akp; an agent's name is its
-// host. expires 0 is never.
+// r named name, signed by its role's account key akp; an agent's name
+// is its host. expires 0 is never.
 func Issue(akp nkeys.KeyPair, r Role, name string, expires time.Duration, now time.Time) ([]byte, error) {
 	if err := CheckName("user", name); err != nil {
 		return nil, err
@@ -138,7 +174,7 @@ func Issue(akp nkeys.KeyPair, r Role, name string, expires time.Duration, now ti
 		return nil, err
 	}
 	uc.Limits.NatsLimits = r.limits()
-	uc.Tags.Add("ipfence-role:"+string(r), "ipfence-name:"+strings.ToLower(name))
+	uc.Tags.Add(roleTag + string(r))
 	ujwt, err := uc.Encode(akp)
 	if err != nil {
 		return nil, fmt.Errorf("signing the user: %w", err)
@@ -150,19 +186,42 @@ func Issue(akp nkeys.KeyPair, r Role, name string, expires time.Duration, now ti
 	return jwt.FormatUserConfig(ujwt, seed)
 }
 
+// roleTag starts the tag that names a user's role in its JWT.
+const roleTag = "ipfence-role:"
+
+// userRole is the role uc's tag names ("" for none: a user of another
+// tool's making, which gets the fleet account's API).
+func userRole(uc *jwt.UserClaims) Role {
+	for _, t := range uc.Tags {
+		if r, ok := strings.CutPrefix(t, roleTag); ok {
+			return Role(r)
+		}
+	}
+	return ""
+}
+
 // CredsUser returns the public key of the user in a .creds file.
 func CredsUser(path string) (string, error) {
+	uc, err := credsClaims(path)
+	if err != nil {
+		return "", err
+	}
+	return uc.Subject, nil
+}
+
+// credsClaims reads the user JWT of a .creds file.
+func credsClaims(path string) (*jwt.UserClaims, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("reading the NATS credentials: %w", err)
+		return nil, fmt.Errorf("reading the NATS credentials: %w", err)
 	}
 	tok, err := jwt.ParseDecoratedJWT(b)
 	if err != nil {
-		return "", fmt.Errorf("%s: not NATS credentials: %w", path, err)
+		return nil, fmt.Errorf("%s: not NATS credentials: %w", path, err)
 	}
 	uc, err := jwt.DecodeUserClaims(tok)
 	if err != nil {
-		return "", fmt.Errorf("%s: not NATS user credentials: %w", path, err)
+		return nil, fmt.Errorf("%s: not NATS user credentials: %w", path, err)
 	}
-	return uc.Subject, nil
+	return uc, nil
 }

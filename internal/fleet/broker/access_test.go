@@ -142,7 +142,11 @@ func TestAccess(t *testing.T) {
 	}
 	watched := make(chan []byte, 4)
 	go func() { _ = agent.WatchPointer(fctx, "web", func(d []byte) { watched <- d }) }()
-	<-watched // the current one
+	select {
+	case <-watched: // the current one
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent: the pointer was not watched")
+	}
 	p2, err := publisher.Publish(ctx, "web", []byte("bundle 2"), priv, 0, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +190,15 @@ func TestAccess(t *testing.T) {
 			for range names.Name() {
 				n++
 			}
-			b.WriteString(name + ":" + fmt.Sprintf("%d/%d/%d", i.State.Msgs, i.State.LastSeq, n) + " ")
+			last := i.State.LastSeq
+			if name == "KV_"+broker.StatusBucket {
+				last = 0 // the agent writes its own status (below, with replies aimed elsewhere)
+			}
+			b.WriteString(name + ":" + fmt.Sprintf("%d/%d/%d", i.State.Msgs, last, n) + " ")
+		}
+		names := js.StreamNames(ctx)
+		for n := range names.Name() {
+			b.WriteString(n + " ")
 		}
 		return b.String()
 	}
@@ -243,6 +255,39 @@ func TestAccess(t *testing.T) {
 			}
 		}
 	}
+	// The agent's status is its own; the publisher sees it.
+	st, err := publisher.Statuses(ctx)
+	if err != nil || len(st) != 2 || st[0].Host != "web1" || st[1].Host != "web9" {
+		t.Errorf("statuses %+v %v, want web1's and web9's", st, err)
+	}
+
+	// JetStream answers on the reply subject a request names: aimed at
+	// the fleet's streams or its API, the answer must never get there
+	// (agents and ban writers reach the streams through imports, and an
+	// import's answers go back to the importing account).
+	targets := []string{"$JS.API.STREAM.DELETE.KV_ipfence_policy", "$JS.API.STREAM.PURGE.KV_ipfence_policy", "$JS.API.STREAM.DELETE.IPFENCE_BANS",
+		"$JS.API.STREAM.CREATE.EVIL", "$KV.ipfence_policy.group.web", "$KV.ipfence_status.host.web9", "$O.ipfence_bundles.C.x", "ipfence.bans." + fleet.BanToken(ban.Prefix)}
+	for _, who := range []struct {
+		creds    string
+		requests []string
+	}{
+		{agentCreds, []string{"ipfence.js.DIRECT.GET.KV_ipfence_policy", "ipfence.js.DIRECT.GET.KV_ipfence_policy.$KV.ipfence_policy.group.web",
+			"ipfence.js.DIRECT.GET.IPFENCE_BANS." + broker.BanSubject(ban.Prefix), "ipfence.js.DIRECT.GET.OBJ_ipfence_bundles", "$KV.ipfence_status.host.web1"}},
+		{bansCreds, []string{"ipfence.js.DIRECT.GET.IPFENCE_BANS." + broker.BanSubject(ban.Prefix)}},
+	} {
+		nc := s.raw(t, who.creds)
+		for _, req := range who.requests {
+			for _, to := range targets {
+				if err := nc.PublishRequest(req, to, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
 	if after := snapshot(); after != before {
 		t.Errorf("the attacks changed the streams:\n before %s\n after  %s", before, after)
 	}
@@ -252,10 +297,5 @@ func TestAccess(t *testing.T) {
 	}
 	if _, err := writer.Pointer(ctx, "web"); err == nil {
 		t.Error("ban writer read a pointer")
-	}
-	// The agent's status is its own; the publisher sees it.
-	st, err := publisher.Statuses(ctx)
-	if err != nil || len(st) != 2 || st[0].Host != "web1" || st[1].Host != "web9" {
-		t.Errorf("statuses %+v %v, want web1's and web9's", st, err)
 	}
 }

@@ -20,24 +20,24 @@ import (
 // an agent offline meanwhile still learns of it.
 func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.PrivateKey) error {
 	subject := BanSubject(b.Prefix)
-	rctx, cancel := h.ctx(ctx)
-	defer cancel()
 	var ttl time.Duration
 	if b.Unban {
-		st, err := h.js.Stream(rctx, BanStream)
-		if err != nil {
-			return fmt.Errorf("%w: stream %s: %v", ErrNATS, BanStream, err)
-		}
-		msg, err := st.GetLastMsgForSubject(rctx, subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		msg, err := h.directLast(ctx, BanStream, subject)
+		if errors.Is(err, ErrNotStored) {
 			return fmt.Errorf("%w: no fleet ban of %s in force", ErrNoRevision, b.Prefix)
 		}
 		if err != nil {
 			return fmt.Errorf("reading the ban of %s: %w", b.Prefix, err)
 		}
-		prev, err := fleet.VerifyBan(msg.Data, priv.Public().(ed25519.PublicKey))
+		prev, err := fleet.VerifyBan(msg.data, priv.Public().(ed25519.PublicKey))
 		if err != nil {
 			return err
+		}
+		// An unban must come after the ban it lifts, even when the ban's
+		// writer's clock runs ahead: agents order a prefix's messages by
+		// their time.
+		if !b.Created.After(prev.Created) {
+			b.Created = prev.Created.Add(time.Millisecond)
 		}
 		if left, live := prev.Remaining(b.Created); !live {
 			return fmt.Errorf("%w: the fleet ban of %s is not in force", ErrNoRevision, b.Prefix)
@@ -51,11 +51,11 @@ func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.Private
 	if err != nil {
 		return err
 	}
-	var opts []jetstream.PublishOpt
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	if ttl > 0 {
-		opts = append(opts, jetstream.WithMsgTTL(max(ttl, time.Second)))
+		m.Header.Set(jetstream.MsgTTLHeader, max(ttl, time.Second).String())
 	}
-	if _, err := h.js.Publish(rctx, subject, data, opts...); err != nil {
+	if err := h.publishStored(ctx, m); err != nil {
 		return fmt.Errorf("publishing the ban of %s: %w", b.Prefix, err)
 	}
 	return nil
@@ -73,19 +73,19 @@ func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) 
 // subscribes and reads with direct gets: an agent may make no consumer.
 func (h *Hub) FollowBans(ctx context.Context, fn func(subject string, data []byte)) error {
 	ch := make(chan *nats.Msg, 4096)
+	reconnects := h.nc.Stats().Reconnects
 	sub, err := h.nc.ChanSubscribe(banSubjects+">", ch)
 	if err != nil {
 		return fmt.Errorf("following the fleet bans: %w", err)
 	}
 	defer sub.Unsubscribe()
 	// Subscribed first, then read: nothing published in between is lost.
-	if err := h.directEach(ctx, BanStream, banSubjects+">", func(subject string, data []byte) error {
-		fn(subject, data)
+	if err := h.directEach(ctx, BanStream, banSubjects+">", func(m *directMsg) error {
+		fn(m.subject, m.data)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("following the fleet bans: %w", err)
 	}
-	reconnects := h.nc.Stats().Reconnects
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

@@ -31,7 +31,8 @@ const (
 	BanStream     = "IPFENCE_BANS"
 	banSubjects   = "ipfence.bans."
 	policyHistory = 64
-	maxBanMsg     = 16 << 10 // a signed ban is well under 1 KiB
+	maxBanMsg     = 4 << 10 // a signed ban is well under 1 KiB
+	maxBans       = 1 << 20 // fleet bans in force
 	maxStatusMsg  = 64 << 10
 )
 
@@ -56,7 +57,17 @@ type Hub struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
+	// api starts the JetStream API subjects: $JS.API in the fleet's
+	// account, the import of agents' and ban writers' accounts there.
+	api string
 }
+
+// The JetStream API subjects: the fleet's account's, and where the
+// agents' and ban writers' accounts import the part they may use.
+const (
+	defaultAPI  = "$JS.API"
+	importedAPI = "ipfence.js"
+)
 
 // ErrNATS is returned when NATS or its JetStream cannot be reached.
 var ErrNATS = errors.New("NATS unreachable")
@@ -69,13 +80,17 @@ func Connect(o Options, retry bool, extra ...nats.Option) (*Hub, error) {
 	if retry {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
+	api := defaultAPI
 	if o.Creds != "" {
-		upub, err := CredsUser(o.Creds)
+		uc, err := credsClaims(o.Creds)
 		if err != nil {
 			return nil, err
 		}
 		// Replies on the user's own inbox: its permissions allow no other.
-		opts = append(opts, nats.UserCredentials(o.Creds), nats.CustomInboxPrefix(Inbox(upub)))
+		opts = append(opts, nats.UserCredentials(o.Creds), nats.CustomInboxPrefix(Inbox(uc.Subject)))
+		if r := userRole(uc); r == Agent || r == Bans {
+			api = importedAPI
+		}
 	}
 	if o.CA != "" {
 		opts = append(opts, nats.RootCAs(o.CA))
@@ -92,7 +107,7 @@ func Connect(o Options, retry bool, extra ...nats.Option) (*Hub, error) {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNATS, err)
 	}
-	h := &Hub{nc: nc, js: js, timeout: o.Timeout}
+	h := &Hub{nc: nc, js: js, timeout: o.Timeout, api: api}
 	if h.timeout <= 0 {
 		h.timeout = 10 * time.Second
 	}
@@ -137,7 +152,8 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 			func(c context.Context) error {
 				_, err := h.js.CreateStream(c, jetstream.StreamConfig{Name: BanStream, Subjects: []string{banSubjects + ">"},
 					Description: "ipfence: fleet-wide bans, the last per prefix", Storage: jetstream.FileStorage, Replicas: replicas,
-					MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true, MaxMsgSize: maxBanMsg})
+					MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true,
+					MaxMsgSize: maxBanMsg, MaxMsgs: maxBans, MaxBytes: maxBans * maxBanMsg})
 				return err
 			}},
 	}
@@ -163,8 +179,17 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 func (h *Hub) harden(ctx context.Context) error {
 	for name, fix := range map[string]func(*jetstream.StreamConfig) bool{
 		BanStream: func(c *jetstream.StreamConfig) bool {
-			changed := !c.AllowDirect
+			changed := !c.AllowDirect || c.MaxMsgSize <= 0 || c.MaxMsgs <= 0 || c.MaxBytes <= 0
 			c.AllowDirect = true
+			if c.MaxMsgSize <= 0 {
+				c.MaxMsgSize = maxBanMsg
+			}
+			if c.MaxMsgs <= 0 {
+				c.MaxMsgs = maxBans
+			}
+			if c.MaxBytes <= 0 {
+				c.MaxBytes = maxBans * maxBanMsg
+			}
 			return changed
 		},
 		statusStream: func(c *jetstream.StreamConfig) bool {

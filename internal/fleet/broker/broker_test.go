@@ -428,17 +428,17 @@ func TestPublishOverFlood(t *testing.T) {
 		t.Fatalf("the next publish: %+v, %v; want seq 11, nothing replaced", p, err)
 	}
 
-	status("web4", "web", math.MaxUint64, 0, 0)
+	// A status claiming a revision no publisher could have reached does
+	// not count: it would use up the group's seqs.
+	status("web4", "web", math.MaxUint64, 1<<40, 0)
 	flood()
-	if p, err := h.Publish(ctx, "web", []byte("six"), priv, 0, time.Now()); !errors.Is(err, broker.ErrSeq) {
-		t.Fatalf("a host reporting revision 2^64-1: %+v, %v; want ErrSeq", p, err)
+	if p, err := h.Publish(ctx, "web", []byte("six"), priv, 0, time.Now()); err != nil || p.Seq != 10 {
+		t.Fatalf("a host reporting revision 2^64-1: %+v, %v; want seq 10, the claim ignored", p, err)
 	}
-	status("web4", "web", 0, 1<<53-1, 0)
-	if p, err = h.Publish(ctx, "web", []byte("six"), priv, 0, time.Now()); err != nil || p.Seq != 1<<53 {
-		t.Fatalf("a host reporting revision 2^53-1: %+v, %v; want seq 2^53", p, err)
-	}
-	if p, err := h.Publish(ctx, "web", []byte("seven"), priv, 0, time.Now()); !errors.Is(err, broker.ErrSeq) {
-		t.Fatalf("publish after revision 2^53: %+v, %v; want ErrSeq", p, err)
+	status("web4", "web", 0, 1<<32-1, 0)
+	flood()
+	if p, err = h.Publish(ctx, "web", []byte("seven"), priv, 0, time.Now()); err != nil || p.Seq != 1<<32 {
+		t.Fatalf("a host reporting revision 2^32-1: %+v, %v; want seq 2^32", p, err)
 	}
 }
 
@@ -474,5 +474,36 @@ func TestPublishOverForgedFirst(t *testing.T) {
 		if err != nil || p.Seq != 5 || p.Replaced == "" {
 			t.Fatalf("group %s: publish over a forged first pointer: %+v, %v; want seq 5, the forgery replaced", group, p, err)
 		}
+	}
+}
+
+// TestUnreadableStatus: what an agent writes under its key is reported
+// (failing, with why) when it is no status or names another host; it
+// neither breaks the listing nor counts for a group's revisions.
+func TestUnreadableStatus(t *testing.T) {
+	srv := brokertest.Start(t, "")
+	h := connect(t, srv.URL)
+	ctx := context.Background()
+	if err := h.PutStatus(ctx, &fleet.Status{Host: "web1", Group: "web", Seq: 3}); err != nil {
+		t.Fatal(err)
+	}
+	kv := rawKV(t, srv.URL, broker.StatusBucket)
+	if _, err := kv.Put(ctx, "host.web2", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "host.web3", []byte(`{"host":"web1","group":"web","seq":99}`)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.Statuses(ctx)
+	if err != nil || len(st) != 3 {
+		t.Fatalf("statuses: %+v, %v", st, err)
+	}
+	slices.SortFunc(st, func(a, b fleet.Status) int { return strings.Compare(a.Host, b.Host) })
+	if st[0].Unreadable != "" || st[1].Unreadable == "" || st[2].Unreadable == "" || st[2].Seq != 0 || st[2].LastError == "" {
+		t.Errorf("statuses: %+v", st)
+	}
+	p, err := h.Publish(ctx, "web", []byte("one"), key(t), 0, time.Now())
+	if err != nil || p.Seq != 4 {
+		t.Errorf("first publish: %+v, %v; want seq 4 (web1 runs 3; web3's claim of 99 is web1's)", p, err)
 	}
 }

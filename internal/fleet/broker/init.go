@@ -28,7 +28,9 @@ const (
 	ServerCertFile = "server-cert.pem" // the server's TLS certificate
 	serverKeyFile  = "server-key.pem"
 	OperatorFile   = "operator.nk" // signs the accounts
-	AccountFile    = "account.nk"  // signs the users (Issue)
+	AccountFile    = "account.nk"  // signs the publishers (Issue)
+	agentsFile     = "agents.nk"   // signs the agents
+	bansFile       = "bans.nk"     // signs the ban writers
 	ServerCreds    = "server.creds"
 	PublisherCreds = "publisher.creds"
 )
@@ -82,8 +84,12 @@ func Init(cfg InitConfig) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
+	for i, f := range files {
 		if err := writeNew(filepath.Join(cfg.Dir, f.name), f.data, f.mode); err != nil {
+			// Nothing half made: a later init starts afresh.
+			for _, w := range files[:i] {
+				os.Remove(filepath.Join(cfg.Dir, w.name))
+			}
 			return err
 		}
 	}
@@ -113,7 +119,7 @@ func initFiles(cfg InitConfig) ([]initFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signing the operator: %w", err)
 	}
-	account := func(name string, js bool) (nkeys.KeyPair, string, string, error) {
+	account := func(name string, js bool, ex jwt.Exports, im jwt.Imports) (nkeys.KeyPair, string, string, error) {
 		akp, err := nkeys.CreateAccount()
 		if err != nil {
 			return nil, "", "", fmt.Errorf("making account %s: %w", name, err)
@@ -124,17 +130,26 @@ func initFiles(cfg InitConfig) ([]initFile, error) {
 		if js {
 			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{DiskStorage: cfg.MaxDisk, MemoryStorage: 64 << 20, Streams: 16, Consumer: 100000}
 		}
+		ac.Exports, ac.Imports = ex, im
 		ajwt, err := ac.Encode(okp)
 		if err != nil {
 			return nil, "", "", fmt.Errorf("signing account %s: %w", name, err)
 		}
 		return akp, apub, ajwt, nil
 	}
-	_, syspub, sysjwt, err := account("SYS", false)
+	_, syspub, sysjwt, err := account("SYS", false, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	akp, apub, ajwt, err := account("IPFENCE", true)
+	akp, apub, ajwt, err := account("IPFENCE", true, exports(), nil)
+	if err != nil {
+		return nil, err
+	}
+	agkp, agpub, agjwt, err := account("IPFENCE_AGENTS", false, nil, imports(Agent, apub))
+	if err != nil {
+		return nil, err
+	}
+	bkp, bpub, bjwt, err := account("IPFENCE_BANS", false, nil, imports(Bans, apub))
 	if err != nil {
 		return nil, err
 	}
@@ -146,17 +161,23 @@ func initFiles(cfg InitConfig) ([]initFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	oseed, _ := okp.Seed()
-	aseed, _ := akp.Seed()
+	seed := func(kp nkeys.KeyPair) []byte {
+		sd, _ := kp.Seed()
+		return append(sd, '\n')
+	}
 	conf := fmt.Sprintf(`# Written by ipfence server init on %s: the fleet's NATS with TLS and
 # NATS JWT users. The users and their permissions are in their JWTs, signed
-# by the account key in %s (ipfence server creds issues more); this file only
-# names the operator and the accounts. Regenerate rather than edit.
+# by their role's account key (%s and the others; ipfence server creds
+# issues more); this file only names the operator and the accounts: the
+# fleet's, which holds the streams, and the agents' and ban writers', which
+# import only what they may use. Regenerate rather than edit.
 
 operator: %q
 system_account: %s
 resolver: MEMORY
 resolver_preload: {
+  %s: %q
+  %s: %q
   %s: %q
   %s: %q
 }
@@ -169,33 +190,41 @@ tls {
 
 max_payload: 1MB
 max_connections: 65536
-`, cfg.Now.UTC().Format(time.RFC3339), AccountFile, ojwt, syspub, syspub, sysjwt, apub, ajwt,
+`, cfg.Now.UTC().Format(time.RFC3339), AccountFile, ojwt, syspub, syspub, sysjwt, apub, ajwt, agpub, agjwt, bpub, bjwt,
 		filepath.Join(cfg.RunDir, ServerCertFile), filepath.Join(cfg.RunDir, serverKeyFile))
 	return []initFile{
 		{CAFile, caPEM, 0o644},
 		{caKeyFile, caKeyPEM, 0o600},
 		{ServerCertFile, certPEM, 0o644},
 		{serverKeyFile, keyPEM, 0o600},
-		{OperatorFile, append(oseed, '\n'), 0o600},
-		{AccountFile, append(aseed, '\n'), 0o600},
+		{OperatorFile, seed(okp), 0o600},
+		{AccountFile, seed(akp), 0o600},
+		{agentsFile, seed(agkp), 0o600},
+		{bansFile, seed(bkp), 0o600},
 		{ServerCreds, server, 0o600},
 		{PublisherCreds, publisher, 0o600},
 		{ConfFile, []byte(conf), 0o600}, // last: its presence says the folder is complete
 	}, nil
 }
 
-// LoadAccount reads the account key Init wrote into dir.
-func LoadAccount(dir string) (nkeys.KeyPair, error) {
-	b, err := os.ReadFile(filepath.Join(dir, AccountFile))
+// LoadAccount reads the key of role r's account from the folder Init
+// wrote.
+func LoadAccount(dir string, r Role) (nkeys.KeyPair, error) {
+	file := map[Role]string{Publisher: AccountFile, Agent: agentsFile, Bans: bansFile}[r]
+	if file == "" {
+		return nil, fmt.Errorf("%w %q", ErrRole, r)
+	}
+	path := filepath.Join(dir, file)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading the fleet's account key: %w (run `ipfence server init` first)", err)
+		return nil, fmt.Errorf("reading the %s account key: %w (run `ipfence server init` first)", r, err)
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 	if err != nil {
-		return nil, fmt.Errorf("%s: not an account key: %w", filepath.Join(dir, AccountFile), err)
+		return nil, fmt.Errorf("%s: not an account key: %w", path, err)
 	}
 	if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
-		return nil, fmt.Errorf("%s: not an account key", filepath.Join(dir, AccountFile))
+		return nil, fmt.Errorf("%s: not an account key", path)
 	}
 	return kp, nil
 }
@@ -204,7 +233,7 @@ func LoadAccount(dir string) (nkeys.KeyPair, error) {
 // credentials of a user of role r named name, signed with the account
 // key Init wrote into dir.
 func IssueFile(dir string, r Role, name, out string, expires time.Duration, now time.Time) error {
-	akp, err := LoadAccount(dir)
+	akp, err := LoadAccount(dir, r)
 	if err != nil {
 		return err
 	}

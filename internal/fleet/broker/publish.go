@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -99,6 +101,9 @@ type Moved struct {
 // exact in JSON readers that use doubles, and never wrapping around.
 const maxSeq = 1 << 53
 
+// maxReported bounds the revisions a host's status may report and count.
+const maxReported = 1 << 32
+
 // ErrSeq is returned when a group's next sequence number would be out of
 // range.
 var ErrSeq = errors.New("sequence number out of range")
@@ -193,15 +198,15 @@ func (h *Hub) nextSeq(ctx context.Context, group string, prev *fleet.Pointer) (u
 	}
 	var last uint64
 	for _, s := range sts {
-		if s.Group != group {
+		if s.Group != group || s.Unreadable != "" {
 			continue
 		}
-		seq := max(s.Seq, s.FailedSeq, s.Watermark)
-		if seq >= maxSeq {
-			return 0, fmt.Errorf("%w: host %s of group %s reports revision %d, not below %d (a forged status? delete key %s of bucket %s)",
-				ErrSeq, s.Host, group, seq, uint64(maxSeq), hostKey(s.Host), StatusBucket)
+		// An agent writes its own status, and may claim anything there:
+		// a revision no publisher could have reached (2^32 publishes)
+		// would use up the group's seqs, so it does not count.
+		if seq := max(s.Seq, s.FailedSeq, s.Watermark); seq < maxReported {
+			last = max(last, seq)
 		}
-		last = max(last, seq)
 	}
 	return last + 1, nil
 }
@@ -260,47 +265,52 @@ func (h *Hub) Pointers(ctx context.Context, pub ed25519.PublicKey) (map[string]*
 // Pointer returns group's current pointer as stored (nil when it has
 // none), for the caller to verify.
 func (h *Hub) Pointer(ctx context.Context, group string) ([]byte, error) {
-	kv, err := h.kv(ctx, PolicyBucket)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := h.ctx(ctx)
-	defer cancel()
-	e, err := kv.Get(rctx, groupKey(group))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	d, err := h.directLast(ctx, policyStream, "$KV."+PolicyBucket+"."+groupKey(group))
+	switch {
+	case errors.Is(err, ErrNotStored):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading group %s's pointer: %w", group, err)
+	case header(d.hdr, "KV-Operation") != "": // deleted or purged
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("reading group %s's pointer: %w", group, err)
-	}
-	return e.Value(), nil
+	return d.data, nil
 }
 
 // WatchPointer calls fn with group's pointer as stored, now and at every
-// change, until ctx is done. It subscribes to the key's subject (an agent
-// may make no consumer): an update missed while NATS was away is the
-// caller's to poll for.
+// change, until ctx is done. A message on the key's subject only says
+// to read it again: the subject also carries what the stream refused
+// (a publisher's write that lost a race). An update missed while NATS
+// was away is the caller's to poll for.
 func (h *Hub) WatchPointer(ctx context.Context, group string, fn func([]byte)) error {
-	ch := make(chan *nats.Msg, 8)
-	sub, err := h.nc.ChanSubscribe("$KV."+PolicyBucket+"."+groupKey(group), ch)
+	changed := make(chan struct{}, 1)
+	sub, err := h.nc.Subscribe("$KV."+PolicyBucket+"."+groupKey(group), func(*nats.Msg) {
+		select {
+		case changed <- struct{}{}:
+		default: // a read is due already
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("watching group %s's pointer: %w", group, err)
 	}
 	defer sub.Unsubscribe()
-	cur, err := h.Pointer(ctx, group)
-	if err != nil {
+	read := func() error {
+		cur, err := h.Pointer(ctx, group)
+		if err == nil && cur != nil {
+			fn(cur)
+		}
 		return err
 	}
-	if cur != nil {
-		fn(cur)
+	if err := read(); err != nil {
+		return err
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-ch:
-			if len(m.Data) > 0 { // not a delete or purge
-				fn(m.Data)
+		case <-changed:
+			if err := read(); err != nil {
+				return err
 			}
 		}
 	}
@@ -341,28 +351,26 @@ var ErrBundleSize = fmt.Errorf("%w: another size", fleet.ErrDigest)
 
 // Bundle returns the bytes stored under digest, if they are size bytes
 // long (the signed pointer's size: nothing larger is read), for the
-// caller to check against the pointer. The chunks are read with direct
-// gets: an agent may make no consumer.
+// caller to check against the pointer. It reads the object's chunks
+// with direct gets: an agent may make no consumer.
 func (h *Hub) Bundle(ctx context.Context, digest string, size int64) ([]byte, error) {
-	obs, err := h.store(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := h.ctx(ctx)
-	info, err := obs.GetInfo(rctx, digest)
-	cancel()
+	d, err := h.directLast(ctx, bundleStream, "$O."+BundleStore+".M."+base64.URLEncoding.EncodeToString([]byte(digest)))
 	if err != nil {
 		return nil, fmt.Errorf("fetching bundle %s: %w", digest, err)
 	}
-	if info.Size != uint64(size) {
-		return nil, fmt.Errorf("%w: %s is %d bytes, its pointer says %d", ErrBundleSize, digest, info.Size, size)
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(d.data, &info); err != nil || info.NUID == "" || strings.ContainsAny(info.NUID, ".*> ") {
+		return nil, fmt.Errorf("fetching bundle %s: unreadable object information", digest)
+	}
+	if info.Deleted || info.Size != uint64(size) {
+		return nil, fmt.Errorf("%w: %s is %d bytes (deleted: %v), its pointer says %d", ErrBundleSize, digest, info.Size, info.Deleted, size)
 	}
 	data := make([]byte, 0, size)
-	err = h.directEach(ctx, "OBJ_"+BundleStore, "$O."+BundleStore+".C."+info.NUID, func(_ string, chunk []byte) error {
-		if int64(len(data)+len(chunk)) > size {
+	err = h.directEach(ctx, bundleStream, "$O."+BundleStore+".C."+info.NUID, func(m *directMsg) error {
+		if int64(len(data)+len(m.data)) > size {
 			return fmt.Errorf("%w: %s has more than %d bytes", ErrBundleSize, digest, size)
 		}
-		data = append(data, chunk...)
+		data = append(data, m.data...)
 		return nil
 	})
 	if err != nil {

@@ -4,23 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nats-io/nats.go"
+	"strings"
 
 	"github.com/ipfence/ipfence/internal/fleet"
 )
 
-// PutStatus writes s as its host's status.
+// PutStatus writes s as its host's status (an agent may write its own
+// key only).
 func (h *Hub) PutStatus(ctx context.Context, s *fleet.Status) error {
-	kv, err := h.kv(ctx, StatusBucket)
-	if err != nil {
-		return err
-	}
 	data, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("encoding the status: %w", err)
 	}
-	rctx, cancel := h.ctx(ctx)
-	defer cancel()
-	if _, err := kv.Put(rctx, hostKey(s.Host), data); err != nil {
+	if err := h.publishStored(ctx, &nats.Msg{Subject: "$KV." + StatusBucket + "." + hostKey(s.Host), Data: data}); err != nil {
 		return fmt.Errorf("writing the status: %w", err)
 	}
 	return nil
@@ -30,9 +27,17 @@ func (h *Hub) PutStatus(ctx context.Context, s *fleet.Status) error {
 func (h *Hub) Statuses(ctx context.Context) ([]fleet.Status, error) {
 	var out []fleet.Status
 	err := h.each(ctx, StatusBucket, "host.>", func(key string, v []byte) error {
+		// An agent may write anything under its key: a status that does
+		// not read, or names another host, is reported as such.
+		host := strings.TrimPrefix(key, "host.")
 		var s fleet.Status
 		if err := json.Unmarshal(v, &s); err != nil {
-			return fmt.Errorf("status %s: %w", key, err)
+			s = fleet.Status{Host: host, Unreadable: fmt.Sprintf("not a status: %v", err)}
+		} else if s.Host != host {
+			s = fleet.Status{Host: host, Unreadable: fmt.Sprintf("written for host %q", s.Host)}
+		}
+		if s.Unreadable != "" {
+			s.LastError = "unreadable status: " + s.Unreadable
 		}
 		out = append(out, s)
 		return nil
