@@ -81,7 +81,7 @@ func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 			p.Pub.Allow.Add(importedAPI+".DIRECT.GET."+s, importedAPI+".DIRECT.GET."+s+".>")
 		}
 		p.Pub.Allow.Add("$KV." + StatusBucket + "." + hostKey(host))
-		p.Sub.Allow.Add(inbox, "$KV."+PolicyBucket+".group.>", banSubjects+">")
+		p.Sub.Allow.Add(inbox, "$KV."+PolicyBucket+".group.>", bansStored+">")
 	case Bans:
 		p.Pub.Allow.Add(banSubjects+"*", importedAPI+".DIRECT.GET."+BanStream+"."+banSubjects+"*")
 		p.Sub.Allow.Add(inbox)
@@ -105,7 +105,7 @@ func exports() jwt.Exports {
 	e.Add(&jwt.Export{Name: "status", Subject: jwt.Subject("$KV." + StatusBucket + ".host.*"), Type: jwt.Service},
 		&jwt.Export{Name: "bans", Subject: jwt.Subject(banSubjects + "*"), Type: jwt.Service},
 		&jwt.Export{Name: "pointers", Subject: jwt.Subject("$KV." + PolicyBucket + ".group.>"), Type: jwt.Stream},
-		&jwt.Export{Name: "ban stream", Subject: jwt.Subject(banSubjects + ">"), Type: jwt.Stream})
+		&jwt.Export{Name: "stored bans", Subject: jwt.Subject(bansStored + ">"), Type: jwt.Stream})
 	return e
 }
 
@@ -125,7 +125,7 @@ func imports(r Role, fleet string) jwt.Imports {
 		direct(policyStream, bundleStream, BanStream)
 		im.Add(&jwt.Import{Name: "status", Account: fleet, Type: jwt.Service, Subject: jwt.Subject("$KV." + StatusBucket + ".host.*")},
 			&jwt.Import{Name: "pointers", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject("$KV." + PolicyBucket + ".group.>")},
-			&jwt.Import{Name: "ban stream", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject(banSubjects + ">")})
+			&jwt.Import{Name: "stored bans", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject(bansStored + ">")})
 	case Bans:
 		direct(BanStream)
 		im.Add(&jwt.Import{Name: "bans", Account: fleet, Type: jwt.Service, Subject: jwt.Subject(banSubjects + "*")})

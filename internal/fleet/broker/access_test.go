@@ -170,6 +170,17 @@ func TestAccess(t *testing.T) {
 	if err := writer.PublishBan(ctx, &fleet.Ban{Prefix: ban2.Prefix, Created: time.Now(), Unban: true}, priv); err != nil {
 		t.Fatalf("ban writer unbanning: %v", err)
 	}
+	// Both reach the agent following the bans, as the stream stored them.
+	for _, unban := range []bool{false, true} {
+		select {
+		case d := <-bans:
+			if b, err := fleet.VerifyBan(d, pub); err != nil || b.Prefix != ban2.Prefix || b.Unban != unban {
+				t.Fatalf("agent following bans: %+v, %v; want %v's (unban %v)", b, err, ban2.Prefix, unban)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("agent: the ban writer's ban (unban %v) did not arrive", unban)
+		}
+	}
 
 	// What the publisher reads back before and after the attacks.
 	snapshot := func() string {

@@ -74,7 +74,7 @@ func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) 
 func (h *Hub) FollowBans(ctx context.Context, fn func(subject string, data []byte)) error {
 	ch := make(chan *nats.Msg, 4096)
 	reconnects := h.nc.Stats().Reconnects
-	sub, err := h.nc.ChanSubscribe(banSubjects+">", ch)
+	sub, err := h.nc.ChanSubscribe(bansStored+">", ch)
 	if err != nil {
 		return fmt.Errorf("following the fleet bans: %w", err)
 	}
@@ -93,7 +93,9 @@ func (h *Hub) FollowBans(ctx context.Context, fn func(subject string, data []byt
 		case <-ctx.Done():
 			return nil
 		case m := <-ch:
-			fn(m.Subject, m.Data)
+			// The stream's copy: the subject it was stored under is the
+			// server's header, after any the writer set.
+			fn(header(m.Header, "Nats-Subject"), m.Data)
 		case <-tick.C:
 			// Messages published while away are in the stream only: start
 			// over (the caller calls again).
