@@ -25,16 +25,16 @@ import (
 
 // Names of the buckets and the stream.
 const (
-	PolicyBucket  = "ipfence_policy"
-	BundleStore   = "ipfence_bundles"
-	StatusBucket  = "ipfence_status"
-	BanStream     = "IPFENCE_BANS"
-	banSubjects   = "ipfence.bans."
+	PolicyBucket = "ipfence_policy"
+	BundleStore  = "ipfence_bundles"
+	StatusBucket = "ipfence_status"
+	BanStream    = "IPFENCE_BANS"
+	banSubjects  = "ipfence.bans."
 	// bansStored is where the bans stream republishes each ban or unban
 	// it stored: what agents follow (only what the stream took, and it
 	// reaches their account, which a ban writer's publish, arriving
 	// through an import, does not).
-	bansStored = "ipfence.banned."
+	bansStored    = "ipfence.banned."
 	policyHistory = 64
 	maxBanMsg     = 4 << 10 // a signed ban is well under 1 KiB
 	maxBans       = 1 << 20 // fleet bans in force
