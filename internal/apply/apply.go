@@ -174,17 +174,18 @@ func (t *Target) log() *slog.Logger {
 }
 
 // backend returns the Backend of kind k in t (flavour: the iptables
-// flavour, for ipset and iptables-split).
-func (t *Target) backend(k plan.Backend, flavour string) Backend {
+// flavour, for ipset and iptables-split; prev, the last apply's record,
+// may vouch for chains or a table without ipfence's mark).
+func (t *Target) backend(k plan.Backend, flavour string, prev *statedir.Applied) Backend {
 	switch k {
 	case plan.XDP:
 		o := t.XDP
 		o.NetNS = t.NetNS
 		return &xdpBackend{opt: o}
 	case plan.IPSet, plan.IPTablesSplit:
-		return &iptBackend{kind: k, netns: t.NetNS, flavour: flavour, log: t.log()}
+		return &iptBackend{kind: k, netns: t.NetNS, flavour: flavour, log: t.log(), prev: prev}
 	}
-	return t.nftables(nil)
+	return t.nftables(prev)
 }
 
 // nftables is t's nftables backend. prev, the last apply's record, may
@@ -198,7 +199,7 @@ func (t *Target) nftables(prev *statedir.Applied) *nftBackend {
 // last apply's record).
 func (t *Target) main(c *Compiled, prev *statedir.Applied) Backend {
 	if c.Plan.Backend.IPTables() {
-		return t.backend(c.Plan.Backend, c.Flavour)
+		return t.backend(c.Plan.Backend, c.Flavour, prev)
 	}
 	return t.nftables(prev)
 }
@@ -292,7 +293,7 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	if !o.KeepXDP && main.Kind() == plan.NFTables {
 		// Without XDP rules the stage detaches a program left by an
 		// earlier apply (the record may be lost: it looks anyway).
-		if xs, err = t.backend(plan.XDP, "").Prepare(ctx, c); err != nil {
+		if xs, err = t.backend(plan.XDP, "", nil).Prepare(ctx, c); err != nil {
 			return nil, err
 		}
 		defer xs.Close()
@@ -377,12 +378,12 @@ func (t *Target) handOver(ctx context.Context, prev *statedir.Applied, c *Compil
 		// only when it has ipfence's mark).
 		old = t.nftables(prev)
 		if prev != nil && prev.HasXDP() {
-			if _, err := t.backend(plan.XDP, "").Flush(ctx, table); err != nil {
+			if _, err := t.backend(plan.XDP, "", nil).Flush(ctx, table); err != nil {
 				return fmt.Errorf("the %s rules are in force, but detaching the XDP program of the last apply failed: %w", main.Kind(), err)
 			}
 		}
 	case prev != nil && prev.IPTables():
-		old = t.backend(prev.Backend, prev.Flavour)
+		old = t.backend(prev.Backend, prev.Flavour, prev)
 	default:
 		return nil
 	}
@@ -432,10 +433,10 @@ func (t *Target) Flush(ctx context.Context, table string) (FlushReport, error) {
 	if r.Table, err = t.nftables(t.Previous()).Flush(ctx, table); err != nil {
 		return r, fmt.Errorf("flushing: %w", err)
 	}
-	if r.XDP, err = t.backend(plan.XDP, "").Flush(ctx, table); err != nil {
+	if r.XDP, err = t.backend(plan.XDP, "", nil).Flush(ctx, table); err != nil {
 		return r, fmt.Errorf("flushing XDP: %w", err)
 	}
-	if r.IPTables, err = t.backend(plan.IPSet, "").Flush(ctx, table); err != nil {
+	if r.IPTables, err = t.backend(plan.IPSet, "", t.Previous()).Flush(ctx, table); err != nil {
 		return r, fmt.Errorf("flushing the iptables chains and ipsets: %w", err)
 	}
 	if err := t.State.ForgetApplied(t.NetNS); err != nil {
@@ -501,14 +502,14 @@ func (t *Target) Status(ctx context.Context, table string) (*Status, error) {
 	if s.Applied != nil && s.Applied.ConnectionAware() {
 		s.Conntrack = ReadConntrack(t.NetNS)
 	}
-	if err := t.backend(plan.NFTables, "").Status(ctx, table, s); err != nil {
+	if err := t.backend(plan.NFTables, "", nil).Status(ctx, table, s); err != nil {
 		return nil, err
 	}
-	if err := t.backend(plan.XDP, "").Status(ctx, table, s); err != nil {
+	if err := t.backend(plan.XDP, "", nil).Status(ctx, table, s); err != nil {
 		return nil, err
 	}
 	if s.Applied != nil && s.Applied.IPTables() {
-		if err := t.backend(s.Applied.Backend, s.Applied.Flavour).Status(ctx, table, s); err != nil {
+		if err := t.backend(s.Applied.Backend, s.Applied.Flavour, nil).Status(ctx, table, s); err != nil {
 			return nil, err
 		}
 	}

@@ -270,12 +270,17 @@ type iptBackend struct {
 	netns   string
 	flavour string
 	log     *slog.Logger
+	// prev is the last apply's record (nil: none), which may vouch for
+	// chains without ipfence's mark.
+	prev *statedir.Applied
 }
 
 func (*iptBackend) isBackend()           {}
 func (b *iptBackend) Kind() plan.Backend { return b.kind }
 
-func (b *iptBackend) options() ipt.Options { return ipt.Options{NetNS: b.netns, Flavour: b.flavour} }
+func (b *iptBackend) options(table string) ipt.Options {
+	return ipt.Options{NetNS: b.netns, Flavour: b.flavour, Adopt: b.prev.VouchesChains(table)}
+}
 
 func (b *iptBackend) Sink(c *Compiled) bansets.Sink {
 	if b.kind != plan.IPSet {
@@ -289,11 +294,13 @@ func (b *iptBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
 }
 
 func (b *iptBackend) Flush(ctx context.Context, table string) (bool, error) {
-	return ipt.Flush(ctx, table, ipt.Options{NetNS: b.netns})
+	o := b.options(table)
+	o.Flavour = "" // every flavour installed
+	return ipt.Flush(ctx, table, o)
 }
 
 func (b *iptBackend) Status(ctx context.Context, table string, s *Status) error {
-	is, err := ipt.ReadStatus(ctx, table, b.options())
+	is, err := ipt.ReadStatus(ctx, table, b.options(table))
 	if err != nil {
 		return fmt.Errorf("reading the iptables status: %w", err)
 	}
@@ -312,7 +319,7 @@ type iptStage struct {
 func (s *iptStage) Commit(ctx context.Context, bans *bansets.Controller) error {
 	sink := s.b.Sink(s.c)
 	return bans.Load(sink, func(snap bansets.Snapshot, now time.Time) (err error) {
-		if s.result, err = ipt.Apply(ctx, s.c.IPT, s.b.options()); err != nil {
+		if s.result, err = ipt.Apply(ctx, s.c.IPT, s.b.options(s.c.Plan.Table)); err != nil {
 			return fmt.Errorf("applying to the kernel: %w", err)
 		}
 		if is, ok := sink.(*bansets.IPSetSink); ok {

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"net/netip"
 	"regexp"
+	"strings"
 	"testing"
 
 	"go4.org/netipx"
 
+	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/statedir"
@@ -78,14 +81,83 @@ func TestUnmarkedTable(t *testing.T) {
 	}
 }
 
-// compileDrop compiles a policy for table that drops 192.0.2.0/24.
-func compileDrop(t *testing.T, table string) *Compiled {
+// TestUnmarkedChains is TestUnmarkedTable for the iptables backends:
+// chains an older ipfence loaded (no mark) are taken over and marked
+// when its record vouches, once; after that, and for a record of
+// another table, unmarked chains of the name are refused.
+func TestUnmarkedChains(t *testing.T) {
+	lab := netnstest.New(t, "ipset", "iptables-nft-restore", "ip6tables-nft-restore")
+	ctx := context.Background()
+	tg := &Target{NetNS: lab.FW, State: statedir.Dir{Path: t.TempDir()}}
+	c := compileDrop(t, "ipfence", plan.IPSet)
+	mustApply(t, tg, c)
+	save := func() string { return netnstest.Exec(t, lab.FW, "iptables-nft-save", "-t", "mangle") }
+	if !strings.Contains(save(), ipt.Mark) {
+		t.Fatalf("ipfence's chains are not marked:\n%s", save())
+	}
+
+	unmarkChains(t, lab.FW)
+	oldRecord(t, tg)
+	mustApply(t, tg, c)
+	if !strings.Contains(save(), ipt.Mark) || !tg.Previous().Marked {
+		t.Fatalf("the chains an older ipfence loaded are not marked after the apply that took them over:\n%s", save())
+	}
+
+	unmarkChains(t, lab.FW)
+	before := save()
+	if _, err := applyTo(tg, c); !errors.Is(err, ipt.ErrNotOwned) {
+		t.Errorf("apply over unmarked chains after the upgrade: %v, want ErrNotOwned", err)
+	}
+	if _, err := tg.Flush(ctx, "ipfence"); !errors.Is(err, ipt.ErrNotOwned) {
+		t.Errorf("flush of unmarked chains after the upgrade: %v, want ErrNotOwned", err)
+	}
+	if after := save(); after != before {
+		t.Errorf("the unmarked chains changed:\n%s", after)
+	}
+	oldRecord(t, tg)
+	if r, err := tg.Flush(ctx, "ipfence"); err != nil || !r.IPTables {
+		t.Errorf("flush of the older ipfence's chains: %+v, %v", r, err)
+	}
+}
+
+// unmarkChains makes ipfence's chains in ns what an ipfence from before
+// the mark loaded: the same rules without the marks.
+func unmarkChains(t *testing.T, ns string) {
+	t.Helper()
+	dump := netnstest.Exec(t, ns, "iptables-nft-save")
+	var keep []string
+	for _, l := range strings.Split(dump, "\n") {
+		if strings.Contains(l, "--comment \""+ipt.Mark+"\" -j RETURN") || strings.Contains(l, "--comment "+ipt.Mark+" -j RETURN") {
+			continue
+		}
+		keep = append(keep, strings.Replace(l, " -m comment --comment "+ipt.Mark, "", 1))
+	}
+	cmd, err := netns.Command(context.Background(), ns, "iptables-nft-restore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = strings.NewReader(strings.Join(keep, "\n"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("iptables-nft-restore: %v: %s", err, out)
+	}
+	if strings.Contains(netnstest.Exec(t, ns, "iptables-nft-save"), ipt.Mark) {
+		t.Fatal("a mark is left")
+	}
+}
+
+// compileDrop compiles a policy for table that drops 192.0.2.0/24
+// (backend: "" the default).
+func compileDrop(t *testing.T, table string, backend ...plan.Backend) *Compiled {
 	t.Helper()
 	var b netipx.IPSetBuilder
 	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
 	set, _ := b.IPSet()
+	opt := CompileOptions{IPTables: "nft"}
+	if len(backend) > 0 {
+		opt.Backend = backend[0]
+	}
 	c, err := Compile(&plan.Input{Table: table, Priority: -300, Protect: plan.Builtin(),
-		Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, Set: set}}}, CompileOptions{})
+		Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, Set: set}}}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,8 @@ type Applied struct {
 	// raw) ran every rule; Lowering for today's.
 	Lowering int `json:"lowering,omitempty"`
 	// Marked: written by an ipfence that marks its nftables table
-	// (nft.Mark). Records from before the mark have false: see Vouches.
+	// (nft.Mark) and its iptables chains (ipt.Mark). Records from before
+	// the marks have false: see Vouches and VouchesChains.
 	Marked bool `json:"marked,omitempty"`
 }
 
@@ -93,6 +94,13 @@ type Applied struct {
 // it.
 func (a *Applied) Vouches(table string) bool {
 	return a != nil && !a.Marked && !a.IPTables() && a.Table == table
+}
+
+// VouchesChains is Vouches for the iptables backends (ipt.Options.Adopt):
+// a record written before ipfence marked its chains, of an ipset or
+// iptables-split apply of table, vouches for the chains of that name.
+func (a *Applied) VouchesChains(table string) bool {
+	return a != nil && !a.Marked && a.IPTables() && a.Table == table
 }
 
 // Lowering is the kernel layout this ipfence loads: 2, connection-aware

@@ -30,6 +30,44 @@ type Options struct {
 	// Flavour is Legacy or NFT; "" is the flavour the `iptables` command
 	// is (update-alternatives).
 	Flavour string
+	// Adopt takes chains of the name without ipfence's mark (Mark) as
+	// ipfence's: those an older ipfence loaded, which its record of the
+	// last apply vouches for (statedir.Applied.VouchesChains). Without
+	// it, Apply and Flush refuse them (ErrNotOwned).
+	Adopt bool
+}
+
+// ErrNotOwned is wrapped by the error of Apply and Flush when chains of
+// ipfence's name exist in a table without its mark: another program
+// (or the operator) made them, and nothing was changed.
+var ErrNotOwned = errors.New("exist and were not made by ipfence")
+
+// markLine matches a rule that carries Mark, as iptables-save writes
+// it: the end of an entry chain, or a jump to one.
+var markLine = regexp.MustCompile(` -m comment --comment "?` + Mark + `"? -j \S+$`)
+
+// unowned returns the tables of st that hold chains of ipfence's name
+// without the mark in any of them or of the jumps to them.
+func (st *State) unowned() []string {
+	var out []string
+	for i, t := range []*Table{&st.Raw, &st.Mangle, &st.Filter} {
+		if len(t.Chains) > 0 && !slices.ContainsFunc(t.Rules, markLine.MatchString) && !slices.ContainsFunc(t.Jumps, markLine.MatchString) {
+			out = append(out, savedTables[i])
+		}
+	}
+	return out
+}
+
+// checkOwned refuses family f's state st of flavour fl when a table holds
+// chains of prefix without ipfence's mark, unless o.Adopt.
+func checkOwned(st *State, o *Options, fl string, f Family, prefix string) error {
+	tables := st.unowned()
+	if len(tables) == 0 || o.Adopt {
+		return nil
+	}
+	return fmt.Errorf("chains %s and %s-* of %s-%s's table %s in %s %w (no rule of theirs or jump to them has comment %q): ipfence replaces and deletes only its own chains; "+
+		"choose another name (table: in the policy, or --table), or, if an older ipfence loaded them, remove them yourself",
+		prefix, prefix, f.Command(), fl, strings.Join(tables, ", "), netns.Describe(o.NetNS), ErrNotOwned, Mark)
 }
 
 // ErrFlavour is returned for an unknown flavour.
@@ -216,6 +254,9 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 	var cur, want [2]State
 	for _, f := range []Family{IPv4, IPv6} {
 		if cur[f], _, err = current(ctx, &o, fl, f, p.Prefix, false); err != nil {
+			return res, err
+		}
+		if err := checkOwned(&cur[f], &o, fl, f, p.Prefix); err != nil {
 			return res, err
 		}
 		want[f] = p.Desired(f)
@@ -438,6 +479,13 @@ func Flush(ctx context.Context, prefix string, o Options) (bool, error) {
 	if o.Flavour != "" {
 		fls = []string{o.Flavour}
 	}
+	// Every flavour and family is checked before anything is removed.
+	type part struct {
+		fl  string
+		f   Family
+		cur State
+	}
+	var parts []part
 	for _, fl := range fls {
 		for _, f := range []Family{IPv4, IPv6} {
 			cur, _, err := current(ctx, &o, fl, f, prefix, false)
@@ -447,10 +495,16 @@ func Flush(ctx context.Context, prefix string, o Options) (bool, error) {
 			if cur.Empty() {
 				continue
 			}
-			found = true
-			if err := restore(ctx, &o, fl, f, Transition(&cur, &State{})); err != nil {
-				return found, fmt.Errorf("removing ipfence's %s-%s chains: %w", f.Command(), fl, err)
+			if err := checkOwned(&cur, &o, fl, f, prefix); err != nil {
+				return found, err
 			}
+			parts = append(parts, part{fl, f, cur})
+		}
+	}
+	for _, pt := range parts {
+		found = true
+		if err := restore(ctx, &o, pt.fl, pt.f, Transition(&pt.cur, &State{})); err != nil {
+			return found, fmt.Errorf("removing ipfence's %s-%s chains: %w", pt.f.Command(), pt.fl, err)
 		}
 	}
 	sets, err := ownSets(ctx, &o, prefix)

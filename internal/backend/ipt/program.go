@@ -327,6 +327,17 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 // knownConnections lets the packets of the connections conntrack knows
 // pass a stage after conntrack: only the rules before it, the stateless
 // ones, judge them.
+// Mark is the comment of the rule that ends each chain a built-in chain
+// jumps to (the entry of each table's chains), and of those jumps:
+// ipfence's proof that the chains of its name are its own, since
+// iptables chains have no comments. The rule returns, as the chain's end would: it changes no
+// verdict. ipset has no set comments: ipfence's sets are known by their
+// names (the table's, a content hash and a kind, see setPattern), and
+// touched only beside its own chains or where no chain of the name is.
+const Mark = "ipfence-owned"
+
+var ownerMark = Rule{Target: Target{Kind: Return}, Comment: Mark}
+
 var knownConnections = Rule{CtState: "RELATED,ESTABLISHED", Target: Target{Kind: Return}, Comment: "known connections"}
 
 // leading returns the index after the last stateless rule of the

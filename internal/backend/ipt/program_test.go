@@ -57,12 +57,12 @@ func TestRestoreText(t *testing.T) {
 	got := ipt.Transition(&ipt.State{}, &want4)
 	for _, line := range []string{
 		"*filter\n:ipfence-reject - [0:0]\n",
-		"-I INPUT 1 -m mark --mark 0x100000/0x100000 -j ipfence-reject\n",
-		"-I OUTPUT 1 -m mark --mark 0x100000/0x100000 -j ipfence-reject\n",
+		"-I INPUT 1 -m mark --mark 0x100000/0x100000 -m comment --comment ipfence-owned -j ipfence-reject\n",
+		"-I OUTPUT 1 -m mark --mark 0x100000/0x100000 -m comment --comment ipfence-owned -j ipfence-reject\n",
 		"-A ipfence-reject -p tcp -m comment --comment \"ipfence reject\" -j REJECT --reject-with tcp-reset\n",
 		"-A ipfence-reject -m comment --comment \"ipfence reject\" -j REJECT --reject-with icmp-admin-prohibited\n",
 		"*mangle\n:ipfence-in - [0:0]\n",
-		"-I PREROUTING 1 -j ipfence-in\n",
+		"-I PREROUTING 1 -m comment --comment ipfence-owned -j ipfence-in\n",
 		"-A ipfence-in -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment \"known connections\" -j RETURN\n-A ipfence-in -m set",
 		"-m set --match-set " + prog.Sets[0].Name + " src -m comment --comment \"feeds\" -g ipfence-h0\n",
 		// ipset cannot hold 0.0.0.0, which allow-only rules let pass
@@ -356,11 +356,11 @@ func TestLayout(t *testing.T) {
 	text := ipt.Transition(&ipt.State{}, &want)
 	order := []string{
 		"*filter\n",
-		"-I OUTPUT 1 -m mark --mark 0x100000/0x100000 -j ipfence-reject\n",
+		"-I OUTPUT 1 -m mark --mark 0x100000/0x100000 -m comment --comment ipfence-owned -j ipfence-reject\n",
 		"*mangle\n",
-		"-I OUTPUT 1 -j ipfence-out\n", // inserted first, in reverse
-		"-I FORWARD 1 -j ipfence-out\n",
-		"-I PREROUTING 1 -j ipfence-in\n",
+		"-I OUTPUT 1 -m comment --comment ipfence-owned -j ipfence-out\n", // inserted first, in reverse
+		"-I FORWARD 1 -m comment --comment ipfence-owned -j ipfence-out\n",
+		"-I PREROUTING 1 -m comment --comment ipfence-owned -j ipfence-in\n",
 		"-A ipfence-in -m mark --mark 0x100000/0x100000 -m comment --comment \"rejected before conntrack\" -j RETURN\n",
 		"-A ipfence-in -m mark --mark 0x200000/0x200000 -m comment --comment \"accepted before conntrack\" -g ipfence-pass\n",
 		"-A ipfence-in -m conntrack --ctstate RELATED,ESTABLISHED",
@@ -374,7 +374,7 @@ func TestLayout(t *testing.T) {
 		"-A ipfence-o3 -m comment --comment \"ipfence rule egress\" -j MARK --set-xmark 0x100000/0x100000\n",
 		"-A ipfence-o4 -o lo -m comment --comment \"loopback\" -j RETURN\n",
 		"*raw\n",
-		"-I PREROUTING 1 -j ipfence\n",
+		"-I PREROUTING 1 -m comment --comment ipfence-owned -j ipfence\n",
 		"-A ipfence -m set --match-set ipfence-ban4 src -m comment --comment \"ipfence bans\" -j DROP\n",
 		"\" -g ipfence-h0\n", // office
 		"\" -g ipfence-h1\n", // ddos

@@ -181,10 +181,10 @@ func (p *Program) Desired(f Family) State {
 		rc := &Chain{Name: p.RejectChain(), Rules: []Rule{
 			{Proto: "tcp", Target: Target{Kind: RejectTCP}, Comment: "ipfence reject"},
 			{Target: Target{Kind: RejectOther}, Comment: "ipfence reject"}}}
-		st.Filter = desiredTable(p, f, []*Chain{rc}, nil)
+		st.Filter = desiredTable(p, f, []*Chain{rc}, map[string][]string{rc.Name: nil}) // marked; its jumps follow
 		mark := fmt.Sprintf("-m mark --mark %#x/%#x", p.RejectMark, p.RejectMark)
 		for _, hook := range []string{"INPUT", "FORWARD", "OUTPUT"} {
-			st.Filter.Jumps = append(st.Filter.Jumps, fmt.Sprintf("-A %s %s -j %s", hook, mark, rc.Name))
+			st.Filter.Jumps = append(st.Filter.Jumps, fmt.Sprintf("-A %s %s -m comment --comment %s -j %s", hook, mark, Mark, rc.Name))
 		}
 	}
 	return st
@@ -194,7 +194,9 @@ func (p *Program) Desired(f Family) State {
 var hookOrder = []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 
 // desiredTable is a table of chains, with jumps to those hooks names
-// (chain name: built-in chains).
+// (chain name: built-in chains). The chains hooks names end with
+// ipfence's mark (ownerMark), and the jumps to them carry it too: the
+// chains stay known as ipfence's when another program flushes either.
 func desiredTable(p *Program, f Family, chains []*Chain, hooks map[string][]string) Table {
 	var t Table
 	n := 0
@@ -205,11 +207,14 @@ func desiredTable(p *Program, f Family, chains []*Chain, hooks map[string][]stri
 	for _, c := range chains {
 		t.Chains = append(t.Chains, c.Name)
 		t.Rules = appendChain(t.Rules, f, c)
+		if _, entry := hooks[c.Name]; entry {
+			t.Rules = appendChain(t.Rules, f, &Chain{Name: c.Name, Rules: []Rule{ownerMark}})
+		}
 	}
 	for _, hook := range hookOrder {
 		for _, c := range chains {
 			if slices.Contains(hooks[c.Name], hook) {
-				t.Jumps = append(t.Jumps, "-A "+hook+" -j "+c.Name)
+				t.Jumps = append(t.Jumps, "-A "+hook+" -m comment --comment "+Mark+" -j "+c.Name)
 			}
 		}
 	}
