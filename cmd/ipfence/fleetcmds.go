@@ -393,6 +393,7 @@ and reports them refused). The local ban API and metrics need nftables.`,
 	c.Flags().DurationVar(&cfg.Jitter, "jitter", 2*time.Second, "longest random delay before fetching a new revision (spreads a fleet's fetches)")
 	c.Flags().DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "how often the status is written without a change")
 	c.Flags().DurationVar(&cfg.Poll, "poll", 30*time.Second, "how often the pointer is read besides watching it")
+	c.Flags().DurationVar(&cfg.Watch, "watch", time.Second, "how often the pointer and new fleet bans are read (the watch)")
 	_ = c.MarkFlagRequired("pubkey")
 	return c
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// (default 15s); Poll how often the pointer is read besides the watch
 	// (default 30s).
 	Heartbeat, Poll time.Duration
+	// Watch is how often the pointer and new fleet bans are read
+	// (default 1s): an agent subscribes to nothing but its own inbox.
+	Watch time.Duration
 	// Backend is where this host runs the revisions: nftables (with the
 	// XDP rules the policy asks for), ipset or iptables-split; "" or auto
 	// is what the host supports (doctor.Pick). IPTables is the iptables
@@ -144,6 +147,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 30 * time.Second
+	}
+	if cfg.Watch <= 0 {
+		cfg.Watch = time.Second
 	}
 	if cfg.NATS.Name == "" {
 		cfg.NATS.Name = "ipfence agent " + cfg.Name
@@ -329,7 +335,7 @@ func (a *Agent) followPointer(ctx context.Context) {
 	}
 	go func() {
 		for ctx.Err() == nil {
-			if err := a.broker.WatchPointer(ctx, a.cfg.Group, push); err != nil {
+			if err := a.broker.WatchPointer(ctx, a.cfg.Group, a.cfg.Watch, push); err != nil {
 				a.log.Debug("watching the pointer; trying again", "err", err)
 			}
 			sleep(ctx, time.Second)
@@ -457,15 +463,18 @@ func (a *Agent) Status() fleet.Status {
 // followBans feeds the bans stream to applyBans, from the bans in force
 // on, and follows it again after a failure.
 func (a *Agent) followBans(ctx context.Context) {
+	var refused int
+	var warned time.Time
 	for ctx.Err() == nil {
-		err := a.broker.FollowBans(ctx, func(subject string, data []byte) {
+		err := a.broker.FollowBans(ctx, a.cfg.Watch, func(data []byte) {
 			b, err := fleet.VerifyBan(data, a.cfg.BanKey)
 			if err != nil {
-				a.log.Warn("fleet ban refused", "err", err)
-				return
-			}
-			if want := broker.BanSubject(b.Prefix); subject != want {
-				a.log.Warn("fleet ban refused: signed for another subject", "prefix", b.Prefix, "subject", subject, "want", want)
+				// Anyone with ban credentials can store junk: said once a
+				// minute at most.
+				if refused++; time.Since(warned) > time.Minute {
+					a.log.Warn("fleet bans refused", "count", refused, "last", err)
+					refused, warned = 0, time.Now()
+				}
 				return
 			}
 			select {
@@ -537,8 +546,8 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 			a.log.Warn("fleet ban refused: created in the future (check the clock of who banned)", "prefix", b.Prefix, "created", b.Created)
 			continue
 		}
-		if a.seen.older(b.Prefix, b.Created) || b.Created.Before(seen[b.Prefix]) {
-			continue // an older message replayed
+		if last, ok := seen[b.Prefix]; a.seen.older(b.Prefix, b.Created) || ok && !b.Created.After(last) {
+			continue // an older message replayed, or one applied already
 		}
 		seen[b.Prefix] = b.Created
 		if b.Unban {

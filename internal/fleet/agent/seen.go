@@ -66,11 +66,11 @@ func openSeen(path string, now time.Time) (*seenBans, error) {
 	return s, nil
 }
 
-// older reports whether a message of p created at t is older than the
-// newest one applied.
+// older reports whether a message of p created at t is not newer than
+// the newest one applied: a replay, or the same message read again.
 func (s *seenBans) older(p netip.Prefix, t time.Time) bool {
 	seen, ok := s.m[p]
-	return ok && t.Before(seen)
+	return ok && !t.After(seen)
 }
 
 // record remembers the messages of a batch, in one transaction (only in

@@ -20,7 +20,7 @@ func TestSeenBans(t *testing.T) {
 	if err := s.record(map[netip.Prefix]time.Time{a: now, b: now.Add(-seenFor - time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if !s.older(a, now.Add(-time.Second)) || s.older(a, now) {
+	if !s.older(a, now.Add(-time.Second)) || !s.older(a, now) || s.older(a, now.Add(time.Nanosecond)) {
 		t.Fatal("older, in memory")
 	}
 	if err := s.Close(); err != nil {

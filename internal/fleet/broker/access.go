@@ -81,7 +81,9 @@ func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 			p.Pub.Allow.Add(importedAPI+".DIRECT.GET."+s, importedAPI+".DIRECT.GET."+s+".>")
 		}
 		p.Pub.Allow.Add("$KV." + StatusBucket + "." + hostKey(host))
-		p.Sub.Allow.Add(inbox, "$KV."+PolicyBucket+".group.>", bansStored+">")
+		// Its inbox only: all agents share their account, and any could
+		// aim answers at a subject they all followed.
+		p.Sub.Allow.Add(inbox)
 	case Bans:
 		p.Pub.Allow.Add(banSubjects+"*", importedAPI+".DIRECT.GET."+BanStream+"."+banSubjects+"*")
 		p.Sub.Allow.Add(inbox)
@@ -93,8 +95,9 @@ func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 
 // exports are what the fleet's account offers the agents' and ban
 // writers' accounts, and imports what each takes: direct gets of the
-// streams (answers of several messages), writing a status or a ban (a
-// publish acknowledged), and the pointer and ban subjects.
+// streams (answers of several messages), and writing a status or a ban
+// (a publish acknowledged). Host names may have dots: a status key is
+// host.> (an agent's permission names its own).
 func exports() jwt.Exports {
 	var e jwt.Exports
 	for _, s := range []string{policyStream, bundleStream, BanStream} {
@@ -102,10 +105,8 @@ func exports() jwt.Exports {
 			e.Add(&jwt.Export{Name: subj, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream})
 		}
 	}
-	e.Add(&jwt.Export{Name: "status", Subject: jwt.Subject("$KV." + StatusBucket + ".host.*"), Type: jwt.Service},
-		&jwt.Export{Name: "bans", Subject: jwt.Subject(banSubjects + "*"), Type: jwt.Service},
-		&jwt.Export{Name: "pointers", Subject: jwt.Subject("$KV." + PolicyBucket + ".group.>"), Type: jwt.Stream},
-		&jwt.Export{Name: "stored bans", Subject: jwt.Subject(bansStored + ">"), Type: jwt.Stream})
+	e.Add(&jwt.Export{Name: "status", Subject: jwt.Subject("$KV." + StatusBucket + ".host.>"), Type: jwt.Service},
+		&jwt.Export{Name: "bans", Subject: jwt.Subject(banSubjects + "*"), Type: jwt.Service})
 	return e
 }
 
@@ -123,9 +124,7 @@ func imports(r Role, fleet string) jwt.Imports {
 	switch r {
 	case Agent:
 		direct(policyStream, bundleStream, BanStream)
-		im.Add(&jwt.Import{Name: "status", Account: fleet, Type: jwt.Service, Subject: jwt.Subject("$KV." + StatusBucket + ".host.*")},
-			&jwt.Import{Name: "pointers", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject("$KV." + PolicyBucket + ".group.>")},
-			&jwt.Import{Name: "stored bans", Account: fleet, Type: jwt.Stream, Subject: jwt.Subject(bansStored + ">")})
+		im.Add(&jwt.Import{Name: "status", Account: fleet, Type: jwt.Service, Subject: jwt.Subject("$KV." + StatusBucket + ".host.>")})
 	case Bans:
 		direct(BanStream)
 		im.Add(&jwt.Import{Name: "bans", Account: fleet, Type: jwt.Service, Subject: jwt.Subject(banSubjects + "*")})

@@ -67,44 +67,34 @@ func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.Private
 func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) }
 
 // FollowBans calls fn with every ban message in force on the stream,
-// then with each new one as it arrives, until ctx is done; after a
-// reconnect it reads the stream again (fn may see a message twice, and
-// an older one after a newer: the caller orders by the signed time). It
-// subscribes and reads with direct gets: an agent may make no consumer.
-func (h *Hub) FollowBans(ctx context.Context, fn func(subject string, data []byte)) error {
-	ch := make(chan *nats.Msg, 4096)
-	reconnects := h.nc.Stats().Reconnects
-	sub, err := h.nc.ChanSubscribe(bansStored+">", ch)
-	if err != nil {
-		return fmt.Errorf("following the fleet bans: %w", err)
-	}
-	defer sub.Unsubscribe()
-	// Subscribed first, then read: nothing published in between is lost.
-	if err := h.directEach(ctx, BanStream, banSubjects+">", func(m *directMsg) error {
-		fn(m.subject, m.data)
+// then with each new one, read every period, until ctx is done. It
+// reads with batched direct gets, from where the last read ended: an
+// agent makes no consumer and subscribes to nothing but its inbox. After
+// a reconnect it reads the whole stream again: fn may see a message
+// twice, and an older one after a newer (the caller orders a prefix's
+// messages by their signed time). The messages come without the subject
+// they were stored under: fn goes by the signed prefix.
+func (h *Hub) FollowBans(ctx context.Context, period time.Duration, fn func(data []byte)) error {
+	each := func(data []byte) error {
+		fn(data)
 		return nil
-	}); err != nil {
-		return fmt.Errorf("following the fleet bans: %w", err)
 	}
-	tick := time.NewTicker(time.Second)
+	var next uint64
+	reconnects := h.nc.Stats().Reconnects
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
+		if r := h.nc.Stats().Reconnects; r != reconnects {
+			next, reconnects = 0, r
+		}
+		var err error
+		if next, err = h.directEach(ctx, BanStream, banSubjects+">", next, each); err != nil {
+			return fmt.Errorf("following the fleet bans: %w", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-ch:
-			// The stream's copy: the subject it was stored under is the
-			// server's header, after any the writer set.
-			fn(header(m.Header, "Nats-Subject"), m.Data)
 		case <-tick.C:
-			// Messages published while away are in the stream only: start
-			// over (the caller calls again).
-			if h.nc.Stats().Reconnects != reconnects {
-				return fmt.Errorf("following the fleet bans: NATS reconnected")
-			}
-			if dropped, err := sub.Dropped(); err == nil && dropped > 0 {
-				return fmt.Errorf("following the fleet bans: %d messages dropped", dropped)
-			}
 		}
 	}
 }

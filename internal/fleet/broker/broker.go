@@ -25,16 +25,11 @@ import (
 
 // Names of the buckets and the stream.
 const (
-	PolicyBucket = "ipfence_policy"
-	BundleStore  = "ipfence_bundles"
-	StatusBucket = "ipfence_status"
-	BanStream    = "IPFENCE_BANS"
-	banSubjects  = "ipfence.bans."
-	// bansStored is where the bans stream republishes each ban or unban
-	// it stored: what agents follow (only what the stream took, and it
-	// reaches their account, which a ban writer's publish, arriving
-	// through an import, does not).
-	bansStored    = "ipfence.banned."
+	PolicyBucket  = "ipfence_policy"
+	BundleStore   = "ipfence_bundles"
+	StatusBucket  = "ipfence_status"
+	BanStream     = "IPFENCE_BANS"
+	banSubjects   = "ipfence.bans."
 	policyHistory = 64
 	maxBanMsg     = 4 << 10 // a signed ban is well under 1 KiB
 	maxBans       = 1 << 20 // fleet bans in force
@@ -158,7 +153,7 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 				_, err := h.js.CreateStream(c, jetstream.StreamConfig{Name: BanStream, Subjects: []string{banSubjects + ">"},
 					Description: "ipfence: fleet-wide bans, the last per prefix", Storage: jetstream.FileStorage, Replicas: replicas,
 					MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true,
-					MaxMsgSize: maxBanMsg, MaxMsgs: maxBans, MaxBytes: maxBans * maxBanMsg, RePublish: banRepublish})
+					MaxMsgSize: maxBanMsg, MaxMsgs: maxBans, MaxBytes: maxBans * maxBanMsg})
 				return err
 			}},
 	}
@@ -176,9 +171,6 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 	return h.harden(ctx)
 }
 
-// banRepublish republishes the stored bans where agents follow them.
-var banRepublish = &jetstream.RePublish{Source: banSubjects + ">", Destination: bansStored + ">"}
-
 // harden sets what agents' restricted permissions rely on, also on
 // streams made by an older ipfence: the bans stream answers direct gets
 // (agents may make no consumer), and the status bucket refuses rollups
@@ -187,11 +179,8 @@ var banRepublish = &jetstream.RePublish{Source: banSubjects + ">", Destination: 
 func (h *Hub) harden(ctx context.Context) error {
 	for name, fix := range map[string]func(*jetstream.StreamConfig) bool{
 		BanStream: func(c *jetstream.StreamConfig) bool {
-			changed := !c.AllowDirect || c.MaxMsgSize <= 0 || c.MaxMsgs <= 0 || c.MaxBytes <= 0 || c.RePublish == nil
+			changed := !c.AllowDirect || c.MaxMsgSize <= 0 || c.MaxMsgs <= 0 || c.MaxBytes <= 0
 			c.AllowDirect = true
-			if c.RePublish == nil {
-				c.RePublish = banRepublish
-			}
 			if c.MaxMsgSize <= 0 {
 				c.MaxMsgSize = maxBanMsg
 			}

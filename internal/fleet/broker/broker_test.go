@@ -218,7 +218,7 @@ func TestBans(t *testing.T) {
 	fctx, cancel := context.WithCancel(ctx)
 	got := make(chan *fleet.Ban, 10)
 	go func() {
-		_ = h.FollowBans(fctx, func(_ string, data []byte) {
+		_ = h.FollowBans(fctx, 100*time.Millisecond, func(data []byte) {
 			bn, err := fleet.VerifyBan(data, pub)
 			if err != nil {
 				t.Error(err)

@@ -89,65 +89,80 @@ func (h *Hub) directLast(ctx context.Context, stream, subject string) (*directMs
 	return d, nil
 }
 
-// directEach calls fn with every message of stream whose subject matches
-// filter, in stream order, read with batched direct gets: no consumer is
-// made, so a user allowed only to read (an agent) can. fn's error stops
-// the walk and is returned.
-func (h *Hub) directEach(ctx context.Context, stream, filter string, fn func(m *directMsg) error) error {
+// directEach calls fn with the data of every message of stream whose
+// subject matches filter, from sequence from on, in stream order, read
+// with batched direct gets: no consumer is made, so a user allowed only
+// to read (an agent) can. It returns the sequence to go on from next
+// time. The answers carry no headers (no_hdr): a writer may have stored
+// a header block of its own making (a blank line in it hides the
+// server's headers after it), so only the server's status answers have
+// headers, and the sequence to go on from is the end of a batch's. fn's
+// error stops the walk and is returned.
+func (h *Hub) directEach(ctx context.Context, stream, filter string, from uint64, fn func(data []byte) error) (uint64, error) {
 	inbox := h.nc.NewInbox()
 	sub, err := h.nc.SubscribeSync(inbox)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", stream, err)
+		return from, fmt.Errorf("reading %s: %w", stream, err)
 	}
 	defer sub.Unsubscribe()
-	for seq := uint64(1); ; {
+	for {
 		req, _ := json.Marshal(struct {
-			Seq   uint64 `json:"seq"`
-			Next  string `json:"next_by_subj"`
-			Batch int    `json:"batch"`
-		}{seq, filter, directPage})
+			Seq      uint64 `json:"seq"`
+			Next     string `json:"next_by_subj"`
+			Batch    int    `json:"batch"`
+			MaxBytes int    `json:"max_bytes"`
+			NoHdr    bool   `json:"no_hdr"`
+		}{max(from, 1), filter, directPage, directBytes, true})
 		if err := h.nc.PublishRequest(h.api+".DIRECT.GET."+stream, inbox, req); err != nil {
-			return fmt.Errorf("reading %s: %w", stream, err)
+			return from, fmt.Errorf("reading %s: %w", stream, err)
 		}
-		next, err := h.directPage(ctx, sub, stream, seq, fn)
-		if err != nil || next == 0 {
-			return err
+		next, more, err := h.directPage(ctx, sub, stream, fn)
+		if err != nil {
+			return from, err
 		}
-		seq = next
+		if next > from {
+			from = next
+		}
+		if !more {
+			return from, nil
+		}
 	}
 }
 
-// directPage reads one batch's answers, from sequence from on: the
-// sequence to go on from, 0 when done.
-func (h *Hub) directPage(ctx context.Context, sub *nats.Subscription, stream string, from uint64, fn func(m *directMsg) error) (uint64, error) {
-	last := from - 1
-	for {
+// directBytes bounds the data of one batch.
+const directBytes = 1 << 20
+
+// directPage reads one batch's answers: the sequence after its last
+// message (0: none), and whether more are pending.
+func (h *Hub) directPage(ctx context.Context, sub *nats.Subscription, stream string, fn func(data []byte) error) (uint64, bool, error) {
+	for n := 0; ; n++ {
 		rctx, cancel := h.ctx(ctx)
 		m, err := sub.NextMsgWithContext(rctx)
 		cancel()
 		if err != nil {
-			return 0, fmt.Errorf("reading %s: %w", stream, err)
+			return 0, false, fmt.Errorf("reading %s: %w", stream, err)
 		}
-		d, err := parseDirect(m, stream)
-		var st *errStatus
-		switch {
-		case errors.As(err, &st) && st.code == "404": // nothing (more) matches
-			return 0, nil
-		case errors.As(err, &st) && st.code == "204": // end of this batch
-			if st.pending == 0 || last < from {
-				return 0, nil
+		if len(m.Header) == 0 { // a message's data
+			if n >= directPage {
+				return 0, false, fmt.Errorf("reading %s: more answers than the batch asked for", stream)
 			}
-			return last + 1, nil
-		case err != nil:
-			return 0, fmt.Errorf("reading %s: %w", stream, err)
-		case d.seq <= last:
-			// The server answers in stream order: a sequence that does not
-			// grow is not its answer.
-			return 0, fmt.Errorf("reading %s: sequence %d after %d", stream, d.seq, last)
+			if err := fn(m.Data); err != nil {
+				return 0, false, err
+			}
+			continue
 		}
-		last = d.seq
-		if err := fn(d); err != nil {
-			return 0, err
+		switch st := m.Header.Get("Status"); st {
+		case "404": // nothing (more) matches
+			return 0, false, nil
+		case "204": // end of the batch
+			last, err := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+			if err != nil || last == 0 {
+				return 0, false, fmt.Errorf("reading %s: the end of a batch without its last sequence", stream)
+			}
+			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+			return last + 1, pending > 0, nil
+		default:
+			return 0, false, fmt.Errorf("reading %s: status %s %s", stream, st, m.Header.Get("Description"))
 		}
 	}
 }

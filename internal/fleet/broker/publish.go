@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ipfence/ipfence/internal/fleet"
@@ -277,41 +276,26 @@ func (h *Hub) Pointer(ctx context.Context, group string) ([]byte, error) {
 	return d.data, nil
 }
 
-// WatchPointer calls fn with group's pointer as stored, now and at every
-// change, until ctx is done. A message on the key's subject only says
-// to read it again: the subject also carries what the stream refused
-// (a publisher's write that lost a race). An update missed while NATS
-// was away is the caller's to poll for.
-func (h *Hub) WatchPointer(ctx context.Context, group string, fn func([]byte)) error {
-	changed := make(chan struct{}, 1)
-	sub, err := h.nc.Subscribe("$KV."+PolicyBucket+"."+groupKey(group), func(*nats.Msg) {
-		select {
-		case changed <- struct{}{}:
-		default: // a read is due already
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("watching group %s's pointer: %w", group, err)
-	}
-	defer sub.Unsubscribe()
-	read := func() error {
+// WatchPointer calls fn with group's pointer as stored, now and then
+// every period, until ctx is done: the caller ignores what it ran
+// already. It reads (an agent subscribes to nothing but its inbox: in
+// the agents' shared account any agent could aim answers at a subject
+// they all follow).
+func (h *Hub) WatchPointer(ctx context.Context, group string, period time.Duration, fn func([]byte)) error {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
 		cur, err := h.Pointer(ctx, group)
-		if err == nil && cur != nil {
+		if err != nil {
+			return err
+		}
+		if cur != nil {
 			fn(cur)
 		}
-		return err
-	}
-	if err := read(); err != nil {
-		return err
-	}
-	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-changed:
-			if err := read(); err != nil {
-				return err
-			}
+		case <-tick.C:
 		}
 	}
 }
@@ -366,11 +350,11 @@ func (h *Hub) Bundle(ctx context.Context, digest string, size int64) ([]byte, er
 		return nil, fmt.Errorf("%w: %s is %d bytes (deleted: %v), its pointer says %d", ErrBundleSize, digest, info.Size, info.Deleted, size)
 	}
 	data := make([]byte, 0, size)
-	err = h.directEach(ctx, bundleStream, "$O."+BundleStore+".C."+info.NUID, func(m *directMsg) error {
-		if int64(len(data)+len(m.data)) > size {
+	_, err = h.directEach(ctx, bundleStream, "$O."+BundleStore+".C."+info.NUID, 1, func(chunk []byte) error {
+		if int64(len(data)+len(chunk)) > size {
 			return fmt.Errorf("%w: %s has more than %d bytes", ErrBundleSize, digest, size)
 		}
-		data = append(data, m.data...)
+		data = append(data, chunk...)
 		return nil
 	})
 	if err != nil {
