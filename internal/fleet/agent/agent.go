@@ -465,28 +465,22 @@ func (a *Agent) Status() fleet.Status {
 func (a *Agent) followBans(ctx context.Context) {
 	var refused int
 	var warned time.Time
-	for ctx.Err() == nil {
-		err := a.broker.FollowBans(ctx, a.cfg.Watch, func(data []byte) {
-			b, err := fleet.VerifyBan(data, a.cfg.BanKey)
-			if err != nil {
-				// Anyone with ban credentials can store junk: said once a
-				// minute at most.
-				if refused++; time.Since(warned) > time.Minute {
-					a.log.Warn("fleet bans refused", "count", refused, "last", err)
-					refused, warned = 0, time.Now()
-				}
-				return
-			}
-			select {
-			case a.bans <- b:
-			case <-ctx.Done():
-			}
-		})
+	a.broker.FollowBans(ctx, a.cfg.Watch, func(data []byte) {
+		b, err := fleet.VerifyBan(data, a.cfg.BanKey)
 		if err != nil {
-			a.log.Warn("following the fleet bans; trying again", "err", err)
+			// Anyone with ban credentials can store junk: said once a
+			// minute at most.
+			if refused++; time.Since(warned) > time.Minute {
+				a.log.Warn("fleet bans refused", "count", refused, "last", err)
+				refused, warned = 0, time.Now()
+			}
+			return
 		}
-		sleep(ctx, time.Second)
-	}
+		select {
+		case a.bans <- b:
+		case <-ctx.Done():
+		}
+	}, func(err error) { a.log.Warn("reading the fleet bans; trying again", "err", err) })
 }
 
 // maxClockSkew is how far in the future a fleet ban may be created.

@@ -77,15 +77,13 @@ func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 		if err := CheckName("host", host); err != nil {
 			return p, err
 		}
-		for _, s := range []string{policyStream, bundleStream, BanStream} {
-			p.Pub.Allow.Add(importedAPI+".DIRECT.GET."+s, importedAPI+".DIRECT.GET."+s+".>")
-		}
-		p.Pub.Allow.Add("$KV." + StatusBucket + "." + hostKey(host))
-		// Its inbox only: all agents share their account, and any could
-		// aim answers at a subject they all followed.
+		// Reads through the relay, and its own status key. Its inbox only:
+		// all agents share their account, and any could aim answers at a
+		// subject they all followed.
+		p.Pub.Allow.Add(relaySubject, "$KV."+StatusBucket+"."+hostKey(host))
 		p.Sub.Allow.Add(inbox)
 	case Bans:
-		p.Pub.Allow.Add(banSubjects+"*", importedAPI+".DIRECT.GET."+BanStream+"."+banSubjects+"*")
+		p.Pub.Allow.Add(relaySubject, banSubjects+"*")
 		p.Sub.Allow.Add(inbox)
 	default:
 		return p, fmt.Errorf("%w %q", ErrRole, r)
@@ -94,39 +92,29 @@ func (r Role) Permissions(upub, host string) (jwt.Permissions, error) {
 }
 
 // exports are what the fleet's account offers the agents' and ban
-// writers' accounts, and imports what each takes: direct gets of the
-// streams (answers of several messages), and writing a status or a ban
+// writers' accounts, and imports what each takes: reads through the
+// relay (answers of several messages), and writing a status or a ban
 // (a publish acknowledged). Host names may have dots: a status key is
 // host.> (an agent's permission names its own).
 func exports() jwt.Exports {
 	var e jwt.Exports
-	for _, s := range []string{policyStream, bundleStream, BanStream} {
-		for _, subj := range []string{"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"} {
-			e.Add(&jwt.Export{Name: subj, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream})
-		}
-	}
-	e.Add(&jwt.Export{Name: "status", Subject: jwt.Subject("$KV." + StatusBucket + ".host.>"), Type: jwt.Service},
+	e.Add(&jwt.Export{Name: "agents' reads", Subject: relaySubject + ".agent", Type: jwt.Service, ResponseType: jwt.ResponseTypeStream},
+		&jwt.Export{Name: "ban writers' reads", Subject: relaySubject + ".bans", Type: jwt.Service, ResponseType: jwt.ResponseTypeStream},
+		&jwt.Export{Name: "status", Subject: jwt.Subject("$KV." + StatusBucket + ".host.>"), Type: jwt.Service},
 		&jwt.Export{Name: "bans", Subject: jwt.Subject(banSubjects + "*"), Type: jwt.Service})
 	return e
 }
 
 func imports(r Role, fleet string) jwt.Imports {
 	var im jwt.Imports
-	direct := func(streams ...string) {
-		for _, s := range streams {
-			for _, suffix := range []string{"", ".>"} {
-				im.Add(&jwt.Import{Name: s + suffix, Account: fleet, Type: jwt.Service,
-					Subject:      jwt.Subject("$JS.API.DIRECT.GET." + s + suffix),
-					LocalSubject: jwt.RenamingSubject(importedAPI + ".DIRECT.GET." + s + suffix)})
-			}
-		}
-	}
+	// Each role's reads reach the relay on a subject of their own: the
+	// relay serves a ban writer the bans stream only.
+	im.Add(&jwt.Import{Name: "reads", Account: fleet, Type: jwt.Service, Subject: jwt.Subject(relaySubject + "." + string(r)),
+		LocalSubject: jwt.RenamingSubject(relaySubject)})
 	switch r {
 	case Agent:
-		direct(policyStream, bundleStream, BanStream)
 		im.Add(&jwt.Import{Name: "status", Account: fleet, Type: jwt.Service, Subject: jwt.Subject("$KV." + StatusBucket + ".host.>")})
 	case Bans:
-		direct(BanStream)
 		im.Add(&jwt.Import{Name: "bans", Account: fleet, Type: jwt.Service, Subject: jwt.Subject(banSubjects + "*")})
 	}
 	return im

@@ -131,7 +131,7 @@ func TestAccess(t *testing.T) {
 	bans := make(chan []byte, 4)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _ = agent.FollowBans(fctx, 100*time.Millisecond, func(d []byte) { bans <- d }) }()
+	go agent.FollowBans(fctx, 100*time.Millisecond, func(d []byte) { bans <- d }, func(err error) { t.Log(err) })
 	select {
 	case d := <-bans:
 		if _, err := fleet.VerifyBan(d, pub); err != nil {
@@ -316,24 +316,54 @@ func TestAccess(t *testing.T) {
 	// import's answers go back to the importing account).
 	targets := []string{"$JS.API.STREAM.DELETE.KV_ipfence_policy", "$JS.API.STREAM.PURGE.KV_ipfence_policy", "$JS.API.STREAM.DELETE.IPFENCE_BANS",
 		"$JS.API.STREAM.CREATE.EVIL", "$KV.ipfence_policy.group.web", "$KV.ipfence_status.host.web9", "$O.ipfence_bundles.C.x", "ipfence.bans." + fleet.BanToken(ban.Prefix)}
+	read := func(stream, next, last string) string {
+		return fmt.Sprintf(`{"stream":%q,"next_by_subj":%q,"last_by_subj":%q}`, stream, next, last)
+	}
+	bansRead := read("IPFENCE_BANS", "ipfence.bans.>", "")
 	for _, who := range []struct {
 		creds    string
-		requests []string
+		requests [][2]string // subject, body
 	}{
-		{agentCreds, []string{"ipfence.js.DIRECT.GET.KV_ipfence_policy", "ipfence.js.DIRECT.GET.KV_ipfence_policy.$KV.ipfence_policy.group.web",
-			"ipfence.js.DIRECT.GET.IPFENCE_BANS." + broker.BanSubject(ban.Prefix), "ipfence.js.DIRECT.GET.OBJ_ipfence_bundles", "$KV.ipfence_status.host.web1"}},
-		{bansCreds, []string{"ipfence.js.DIRECT.GET.IPFENCE_BANS." + broker.BanSubject(ban.Prefix)}},
+		{agentCreds, [][2]string{{"ipfence.read", bansRead}, {"ipfence.read", read("KV_ipfence_policy", "", "$KV.ipfence_policy.group.web")},
+			{"ipfence.read", read("OBJ_ipfence_bundles", "$O.ipfence_bundles.C.x", "")}, {"$KV.ipfence_status.host.web1", "{}"}}},
+		{bansCreds, [][2]string{{"ipfence.read", bansRead}, {"ipfence.read", read("IPFENCE_BANS", "", broker.BanSubject(ban.Prefix))}}},
 	} {
 		nc := s.raw(t, who.creds)
 		for _, req := range who.requests {
 			for _, to := range targets {
-				if err := nc.PublishRequest(req, to, []byte("{}")); err != nil {
+				if err := nc.PublishRequest(req[0], to, []byte(req[1])); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// The relay reads the fleet's subjects only, in bounded batches: a
+	// direct get of one's own (a batch of a million, a GiB: the server
+	// loads each batch into memory) is no longer possible, and neither
+	// is a read of another stream, of a wildcard, or for a ban writer of
+	// anything but bans.
+	for _, tc := range []struct {
+		creds, subject, body string
+	}{
+		{agentCreds, "ipfence.js.DIRECT.GET.OBJ_ipfence_bundles", `{"seq":1,"batch":1000000,"max_bytes":1073741824}`},
+		{agentCreds, "ipfence.read", read("OBJ_ipfence_bundles", "$O.ipfence_bundles.C.>", "")},
+		{agentCreds, "ipfence.read", read("KV_ipfence_status", "$KV.ipfence_status.>", "")},
+		{agentCreds, "ipfence.read", read("KV_ipfence_policy", "", "$KV.ipfence_policy.>")},
+		{agentCreds, "ipfence.read", `{"stream":"IPFENCE_BANS","next_by_subj":"ipfence.bans.>","batch":1000000}`},
+		{bansCreds, "ipfence.read", read("OBJ_ipfence_bundles", "$O.ipfence_bundles.C.x", "")},
+		{bansCreds, "ipfence.read", read("KV_ipfence_policy", "", "$KV.ipfence_policy.group.web")},
+	} {
+		m, err := s.raw(t, tc.creds).Request(tc.subject, []byte(tc.body), time.Second)
+		ok := err == nil && m.Header.Get("Status") == ""
+		if strings.Contains(tc.body, "1000000") && tc.subject == "ipfence.read" {
+			// Batch is not the reader's to say: the relay's own applies.
+			ok = err != nil || m.Header.Get("Status") != "" && m.Header.Get("Status") != "204" && m.Header.Get("Status") != "404"
+		}
+		if ok {
+			t.Errorf("%s %s: answered %v", tc.subject, tc.body, m.Header)
 		}
 	}
 	time.Sleep(time.Second)
@@ -346,5 +376,32 @@ func TestAccess(t *testing.T) {
 	}
 	if _, err := writer.Pointer(ctx, "web"); err == nil {
 		t.Error("ban writer read a pointer")
+	}
+
+	// The bans stream made again (its sequences start over): the agent
+	// following it reads it from the start, and misses no ban.
+	js, err := jetstream.New(s.raw(t, filepath.Join(s.dir, broker.PublisherCreds)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, broker.BanStream); err != nil {
+		t.Fatal(err)
+	}
+	if err := publisher.Setup(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ban3 := &fleet.Ban{Prefix: netip.MustParsePrefix("198.18.0.11/32"), Created: time.Now(), Expires: time.Now().Add(time.Hour)}
+	if err := writer.PublishBan(ctx, ban3, priv); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.After(10 * time.Second); ; {
+		select {
+		case d := <-bans:
+			if b, err := fleet.VerifyBan(d, pub); err == nil && b.Prefix == ban3.Prefix {
+				return
+			}
+		case <-deadline:
+			t.Fatal("agent: a ban on the stream made again did not arrive")
+		}
 	}
 }

@@ -68,32 +68,29 @@ func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) 
 
 // FollowBans calls fn with every ban message in force on the stream,
 // then with each new one, read every period, until ctx is done. It
-// reads with batched direct gets, from where the last read ended: an
-// agent makes no consumer and subscribes to nothing but its inbox. After
-// a reconnect it reads the whole stream again: fn may see a message
-// twice, and an older one after a newer (the caller orders a prefix's
-// messages by their signed time). The messages come without the subject
+// reads in batches from where the last read ended (an agent makes no
+// consumer and subscribes to nothing but its inbox), and after a
+// failed read (passed to failed) goes on from there; it reads the whole
+// stream again only when it was made again. fn may see a message twice,
+// and an older one after a newer: the caller orders a prefix's
+// messages by their signed time. The messages come without the subject
 // they were stored under: fn goes by the signed prefix.
-func (h *Hub) FollowBans(ctx context.Context, period time.Duration, fn func(data []byte)) error {
+func (h *Hub) FollowBans(ctx context.Context, period time.Duration, fn func(data []byte), failed func(error)) {
 	each := func(data []byte) error {
 		fn(data)
 		return nil
 	}
 	var next uint64
-	reconnects := h.nc.Stats().Reconnects
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
-		if r := h.nc.Stats().Reconnects; r != reconnects {
-			next, reconnects = 0, r
-		}
 		var err error
-		if next, err = h.directEach(ctx, BanStream, banSubjects+">", next, each); err != nil {
-			return fmt.Errorf("following the fleet bans: %w", err)
+		if next, err = h.directEach(ctx, BanStream, banSubjects+">", next, each); err != nil && ctx.Err() == nil {
+			failed(fmt.Errorf("following the fleet bans: %w", err))
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
 	}

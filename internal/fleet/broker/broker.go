@@ -57,17 +57,13 @@ type Hub struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
-	// api starts the JetStream API subjects: $JS.API in the fleet's
-	// account, the import of agents' and ban writers' accounts there.
-	api string
+	// relay: reads go through `ipfence server`'s relay (agents and ban
+	// writers, whose accounts import nothing else).
+	relay bool
 }
 
-// The JetStream API subjects: the fleet's account's, and where the
-// agents' and ban writers' accounts import the part they may use.
-const (
-	defaultAPI  = "$JS.API"
-	importedAPI = "ipfence.js"
-)
+// defaultAPI starts the JetStream API subjects.
+const defaultAPI = "$JS.API"
 
 // ErrNATS is returned when NATS or its JetStream cannot be reached.
 var ErrNATS = errors.New("NATS unreachable")
@@ -80,7 +76,7 @@ func Connect(o Options, retry bool, extra ...nats.Option) (*Hub, error) {
 	if retry {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
-	api := defaultAPI
+	relay := false
 	if o.Creds != "" {
 		uc, err := credsClaims(o.Creds)
 		if err != nil {
@@ -88,9 +84,8 @@ func Connect(o Options, retry bool, extra ...nats.Option) (*Hub, error) {
 		}
 		// Replies on the user's own inbox: its permissions allow no other.
 		opts = append(opts, nats.UserCredentials(o.Creds), nats.CustomInboxPrefix(Inbox(uc.Subject)))
-		if r := userRole(uc); r == Agent || r == Bans {
-			api = importedAPI
-		}
+		r := userRole(uc)
+		relay = r == Agent || r == Bans
 	}
 	if o.CA != "" {
 		opts = append(opts, nats.RootCAs(o.CA))
@@ -107,7 +102,7 @@ func Connect(o Options, retry bool, extra ...nats.Option) (*Hub, error) {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", ErrNATS, err)
 	}
-	h := &Hub{nc: nc, js: js, timeout: o.Timeout, api: api}
+	h := &Hub{nc: nc, js: js, timeout: o.Timeout, relay: relay}
 	if h.timeout <= 0 {
 		h.timeout = 10 * time.Second
 	}
@@ -219,15 +214,15 @@ func (h *Hub) ctx(parent context.Context) (context.Context, context.CancelFunc) 
 }
 
 // name is what group and host names may be: a KV key token.
-var name = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$`)
+var name = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 
 // ErrName is returned for a group or host name that cannot be a key.
 var ErrName = errors.New("invalid name")
 
 // CheckName returns an error unless s can name a group or a host.
 func CheckName(what, s string) error {
-	if !name.MatchString(s) {
-		return fmt.Errorf("%w: %s %q: use letters, digits, '-', '_' and '.' (up to 128)", ErrName, what, s)
+	if len(s) > 128 || !name.MatchString(s) {
+		return fmt.Errorf("%w: %s %q: use letters, digits, '-', '_' and single dots between them (up to 128)", ErrName, what, s)
 	}
 	return nil
 }

@@ -218,14 +218,14 @@ func TestBans(t *testing.T) {
 	fctx, cancel := context.WithCancel(ctx)
 	got := make(chan *fleet.Ban, 10)
 	go func() {
-		_ = h.FollowBans(fctx, 100*time.Millisecond, func(data []byte) {
+		h.FollowBans(fctx, 100*time.Millisecond, func(data []byte) {
 			bn, err := fleet.VerifyBan(data, pub)
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			got <- bn
-		})
+		}, func(err error) { t.Log(err) })
 	}()
 	defer cancel()
 	var first []*fleet.Ban

@@ -67,14 +67,42 @@ func parseDirect(m *nats.Msg, stream string) (*directMsg, error) {
 	return &directMsg{subject: header(m.Header, "Nats-Subject"), seq: seq, data: m.Data, hdr: m.Header}, nil
 }
 
-// directLast returns the last message stream holds on subject
-// (ErrNotStored: none).
-func (h *Hub) directLast(ctx context.Context, stream, subject string) (*directMsg, error) {
+// read sends a read of stream to the JetStream API, or through the
+// relay, with its answers to reply ("": a request, whose answer is
+// returned).
+func (h *Hub) read(ctx context.Context, r readRequest, reply string) (*nats.Msg, error) {
+	subject, body := relaySubject, []byte(nil)
+	if h.relay {
+		body, _ = json.Marshal(&r)
+	} else if r.Last != "" {
+		subject = defaultAPI + ".DIRECT.GET." + r.Stream + "." + r.Last
+	} else {
+		subject = defaultAPI + ".DIRECT.GET." + r.Stream
+		body, _ = json.Marshal(struct {
+			Seq      uint64 `json:"seq"`
+			Next     string `json:"next_by_subj"`
+			Batch    int    `json:"batch"`
+			MaxBytes int    `json:"max_bytes"`
+			NoHdr    bool   `json:"no_hdr"`
+		}{max(r.Seq, 1), r.Next, directPage, directBytes, true})
+	}
+	if reply != "" {
+		return nil, h.nc.PublishRequest(subject, reply, body)
+	}
 	rctx, cancel := h.ctx(ctx)
 	defer cancel()
-	m, err := h.nc.RequestWithContext(rctx, h.api+".DIRECT.GET."+stream+"."+subject, nil)
+	return h.nc.RequestWithContext(rctx, subject, body)
+}
+
+// directLast returns the last message stream holds on subject
+// (ErrNotStored: none). Through the relay, a ban comes without headers.
+func (h *Hub) directLast(ctx context.Context, stream, subject string) (*directMsg, error) {
+	m, err := h.read(ctx, readRequest{Stream: stream, Last: subject}, "")
 	if err != nil {
 		return nil, fmt.Errorf("reading %s from %s: %w", subject, stream, err)
+	}
+	if len(m.Header) == 0 {
+		return &directMsg{subject: subject, data: m.Data}, nil
 	}
 	d, err := parseDirect(m, stream)
 	var st *errStatus
@@ -106,21 +134,14 @@ func (h *Hub) directEach(ctx context.Context, stream, filter string, from uint64
 	}
 	defer sub.Unsubscribe()
 	for {
-		req, _ := json.Marshal(struct {
-			Seq      uint64 `json:"seq"`
-			Next     string `json:"next_by_subj"`
-			Batch    int    `json:"batch"`
-			MaxBytes int    `json:"max_bytes"`
-			NoHdr    bool   `json:"no_hdr"`
-		}{max(from, 1), filter, directPage, directBytes, true})
-		if err := h.nc.PublishRequest(h.api+".DIRECT.GET."+stream, inbox, req); err != nil {
+		if _, err := h.read(ctx, readRequest{Stream: stream, Seq: from, Next: filter}, inbox); err != nil {
 			return from, fmt.Errorf("reading %s: %w", stream, err)
 		}
-		next, more, err := h.directPage(ctx, sub, stream, fn)
+		next, more, err := h.directPage(ctx, sub, stream, from, fn)
 		if err != nil {
 			return from, err
 		}
-		if next > from {
+		if next > from || next == 1 {
 			from = next
 		}
 		if !more {
@@ -132,9 +153,10 @@ func (h *Hub) directEach(ctx context.Context, stream, filter string, from uint64
 // directBytes bounds the data of one batch.
 const directBytes = 1 << 20
 
-// directPage reads one batch's answers: the sequence after its last
-// message (0: none), and whether more are pending.
-func (h *Hub) directPage(ctx context.Context, sub *nats.Subscription, stream string, fn func(data []byte) error) (uint64, bool, error) {
+// directPage reads one batch's answers, asked from sequence from: the
+// sequence after its last message (0: none; 1: start over, the stream
+// ends before from), and whether more are pending.
+func (h *Hub) directPage(ctx context.Context, sub *nats.Subscription, stream string, from uint64, fn func(data []byte) error) (uint64, bool, error) {
 	for n := 0; ; n++ {
 		rctx, cancel := h.ctx(ctx)
 		m, err := sub.NextMsgWithContext(rctx)
@@ -153,6 +175,11 @@ func (h *Hub) directPage(ctx context.Context, sub *nats.Subscription, stream str
 		}
 		switch st := m.Header.Get("Status"); st {
 		case "404": // nothing (more) matches
+			// The relay says where the stream ends: before from, it was
+			// made again.
+			if last, err := strconv.ParseUint(m.Header.Get(lastSeqHeader), 10, 64); err == nil && last+1 < from {
+				return 1, false, nil
+			}
 			return 0, false, nil
 		case "204": // end of the batch
 			last, err := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)

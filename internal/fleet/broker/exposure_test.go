@@ -145,3 +145,26 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("Serve with JWT users and no --creds: %v, want ErrNATS", err)
 	}
 }
+
+// TestNamesAndDeletes: names are dot-separated tokens (a NATS subject's
+// tokens may not be empty); a status is deleted only by the KV's own
+// header, not by those words anywhere in the headers.
+func TestNamesAndDeletes(t *testing.T) {
+	for name, ok := range map[string]bool{"web1": true, "web1.example.com": true, "a-b_c": true,
+		"web2.": false, ".web": false, "a..b": false, "a b": false, "": false, strings.Repeat("a", 129): false} {
+		if err := CheckName("host", name); (err == nil) != ok {
+			t.Errorf("CheckName(%q): %v, want ok %v", name, err, ok)
+		}
+	}
+	for hdrs, want := range map[string]bool{
+		"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n":         true,
+		"NATS/1.0\r\nKV-Operation: PURGE\r\n\r\n":       true,
+		"NATS/1.0\r\nX-Note: KV-Operation: DEL\r\n\r\n": false,
+		"NATS/1.0\r\nKV-Operation: none\r\n\r\n":        false,
+		"":                                              false,
+	} {
+		if got := kvDeleted([]byte(hdrs)); got != want {
+			t.Errorf("kvDeleted(%q) = %v", hdrs, got)
+		}
+	}
+}

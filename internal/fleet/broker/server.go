@@ -82,16 +82,18 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	err = h.Setup(ctx, 1)
-	h.Close()
-	if err != nil {
+	defer h.Close()
+	if err := h.Setup(ctx, 1); err != nil {
 		return err
 	}
+	// Agents and ban writers read through the relay, on this connection.
+	relayed := make(chan error, 1)
+	go func() { relayed <- h.Relay(ctx, cfg.Logger) }()
 	if cfg.Ready != nil {
 		cfg.Ready(s.ClientURL())
 	}
 	<-ctx.Done()
-	return nil
+	return <-relayed
 }
 
 // slogAdapter sends the server's log to slog.

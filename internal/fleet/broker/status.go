@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,7 +75,7 @@ func (h *Hub) status(ctx context.Context, host, subj string) (*fleet.Status, err
 	req, _ := json.Marshal(struct {
 		Last string `json:"last_by_subj"`
 	}{subj})
-	m, err := h.nc.RequestWithContext(ctx, h.api+".STREAM.MSG.GET."+statusStream, req)
+	m, err := h.nc.RequestWithContext(ctx, defaultAPI+".STREAM.MSG.GET."+statusStream, req)
 	if err != nil {
 		return nil, fmt.Errorf("reading the status of %s: %w", host, err)
 	}
@@ -100,7 +99,7 @@ func (h *Hub) status(ctx context.Context, host, subj string) (*fleet.Status, err
 		return nil, fmt.Errorf("reading the status of %s: %s", host, r.Error.Description)
 	case r.Message == nil || r.Message.Subject != subj:
 		return nil, fmt.Errorf("reading the status of %s: not its message", host)
-	case bytes.Contains(r.Message.Hdrs, []byte("KV-Operation:")):
+	case kvDeleted(r.Message.Hdrs):
 		return nil, nil // deleted or purged
 	}
 	var s fleet.Status
@@ -113,4 +112,19 @@ func (h *Hub) status(ctx context.Context, host, subj string) (*fleet.Status, err
 		s.LastError = "unreadable status: " + s.Unreadable
 	}
 	return &s, nil
+}
+
+// kvDeleted reports whether a KV message's header block (hdrs, as
+// stored) marks the key deleted or purged.
+func kvDeleted(hdrs []byte) bool {
+	for line := range strings.Lines(string(hdrs)) {
+		k, v, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+		if ok && k == "KV-Operation" {
+			switch strings.TrimSpace(v) {
+			case "DEL", "PURGE":
+				return true
+			}
+		}
+	}
+	return false
 }
