@@ -78,13 +78,7 @@ func (h *Hub) read(ctx context.Context, r readRequest, reply string) (*nats.Msg,
 		subject = defaultAPI + ".DIRECT.GET." + r.Stream + "." + r.Last
 	} else {
 		subject = defaultAPI + ".DIRECT.GET." + r.Stream
-		body, _ = json.Marshal(struct {
-			Seq      uint64 `json:"seq"`
-			Next     string `json:"next_by_subj"`
-			Batch    int    `json:"batch"`
-			MaxBytes int    `json:"max_bytes"`
-			NoHdr    bool   `json:"no_hdr"`
-		}{max(r.Seq, 1), r.Next, directPage, directBytes, true})
+		body = batchRequest(r.Seq, r.Next)
 	}
 	if reply != "" {
 		return nil, h.nc.PublishRequest(subject, reply, body)
@@ -92,6 +86,19 @@ func (h *Hub) read(ctx context.Context, r readRequest, reply string) (*nats.Msg,
 	rctx, cancel := h.ctx(ctx)
 	defer cancel()
 	return h.nc.RequestWithContext(rctx, subject, body)
+}
+
+// batchRequest is a direct get of the messages on next from seq on: at
+// most directPage of them and directBytes, without headers.
+func batchRequest(seq uint64, next string) []byte {
+	b, _ := json.Marshal(struct {
+		Seq      uint64 `json:"seq"`
+		Next     string `json:"next_by_subj"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes"`
+		NoHdr    bool   `json:"no_hdr"`
+	}{max(seq, 1), next, directPage, directBytes, true})
+	return b
 }
 
 // directLast returns the last message stream holds on subject

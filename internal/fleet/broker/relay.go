@@ -159,14 +159,7 @@ func (h *Hub) relayRead(ctx context.Context, m *nats.Msg, last *lastSeqs) error 
 		return err
 	}
 	defer sub.Unsubscribe()
-	req, _ := json.Marshal(struct {
-		Seq      uint64 `json:"seq"`
-		Next     string `json:"next_by_subj"`
-		Batch    int    `json:"batch"`
-		MaxBytes int    `json:"max_bytes"`
-		NoHdr    bool   `json:"no_hdr"`
-	}{max(r.Seq, 1), r.Next, directPage, directBytes, true})
-	if err := h.nc.PublishRequest(defaultAPI+".DIRECT.GET."+r.Stream, inbox, req); err != nil {
+	if err := h.nc.PublishRequest(defaultAPI+".DIRECT.GET."+r.Stream, inbox, batchRequest(r.Seq, r.Next)); err != nil {
 		return err
 	}
 	for {
