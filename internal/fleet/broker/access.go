@@ -109,8 +109,10 @@ func imports(r Role, fleet string) jwt.Imports {
 	var im jwt.Imports
 	// Each role's reads reach the relay on a subject of their own: the
 	// relay serves a ban writer the bans stream only.
+	// Share: the relay learns who reads, to keep one reader from holding
+	// its queue.
 	im.Add(&jwt.Import{Name: "reads", Account: fleet, Type: jwt.Service, Subject: jwt.Subject(relaySubject + "." + string(r)),
-		LocalSubject: jwt.RenamingSubject(relaySubject)})
+		LocalSubject: jwt.RenamingSubject(relaySubject), Share: true})
 	switch r {
 	case Agent:
 		im.Add(&jwt.Import{Name: "status", Account: fleet, Type: jwt.Service, Subject: jwt.Subject("$KV." + StatusBucket + ".host.>")})

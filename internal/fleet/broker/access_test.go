@@ -394,14 +394,34 @@ func TestAccess(t *testing.T) {
 	if err := writer.PublishBan(ctx, ban3, priv); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.After(10 * time.Second); ; {
+	for deadline, done := time.After(10*time.Second), false; !done; {
 		select {
 		case d := <-bans:
-			if b, err := fleet.VerifyBan(d, pub); err == nil && b.Prefix == ban3.Prefix {
-				return
-			}
+			b, err := fleet.VerifyBan(d, pub)
+			done = err == nil && b.Prefix == ban3.Prefix
 		case <-deadline:
 			t.Fatal("agent: a ban on the stream made again did not arrive")
 		}
+	}
+	// A new ban is read once: the reader goes on from where it was, it
+	// does not read the stream again.
+	ban4 := &fleet.Ban{Prefix: netip.MustParsePrefix("198.18.0.12/32"), Created: time.Now(), Expires: time.Now().Add(time.Hour)}
+	if err := writer.PublishBan(ctx, ban4, priv); err != nil {
+		t.Fatal(err)
+	}
+	var got []netip.Prefix
+	for quiet := time.After(3 * time.Second); ; {
+		select {
+		case d := <-bans:
+			if b, err := fleet.VerifyBan(d, pub); err == nil {
+				got = append(got, b.Prefix)
+			}
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	if len(got) != 1 || got[0] != ban4.Prefix {
+		t.Errorf("after a new ban the agent read %v, want %v once", got, ban4.Prefix)
 	}
 }

@@ -193,8 +193,10 @@ func (h *Hub) directPage(ctx context.Context, sub *nats.Subscription, stream str
 			if err != nil || last == 0 {
 				return 0, false, fmt.Errorf("reading %s: the end of a batch without its last sequence", stream)
 			}
+			// Without headers the server counts what was pending before
+			// the batch, the batch's messages included.
 			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			return last + 1, pending > 0, nil
+			return last + 1, pending > uint64(n), nil
 		default:
 			return 0, false, fmt.Errorf("reading %s: status %s %s", stream, st, m.Header.Get("Description"))
 		}

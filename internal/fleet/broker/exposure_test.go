@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // selfSigned writes a certificate and key for 127.0.0.1 into dir.
@@ -166,5 +167,32 @@ func TestNamesAndDeletes(t *testing.T) {
 		if got := kvDeleted([]byte(hdrs)); got != want {
 			t.Errorf("kvDeleted(%q) = %v", hdrs, got)
 		}
+	}
+}
+
+// TestPerUser: one reader holds at most maxPerUser of the relay's
+// places; others keep theirs, and a place is given back when done.
+func TestPerUser(t *testing.T) {
+	var p perUser
+	for i := range maxPerUser {
+		if !p.add("a") {
+			t.Fatalf("read %d of a refused", i)
+		}
+	}
+	if p.add("a") {
+		t.Fatal("a holds more than maxPerUser places")
+	}
+	if !p.add("b") {
+		t.Fatal("b refused while a is full")
+	}
+	p.done("a")
+	if !p.add("a") {
+		t.Fatal("a's place was not given back")
+	}
+	m := nats.NewMsg("ipfence.read.agent")
+	m.Header.Add("Nats-Request-Info", `{"acc":"FORGED","user":"x"}`)
+	m.Header.Add("Nats-Request-Info", `{"acc":"AGENTS","user":"UABC","server":"s","id":7}`)
+	if got := requester(m); got != "AGENTS/UABC/s/7" {
+		t.Errorf("requester %q, want the server's (last) request info", got)
 	}
 }

@@ -72,21 +72,37 @@ func (r *readRequest) check(role Role) error {
 }
 
 // Relay workers and queue: at most relayWorkers batches (of directBytes)
-// in flight, and what waits beyond relayQueue is answered busy.
+// in flight, and what waits beyond relayQueue (or maxPerUser of one
+// reader's) is answered busy. A read's JSON is at most maxRead bytes.
 const (
 	relayWorkers = 4
 	relayQueue   = 1024
+	maxRead      = 1024
+	// busy is the status of a read the relay has no room for (503
+	// without a body is NATS's "no responders").
+	busy = "429"
 )
 
 // Relay answers reads on h (the server's own connection, in the fleet's
 // account) until ctx is done.
 func (h *Hub) Relay(ctx context.Context, log *slog.Logger) error {
 	reqs := make(chan *nats.Msg, relayQueue)
+	var queued perUser
 	sub, err := h.nc.QueueSubscribe(relaySubject+".*", "ipfence-relay", func(m *nats.Msg) {
+		if len(m.Data) > maxRead {
+			relayStatus(h.nc, m.Reply, "400", errRead.Error())
+			return
+		}
+		user := requester(m)
+		if !queued.add(user) {
+			relayStatus(h.nc, m.Reply, busy, "busy: read again later")
+			return
+		}
 		select {
 		case reqs <- m:
 		default:
-			relayStatus(h.nc, m.Reply, "503", "busy: read again later")
+			queued.done(user)
+			relayStatus(h.nc, m.Reply, busy, "busy: read again later")
 		}
 	})
 	if err != nil {
@@ -106,6 +122,7 @@ func (h *Hub) Relay(ctx context.Context, log *slog.Logger) error {
 					if err := h.relayRead(ctx, m, &last); err != nil && log != nil {
 						log.Debug("relaying a read", "err", err)
 					}
+					queued.done(requester(m))
 				}
 			}
 		})
@@ -133,7 +150,7 @@ func (h *Hub) relayRead(ctx context.Context, m *nats.Msg, last *lastSeqs) error 
 	}
 	var r readRequest
 	role := Role(strings.TrimPrefix(m.Subject, relaySubject+"."))
-	if len(m.Data) > 1024 || json.Unmarshal(m.Data, &r) != nil || r.check(role) != nil {
+	if json.Unmarshal(m.Data, &r) != nil || r.check(role) != nil {
 		relayStatus(h.nc, m.Reply, "400", errRead.Error())
 		return errRead
 	}
@@ -171,7 +188,7 @@ func (h *Hub) relayRead(ctx context.Context, m *nats.Msg, last *lastSeqs) error 
 		if st == "404" {
 			// Where the stream ends: a reader past it (the stream was made
 			// again) starts over.
-			if seq, err := last.get(rctx, h, r.Stream); err == nil {
+			if seq, ok := last.get(rctx, h, r.Stream, r.Seq); ok {
 				a.Header.Set(lastSeqHeader, strconv.FormatUint(seq, 10))
 			}
 		}
@@ -189,26 +206,83 @@ func (h *Hub) relayRead(ctx context.Context, m *nats.Msg, last *lastSeqs) error 
 // sequence.
 const lastSeqHeader = "Ipfence-Last-Sequence"
 
-// lastSeqs caches the streams' last sequences for a second.
+// lastSeqs caches the streams' last sequences.
 type lastSeqs struct {
 	mu   sync.Mutex
 	seqs map[string]uint64
 	at   map[string]time.Time
 }
 
-func (l *lastSeqs) get(ctx context.Context, h *Hub, stream string) (uint64, error) {
+// get returns stream's last sequence for a reader that found nothing
+// from sequence from on, and whether it is known. It is cached for a
+// second, but one below from is read again (the reader may be reading
+// what was stored since), at most every 100ms: without a fresh one,
+// nothing is said.
+func (l *lastSeqs) get(ctx context.Context, h *Hub, stream string, from uint64) (uint64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t, ok := l.at[stream]; ok && time.Since(t) < time.Second {
-		return l.seqs[stream], nil
-	}
-	st, err := h.js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
 	if l.seqs == nil {
 		l.seqs, l.at = map[string]uint64{}, map[string]time.Time{}
 	}
+	seq, at := l.seqs[stream], l.at[stream]
+	if time.Since(at) < time.Second && seq+1 >= from {
+		return seq, true
+	}
+	if time.Since(at) < 100*time.Millisecond {
+		return 0, false
+	}
+	st, err := h.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, false
+	}
 	l.seqs[stream], l.at[stream] = st.CachedInfo().State.LastSeq, time.Now()
-	return l.seqs[stream], nil
+	return l.seqs[stream], true
+}
+
+// perUser counts each reader's reads waiting or in the relay: one
+// reader (a compromised host) cannot hold the queue all agents share.
+type perUser struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// maxPerUser is how many reads one reader may have waiting or in the
+// relay.
+const maxPerUser = 8
+
+func (p *perUser) add(user string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == nil {
+		p.n = map[string]int{}
+	}
+	if p.n[user] >= maxPerUser {
+		return false
+	}
+	p.n[user]++
+	return true
+}
+
+func (p *perUser) done(user string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[user]--; p.n[user] <= 0 {
+		delete(p.n, user)
+	}
+}
+
+// requester names who sent m: the server's Nats-Request-Info (the
+// imports share it), its last value (a reader may set one of its own
+// before).
+func requester(m *nats.Msg) string {
+	var info struct {
+		Account string `json:"acc"`
+		User    string `json:"user"`
+		ID      uint64 `json:"id"`
+		Server  string `json:"server"`
+	}
+	if json.Unmarshal([]byte(header(m.Header, "Nats-Request-Info")), &info) != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s/%s/%d", info.Account, info.User, info.Server, info.ID)
 }
