@@ -106,7 +106,7 @@ with JetStream instead and point every command's --nats at it.`,
 	c.Flags().StringVar(&cfg.ConfigFile, "config", "", "nats-server configuration file (`server init` writes one: TLS and per-role users)")
 	c.Flags().StringVar(&cfg.Creds, "creds", "", "credentials of the server's own setup connection (the server.creds `server init` wrote)")
 	_ = c.MarkFlagRequired("data")
-	c.AddCommand(newServerInitCmd(g), newServerCredsCmd(g))
+	c.AddCommand(newServerInitCmd(g), newServerCredsCmd(g), newServerRevokeCmd(g))
 	return c
 }
 
@@ -546,3 +546,34 @@ func (f *backendFlag) Set(s string) error {
 }
 
 func (f *backendFlag) Type() string { return "backend" }
+
+func newServerRevokeCmd(g *globals) *cobra.Command {
+	var dir, creds string
+	c := &cobra.Command{
+		Use:   "revoke --dir DIR --creds FILE",
+		Short: "Revoke a user's credentials (a host lost or compromised)",
+		Long: `Revoke signs the account of the user whose credentials are in FILE again, in
+DIR/nats.conf, with the user revoked from now on (the operator key ` + "`server init`" + `
+kept in DIR signs it). Restart the server to apply it (systemctl restart
+ipfence-server): the user can no longer connect, and its open connections
+close with the restart. Give the host new credentials with ` + "`server creds`" + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			upub, r, err := broker.Revoke(dir, creds, time.Now())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return writeJSON(cmd.OutOrStdout(), map[string]string{"user": upub, "role": string(r), "config": filepath.Join(dir, broker.ConfFile)})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s user %s in %s: restart the server to apply it\n", r, upub, filepath.Join(dir, broker.ConfFile))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "", "the folder `server init` wrote")
+	c.Flags().StringVar(&creds, "creds", "", "the credentials file to revoke")
+	for _, f := range []string{"dir", "creds"} {
+		_ = c.MarkFlagRequired(f)
+	}
+	return c
+}

@@ -425,3 +425,48 @@ func TestAccess(t *testing.T) {
 		t.Errorf("after a new ban the agent read %v, want %v once", got, ban4.Prefix)
 	}
 }
+
+// TestRevoke: a revoked user can no longer connect once the server has
+// started again; other users of its role still can.
+func TestRevoke(t *testing.T) {
+	dir, data := t.TempDir(), t.TempDir()
+	if err := broker.Init(broker.InitConfig{Dir: dir, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	fs := &fleetServer{dir: dir}
+	lost, kept := fs.creds(t, broker.Agent, "web1"), fs.creds(t, broker.Agent, "web2")
+	bans := fs.creds(t, broker.Bans, "f2b")
+	start := func() *brokertest.Server {
+		srv := brokertest.StartWith(t, broker.ServerConfig{DataDir: data, Listen: "127.0.0.1:-1",
+			ConfigFile: filepath.Join(dir, broker.ConfFile), Creds: filepath.Join(dir, broker.ServerCreds)})
+		fs.url = strings.Replace(srv.URL, "nats://", "tls://", 1)
+		return srv
+	}
+	connect := func(creds string) error {
+		h, err := broker.Connect(broker.Options{URL: fs.url, Creds: creds, CA: filepath.Join(dir, broker.CAFile), Timeout: 2 * time.Second}, false)
+		if err == nil {
+			h.Close()
+		}
+		return err
+	}
+	srv := start()
+	if err := connect(lost); err != nil {
+		t.Fatal(err)
+	}
+	if _, r, err := broker.Revoke(dir, lost, time.Now()); err != nil || r != broker.Agent {
+		t.Fatalf("revoke: %v, %v", r, err)
+	}
+	if _, _, err := broker.Revoke(t.TempDir(), lost, time.Now()); err == nil {
+		t.Error("revoked with another fleet's folder")
+	}
+	srv.Stop()
+	start()
+	if err := connect(lost); err == nil {
+		t.Error("the revoked user connected")
+	}
+	for _, c := range []string{kept, bans, filepath.Join(dir, broker.PublisherCreds)} {
+		if err := connect(c); err != nil {
+			t.Errorf("%s: %v", c, err)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -321,4 +322,77 @@ func certificates(hosts []string, now time.Time) (caPEM, caKeyPEM, certPEM, keyP
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), caKeyPEM,
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
+}
+
+// preloadLine matches an account's line in nats.conf's resolver_preload:
+// its public key and its JWT.
+var preloadLine = regexp.MustCompile(`(?m)^  (A[A-Z2-7]{55}): "([A-Za-z0-9_.-]+)"$`)
+
+// Revoke revokes the user of the credentials file creds, issued from
+// dir, from now on: its account's JWT in dir's nats.conf is signed
+// again with the revocation (by the operator key Init kept). The server
+// takes it when it starts again (`systemctl restart ipfence-server`);
+// connections already open stay until then.
+func Revoke(dir, creds string, now time.Time) (upub string, r Role, err error) {
+	uc, err := credsClaims(creds)
+	if err != nil {
+		return "", "", err
+	}
+	r = userRole(uc)
+	akp, err := LoadAccount(dir, r)
+	if err != nil {
+		return "", "", err
+	}
+	apub, _ := akp.PublicKey()
+	if uc.Issuer != apub {
+		return "", "", fmt.Errorf("%s: issued by account %s, not by this fleet's %s account", creds, uc.Issuer, r)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, OperatorFile))
+	if err != nil {
+		return "", "", fmt.Errorf("reading the operator key: %w", err)
+	}
+	okp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return "", "", fmt.Errorf("%s: not an operator key: %w", filepath.Join(dir, OperatorFile), err)
+	}
+	confPath := filepath.Join(dir, ConfFile)
+	conf, err := os.ReadFile(confPath)
+	if err != nil {
+		return "", "", fmt.Errorf("reading %s: %w", confPath, err)
+	}
+	found := false
+	var failed error
+	out := preloadLine.ReplaceAllStringFunc(string(conf), func(line string) string {
+		m := preloadLine.FindStringSubmatch(line)
+		if m[1] != apub {
+			return line
+		}
+		found = true
+		ac, err := jwt.DecodeAccountClaims(m[2])
+		if err != nil {
+			failed = err
+			return line
+		}
+		ac.RevokeAt(uc.Subject, now)
+		signed, err := ac.Encode(okp)
+		if err != nil {
+			failed = err
+			return line
+		}
+		return fmt.Sprintf("  %s: %q", apub, signed)
+	})
+	switch {
+	case failed != nil:
+		return "", "", fmt.Errorf("revoking in %s: %w", confPath, failed)
+	case !found:
+		return "", "", fmt.Errorf("%s names no %s account %s", confPath, r, apub)
+	}
+	tmp := confPath + ".new"
+	if err := os.WriteFile(tmp, []byte(out), 0o600); err != nil {
+		return "", "", fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, confPath); err != nil {
+		return "", "", fmt.Errorf("writing %s: %w", confPath, err)
+	}
+	return uc.Subject, r, nil
 }
