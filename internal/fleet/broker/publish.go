@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
@@ -276,20 +277,23 @@ func (h *Hub) Pointer(ctx context.Context, group string) ([]byte, error) {
 	return d.data, nil
 }
 
-// WatchPointer calls fn with group's pointer as stored, now and then
-// every period, until ctx is done: the caller ignores what it ran
-// already. It reads (an agent subscribes to nothing but its inbox: in
-// the agents' shared account any agent could aim answers at a subject
-// they all follow).
+// WatchPointer calls fn with group's pointer as stored, now and at every
+// change, until ctx is done. It reads every period (an agent subscribes
+// to nothing but its inbox: in the agents' shared account any agent
+// could aim answers at a subject they all follow), and calls fn only
+// when what it read differs from what it passed last: a revision the
+// caller refused is retried on its own schedule, not at every read.
 func (h *Hub) WatchPointer(ctx context.Context, group string, period time.Duration, fn func([]byte)) error {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
+	var last []byte
 	for {
 		cur, err := h.Pointer(ctx, group)
 		if err != nil {
 			return err
 		}
-		if cur != nil {
+		if cur != nil && !bytes.Equal(cur, last) {
+			last = cur
 			fn(cur)
 		}
 		select {
