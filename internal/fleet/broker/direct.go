@@ -11,9 +11,10 @@ import (
 )
 
 // Agents and ban writers reach JetStream through their account's
-// imports only (see Init): direct gets, and publishing statuses and
-// bans. They read and write with the raw requests below, not with
-// jetstream's clients, which need stream info and consumers.
+// imports only (see Init): reads through the relay (relay.go), and
+// publishing statuses and bans. They read and write with the raw
+// requests below, not with jetstream's clients, which need stream info
+// and consumers.
 
 // directPage is how many messages one direct get request returns.
 const directPage = 256
@@ -35,17 +36,13 @@ func header(h nats.Header, key string) string {
 // directMsg is one message of a direct get answer.
 type directMsg struct {
 	subject string
-	seq     uint64
 	data    []byte
 	hdr     nats.Header
 }
 
 // errStatus is a direct get answer that is a status, not a message
-// (404: nothing, 204: end of a batch, 408: a bad request).
-type errStatus struct {
-	code, desc string
-	pending    uint64
-}
+// (404: nothing, 408: a bad request, 429: the relay is busy).
+type errStatus struct{ code, desc string }
 
 func (e *errStatus) Error() string { return "status " + e.code + " " + e.desc }
 
@@ -53,18 +50,15 @@ func (e *errStatus) Error() string { return "status " + e.code + " " + e.desc }
 // server's Nats-Stream, which a status has not), or an *errStatus.
 func parseDirect(m *nats.Msg, stream string) (*directMsg, error) {
 	if header(m.Header, "Nats-Stream") == "" {
-		st := &errStatus{code: m.Header.Get("Status"), desc: m.Header.Get("Description")}
-		st.pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-		return nil, st
+		return nil, &errStatus{code: m.Header.Get("Status"), desc: m.Header.Get("Description")}
 	}
 	if s := header(m.Header, "Nats-Stream"); s != stream {
 		return nil, fmt.Errorf("reading %s: an answer from stream %q", stream, s)
 	}
-	seq, err := strconv.ParseUint(header(m.Header, "Nats-Sequence"), 10, 64)
-	if err != nil || seq == 0 {
+	if seq, err := strconv.ParseUint(header(m.Header, "Nats-Sequence"), 10, 64); err != nil || seq == 0 {
 		return nil, fmt.Errorf("reading %s: a message without a valid sequence", stream)
 	}
-	return &directMsg{subject: header(m.Header, "Nats-Subject"), seq: seq, data: m.Data, hdr: m.Header}, nil
+	return &directMsg{subject: header(m.Header, "Nats-Subject"), data: m.Data, hdr: m.Header}, nil
 }
 
 // read sends a read of stream to the JetStream API, or through the
