@@ -86,7 +86,11 @@ const (
 // Relay answers reads on h (the server's own connection, in the fleet's
 // account) until ctx is done.
 func (h *Hub) Relay(ctx context.Context, log *slog.Logger) error {
-	reqs := make(chan *nats.Msg, relayQueue)
+	type read struct {
+		m    *nats.Msg
+		user string
+	}
+	reqs := make(chan read, relayQueue)
 	var queued perUser
 	sub, err := h.nc.QueueSubscribe(relaySubject+".*", "ipfence-relay", func(m *nats.Msg) {
 		if len(m.Data) > maxRead {
@@ -99,7 +103,7 @@ func (h *Hub) Relay(ctx context.Context, log *slog.Logger) error {
 			return
 		}
 		select {
-		case reqs <- m:
+		case reqs <- read{m, user}:
 		default:
 			queued.done(user)
 			relayStatus(h.nc, m.Reply, busy, "busy: read again later")
@@ -118,11 +122,11 @@ func (h *Hub) Relay(ctx context.Context, log *slog.Logger) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m := <-reqs:
-					if err := h.relayRead(ctx, m, &last); err != nil && log != nil {
+				case r := <-reqs:
+					if err := h.relayRead(ctx, r.m, &last); err != nil && log != nil {
 						log.Debug("relaying a read", "err", err)
 					}
-					queued.done(requester(m))
+					queued.done(r.user)
 				}
 			}
 		})
