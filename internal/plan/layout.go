@@ -134,6 +134,9 @@ type Layout struct {
 	Cost CostEstimate
 
 	index []map[netip.Addr]Entry // built on first Contains
+	// objective is the chooser's total: lookups per packet + price ×
+	// elements (tree only).
+	objective float64
 }
 
 // CostEstimate is the layout chooser's per-packet model.
@@ -398,18 +401,24 @@ func BuildCounts(s *netipx.IPSet, kind Kind) (v4, v6 *Layout) {
 // Build chooses and builds the layout of the addresses of one family
 // (is4) of s.
 func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
-	pieces := partition(s, is4)
-	l := &Layout{Is4: is4}
-	for _, p := range pieces {
-		if p.in {
-			l.Prefixes++
-		}
+	strides := opt.Strides4
+	if !is4 {
+		strides = opt.Strides6
 	}
+	model := opt.Model
+	if model == (TrafficModel{}) {
+		model = DefaultModel
+	}
+	// The pieces are read as a stream, never held: a survey first, then
+	// the chooser's passes, one chunk at a time.
+	seq := setPieces(s, is4)
+	f := survey(seq, is4, opt.PassIsIn, strides, model)
+	l := &Layout{Is4: is4, Prefixes: f.nIn}
 	switch {
-	case l.Prefixes == 0:
+	case f.nIn == 0:
 		l.Kind = KindEmpty
 		return l, nil
-	case len(pieces) == 1:
+	case f.n == 1:
 		l.Kind = KindAll
 		return l, nil
 	}
@@ -417,13 +426,9 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 	if plainMax == 0 {
 		plainMax = DefaultPlainMax
 	}
-	strides := opt.Strides4
-	if !is4 {
-		strides = opt.Strides6
-	}
 	if l.Prefixes <= plainMax && strides == nil {
 		l.Kind = KindPlain
-		for _, p := range pieces {
+		for p := range seq {
 			if p.in {
 				l.Plain = append(l.Plain, p.prefix(familyBits(is4)))
 			}
@@ -439,20 +444,12 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 		price = DefaultElementPrice
 	}
 	if strides != nil {
-		maxLen := 0
-		for _, p := range pieces {
-			maxLen = max(maxLen, int(p.bits))
-		}
-		if err := checkStrides(strides, maxLen, familyBits(is4)); err != nil {
+		if err := checkStrides(strides, f.maxLen, familyBits(is4)); err != nil {
 			return nil, err
 		}
 	}
 	l.Kind = KindTree
-	model := opt.Model
-	if model == (TrafficModel{}) {
-		model = DefaultModel
-	}
-	if !buildTree(l, pieces, is4, opt.PassIsIn, strides, maxEntries, price, model) {
+	if !buildTree(l, seq, f, maxEntries, price) {
 		return nil, fmt.Errorf("building %d %s prefixes: %w (%d elements)", l.Prefixes, familyName(is4), ErrTooLarge, maxEntries)
 	}
 	return l, nil

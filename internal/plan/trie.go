@@ -2,11 +2,14 @@ package plan
 
 import (
 	"cmp"
+	"iter"
 	"math"
 	"math/bits"
 	"net/netip"
 	"slices"
 	"sort"
+
+	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/prefix"
 )
@@ -37,6 +40,18 @@ import (
 // takes a first level at /22../24, three to twenty times the elements
 // (docs/benchmarks.md, "Layout on unseen data").
 
+// The chooser never holds a whole family. A set of 300k scattered
+// addresses cuts IPv4 into ten million pieces, and the dynamic programme
+// keeps a bucket list for every length: held all at once, that took over
+// a gigabyte (issue 25). Every level but the root lies within one
+// /chunkBits, so the programme runs one chunk at a time (the pieces of one
+// /8, or one piece shorter than that), keeps only each chunk's sums for
+// the root's options, chooses the root from those, and runs the chunks
+// again to emit the chosen tree. A survey of every piece first gives what
+// the traffic model needs of the whole family (its totals, the longest
+// prefix, the candidate lengths).
+var chunkBits = 8 // a variable for TestChunkedChooser, which sets 0: one chunk
+
 // dpBucket is a mixed bucket at some length: pieces[start:end]. Its
 // cost and elements are kept in the chooser's sums.
 type dpBucket struct {
@@ -45,8 +60,132 @@ type dpBucket struct {
 	def        bool  // default of its children (absent keys)
 }
 
+// family is what the chooser knows of a whole family's pieces: their
+// totals for the traffic model, and the lengths it may use.
+type family struct {
+	w        int
+	passIsIn bool
+	m        TrafficModel
+	// Totals of the pieces on the pass side: addresses, pieces, runs;
+	// and of the random traffic's weight.
+	passAddr, passCnt, passRanges, randTot float64
+	n, nIn int // pieces, and in pieces (the set's cover)
+	maxLen int
+	// lookupCost[o] is what a lookup keyed at length o costs, in
+	// one-word lookups (TrafficModel.ExtraWord).
+	lookupCost [129]float64
+	cands      []int // candidate lengths, increasing, ending at maxLen
+	// forced: when set, a bucket at cands[k] may only use cands[k+1].
+	forced bool
+	// canBitmap: the root may be a Bitmap level: its children are /16
+	// buckets (Level.Bitmap), whose lookup costs bitmapCost and which
+	// are bitmap bits, not elements; the mixed ones share one child
+	// length (shared).
+	canBitmap  bool
+	bitmapCost float64
+}
+
+// pieceSeq yields pieces in address order, each with the size of its run
+// (the range of the set, or the gap, it lies in).
+type pieceSeq = iter.Seq2[piece, float64]
+
+// setPieces is the partition of one family of s, as a pieceSeq.
+func setPieces(s *netipx.IPSet, is4 bool) pieceSeq {
+	return func(yield func(piece, float64) bool) {
+		stop := false
+		prefix.Pieces(s, is4, func(a prefix.U128, bits int, in bool, lo, hi prefix.U128) {
+			if !stop && !yield(piece{a, uint8(bits), in}, hi.Sub(lo).Float64()+1) {
+				stop = true
+			}
+		})
+	}
+}
+
+// slicePieces yields ps, the runs measured within ps.
+func slicePieces(ps []piece, w int) pieceSeq {
+	return func(yield func(piece, float64) bool) {
+		for i := 0; i < len(ps); {
+			j, sum := i, 0.0
+			for ; j < len(ps) && ps[j].in == ps[i].in; j++ {
+				sum += pow2[w-int(ps[j].bits)]
+			}
+			for k := i; k < j; k++ {
+				if !yield(ps[k], sum) {
+					return
+				}
+			}
+			i = j
+		}
+	}
+}
+
+// survey reads every piece once for the totals and lengths of family.
+func survey(pieces pieceSeq, is4, passIsIn bool, forced []int, m TrafficModel) *family {
+	w := familyBits(is4)
+	f := &family{w: w, passIsIn: passIsIn, m: m}
+	for o := range f.lookupCost {
+		f.lookupCost[o] = 1 + m.ExtraWord*float64(KeyWords(is4, o)-1)
+	}
+	var hist [129]int
+	prevPass := false
+	for p := range pieces {
+		l := int(p.bits)
+		f.n++
+		if p.in {
+			f.nIn++
+		}
+		f.maxLen = max(f.maxLen, l)
+		hist[l]++
+		pass := p.in == passIsIn
+		if pass {
+			f.passAddr += pow2[w-l]
+			f.passCnt++
+			if !prevPass {
+				f.passRanges++
+			}
+		}
+		prevPass = pass
+		f.randTot += f.randSize(p)
+	}
+	if forced != nil {
+		f.forced = true
+		f.cands = forced
+		return f
+	}
+	// IPv4: every length from /8. IPv6: every fourth, plus the lengths
+	// that hold at least 1% of the pieces (allocations cluster at /29,
+	// /32, /48, /64: a level at their own length avoids expanding them).
+	for l := 8; l < f.maxLen; l++ {
+		if is4 || l%4 == 0 || hist[l]*100 >= f.n {
+			f.cands = append(f.cands, l)
+		}
+	}
+	f.cands = append(f.cands, f.maxLen)
+	f.canBitmap = is4 && m.BitmapLookup > 0 && f.maxLen > BitmapBits
+	f.bitmapCost = m.BitmapLookup
+	return f
+}
+
+// randSize is the weight of p in random traffic: its size (IPv6: its
+// share of 2000::/3).
+func (f *family) randSize(p piece) float64 {
+	l := int(p.bits)
+	if f.w == 32 {
+		return pow2[32-l]
+	}
+	switch {
+	case l <= 3:
+		return pow2[125]
+	case cpl(p.addr, prefix.U128{Hi: 0x2000 << 48}, 128) < 3:
+		return 0
+	}
+	return pow2[128-l]
+}
+
 type chooser struct {
-	w      int
+	*family
+	// bitmap: this solve prices the root as a Bitmap level (canBitmap).
+	bitmap bool
 	pieces []piece
 	addr   []prefix.U128
 	in     []bool // pieces[i].in, kept dense: evaluate reads it for every piece
@@ -57,20 +196,8 @@ type chooser struct {
 	wrand  []float64 // prefix sums of random-traffic weight
 	// inU are prefix sums of the in pieces' sizes (addresses, modulo
 	// 2**128): with sums they count a bucket's uniform children in O(1).
-	inU []prefix.U128
-	// lookupCost[o] is what a lookup keyed at length o costs, in
-	// one-word lookups (TrafficModel.ExtraWord).
-	lookupCost [129]float64
-	maxLen     int
-	cands      []int // candidate lengths, increasing, ending at maxLen
-	// forced: when set, a bucket at cands[k] may only use cands[k+1].
-	forced bool
-	// bitmap: the root's children are /16 buckets (Level.Bitmap), whose
-	// lookup costs bitmapCost and which are bitmap bits, not elements;
-	// the mixed ones share one child length (shared).
-	bitmap     bool
-	bitmapCost float64
-	buckets    [129][]dpBucket
+	inU     []prefix.U128
+	buckets [129][]dpBucket
 	// sums[l][k] sums over buckets[l][:k], for evaluate to take a range
 	// of children at once.
 	sums [129][]childSum
@@ -85,95 +212,98 @@ type childSum struct {
 	in          prefix.U128
 }
 
+// plus is s + o.
+func (s childSum) plus(o childSum) childSum {
+	return childSum{cost: s.cost + o.cost, elems: s.elems + o.elems, in: s.in.Add(o.in)}
+}
+
+// newChooser is a chooser over the whole family of pieces.
 func newChooser(pieces []piece, is4, passIsIn bool, forced []int, m TrafficModel) *chooser {
-	w := familyBits(is4)
+	seq := slicePieces(pieces, familyBits(is4))
+	c := &chooser{family: survey(seq, is4, passIsIn, forced, m)}
+	c.bitmap = c.canBitmap
+	c.load(pieces, seq)
+	return c
+}
+
+// load makes pieces (a chunk, or the whole family) the chooser's, their
+// runs taken from seq (which yields pieces in order); the slices of the
+// previous chunk are reused.
+func (c *chooser) load(pieces []piece, seq pieceSeq) {
 	n := len(pieces)
-	c := &chooser{w: w, pieces: pieces, addr: make([]prefix.U128, n), in: make([]bool, n), plen: make([]uint8, n), cpl: make([]uint8, n),
-		wsum: make([]float64, n+1), wpass: make([]float64, n+1), wrand: make([]float64, n+1), inU: make([]prefix.U128, n+1)}
-	for o := range c.lookupCost {
-		c.lookupCost[o] = 1 + m.ExtraWord*float64(KeyWords(is4, o)-1)
-	}
-	var passAddr, passCnt, passRanges, randTot float64
-	size := make([]float64, n)
-	rsize := make([]float64, n)
-	// rangeSize[i]: the size of the range (run of consecutive pass
-	// pieces) piece i lies in.
-	rangeSize := make([]float64, n)
-	global := prefix.U128{Hi: 0x2000 << 48}
-	for i, p := range pieces {
-		c.addr[i] = p.addr
-		c.in[i] = p.in
-		l := int(p.bits)
-		c.plen[i] = uint8(l)
-		if i > 0 {
-			c.cpl[i] = uint8(cpl(c.addr[i-1], c.addr[i], w))
-		}
-		c.maxLen = max(c.maxLen, l)
-		size[i] = pow2[w-l]
-		rsize[i] = size[i]
-		if !is4 { // the share of 2000::/3
-			switch {
-			case l <= 3:
-				rsize[i] = pow2[125]
-			case cpl(c.addr[i], global, w) < 3:
-				rsize[i] = 0
-			}
-		}
-		if p.in == passIsIn {
-			passAddr += size[i]
-			passCnt++
-			if i == 0 || pieces[i-1].in != passIsIn {
-				passRanges++
-			}
-		}
-		randTot += rsize[i]
-	}
-	for i := 0; i < n; {
-		j, sum := i, 0.0
-		for ; j < n && pieces[j].in == pieces[i].in; j++ {
-			sum += size[j]
-		}
-		for k := i; k < j; k++ {
-			rangeSize[k] = sum
-		}
-		i = j
-	}
+	c.pieces = pieces
+	c.addr = resize(c.addr, n)
+	c.in = resize(c.in, n)
+	c.plen = resize(c.plen, n)
+	c.cpl = resize(c.cpl, n)
+	c.wsum, c.wpass, c.wrand = resize(c.wsum, n+1), resize(c.wpass, n+1), resize(c.wrand, n+1)
+	c.inU = resize(c.inU, n+1)
+	m := c.m
 	legit := m.Addresses + m.Ranges + m.Prefixes
-	for i, p := range pieces {
-		var pass float64
-		if p.in == passIsIn {
-			pass = (m.Addresses*size[i]/max(passAddr, 1) + m.Ranges*size[i]/rangeSize[i]/max(passRanges, 1) + m.Prefixes/max(passCnt, 1)) / legit
+	i := 0
+	for p, run := range seq {
+		c.addr[i], c.in[i], c.plen[i] = p.addr, p.in, p.bits
+		c.cpl[i] = 0
+		if i > 0 {
+			c.cpl[i] = uint8(cpl(c.addr[i-1], c.addr[i], c.w))
 		}
-		r := rsize[i] / max(randTot, 1)
+		size := pow2[c.w-int(p.bits)]
+		var pass float64
+		if p.in == c.passIsIn {
+			pass = (m.Addresses*size/max(c.passAddr, 1) + m.Ranges*size/run/max(c.passRanges, 1) + m.Prefixes/max(c.passCnt, 1)) / legit
+		}
+		r := c.randSize(p) / max(c.randTot, 1)
 		c.wpass[i+1] = c.wpass[i] + pass
 		c.wrand[i+1] = c.wrand[i] + r
 		c.wsum[i+1] = c.wsum[i] + legit*pass + m.Random*r
 		c.inU[i+1] = c.inU[i]
 		if p.in {
-			c.inU[i+1] = c.inU[i].Add(prefix.Pow2(w - int(c.plen[i])))
+			c.inU[i+1] = c.inU[i].Add(prefix.Pow2(c.w - int(p.bits)))
+		}
+		i++
+	}
+}
+
+// resize is s with length n, reusing its array when it is big enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// chunks splits seq into chunks (the pieces of one /chunkLen, or one
+// shorter piece) and calls fn with each, in order, as a slice and as a
+// pieceSeq. Both are reused for the next chunk.
+func chunks(seq pieceSeq, w, chunkLen int, fn func([]piece, pieceSeq)) {
+	var ps []piece
+	var runs []float64
+	chunk := func(yield func(piece, float64) bool) {
+		for i := range ps {
+			if !yield(ps[i], runs[i]) {
+				return
+			}
 		}
 	}
-	if forced != nil {
-		c.forced = true
-		c.cands = forced
-		return c
+	flush := func() {
+		if len(ps) > 0 {
+			fn(ps, chunk)
+		}
+		ps, runs = ps[:0], runs[:0]
 	}
-	// IPv4: every length from /8. IPv6: every fourth, plus the lengths
-	// that hold at least 1% of the pieces (allocations cluster at /29,
-	// /32, /48, /64: a level at their own length avoids expanding them).
-	hist := make([]int, w+1)
-	for _, l := range c.plen {
-		hist[l]++
-	}
-	for l := 8; l < c.maxLen; l++ {
-		if is4 || l%4 == 0 || hist[l]*100 >= n {
-			c.cands = append(c.cands, l)
+	var key prefix.U128
+	for p, run := range seq {
+		k := p.addr.Shr(w - chunkLen)
+		if int(p.bits) < chunkLen || len(ps) > 0 && k != key {
+			flush()
+		}
+		key = k
+		ps, runs = append(ps, p), append(runs, run)
+		if int(p.bits) < chunkLen {
+			flush()
 		}
 	}
-	c.cands = append(c.cands, c.maxLen)
-	c.bitmap = is4 && m.BitmapLookup > 0 && c.maxLen > BitmapBits
-	c.bitmapCost = m.BitmapLookup
-	return c
+	flush()
 }
 
 // options are the child lengths a bucket at length l may use.
@@ -205,9 +335,10 @@ func (c *chooser) options(l int) []int {
 	return c.cands[i:j]
 }
 
-// mixedBuckets lists the mixed buckets at length l, in address order.
-func (c *chooser) mixedBuckets(l int) []dpBucket {
-	var out []dpBucket
+// mixedBuckets lists the mixed buckets at length l, in address order,
+// into out's array.
+func (c *chooser) mixedBuckets(l int, out []dpBucket) []dpBucket {
+	out = out[:0]
 	n := len(c.pieces)
 	for i := 0; i < n; {
 		if int(c.plen[i]) <= l {
@@ -224,53 +355,71 @@ func (c *chooser) mixedBuckets(l int) []dpBucket {
 	return out
 }
 
-// solve runs the dynamic programme with the given price per element and
-// returns the root bucket with its cost and elements.
+// solve runs the dynamic programme over the chooser's pieces as a whole
+// family, with the given price per element, and returns the root bucket
+// with its cost and elements.
 func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
-	lengths := append([]int{0}, c.cands...)
-	for k := len(lengths) - 1; k >= 0; k-- {
-		l := lengths[k]
-		if l >= c.maxLen {
-			c.buckets[l], c.sums[l] = nil, make([]childSum, 1)
-			continue
-		}
-		bs := c.mixedBuckets(l)
-		opts := c.options(l)
-		bitmap := l == 0 && c.bitmap
-		if c.bitmap && l == BitmapBits {
-			// Every longer length: one map holds them all.
-			i, _ := slices.BinarySearch(c.cands, l+1)
-			c.buckets[l], c.sums[l] = c.shared(bs, c.cands[i:], price)
-			continue
-		}
-		cursor := make([]int, len(opts))
-		sums := make([]childSum, len(bs)+1)
-		for bi := range bs {
-			b := &bs[bi]
-			cost, elems = math.Inf(1), 0
-			for oi, o := range opts {
-				oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi], bitmap)
-				// The traffic reaching b pays its lookup, keyed at o.
-				lc := c.lookupCost[o]
-				if bitmap {
-					lc = c.bitmapCost
-				}
-				oc += (c.wsum[b.end] - c.wsum[b.start]) * lc
-				if oc < cost {
-					cost, elems, b.child, b.def = oc, oe, uint8(o), def
-				}
-				if leaf {
-					// Every longer length only doubles the
-					// elements: no better option follows.
-					break
-				}
-			}
-			sums[bi+1] = c.add(sums[bi], *b, cost, elems)
-		}
-		c.buckets[l], c.sums[l] = bs, sums
+	c.solveLevels(price)
+	return c.solveLevel(0, price)
+}
+
+// solveLevels runs the programme for every candidate length, longest
+// first: every level but the root.
+func (c *chooser) solveLevels(price float64) {
+	for k := len(c.cands) - 1; k >= 0; k-- {
+		c.solveLevel(c.cands[k], price)
 	}
-	// The root is the one bucket at length 0: cost and elems are its.
-	return c.buckets[0][0], cost, elems
+}
+
+// solveLevel chooses the child length of every mixed bucket at length l
+// (the longer lengths done) and returns the last one, with its cost and
+// elements.
+func (c *chooser) solveLevel(l int, price float64) (last dpBucket, cost, elems float64) {
+	if l >= c.maxLen {
+		c.buckets[l], c.sums[l] = c.buckets[l][:0], append(c.sums[l][:0], childSum{})
+		return last, 0, 0
+	}
+	bs := c.mixedBuckets(l, c.buckets[l])
+	if c.bitmap && l == BitmapBits {
+		// Every longer length: one map holds them all.
+		c.buckets[l], c.sums[l] = c.shared(bs, c.cands[c.after(l):], price)
+		return last, 0, 0
+	}
+	opts := c.options(l)
+	bitmap := l == 0 && c.bitmap
+	var cursor [129]int
+	sums := append(c.sums[l][:0], childSum{})
+	for bi := range bs {
+		b := &bs[bi]
+		cost, elems = math.Inf(1), 0
+		for oi, o := range opts {
+			oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi], bitmap)
+			// The traffic reaching b pays its lookup, keyed at o.
+			lc := c.lookupCost[o]
+			if bitmap {
+				lc = c.bitmapCost
+			}
+			oc += (c.wsum[b.end] - c.wsum[b.start]) * lc
+			if oc < cost {
+				cost, elems, b.child, b.def = oc, oe, uint8(o), def
+			}
+			if leaf {
+				// Every longer length only doubles the
+				// elements: no better option follows.
+				break
+			}
+		}
+		sums = append(sums, c.add(sums[bi], *b, cost, elems))
+		last = *b
+	}
+	c.buckets[l], c.sums[l] = bs, sums
+	return last, cost, elems
+}
+
+// after is the index in cands of the first length above l.
+func (f *family) after(l int) int {
+	i, _ := slices.BinarySearch(f.cands, l+1)
+	return i
 }
 
 // shared resolves the mixed /16 buckets under a Bitmap root: they are
@@ -283,24 +432,35 @@ func (c *chooser) shared(bs []dpBucket, opts []int, price float64) ([]dpBucket, 
 	bestCost := math.Inf(1)
 	out := bs
 	for _, o := range opts {
-		cand := slices.Clone(bs)
-		sums := make([]childSum, len(bs)+1)
-		cursor := 0
-		for bi := range cand {
-			b := &cand[bi]
-			oc, oe, def, _ := c.evaluate(b, BitmapBits, o, price, &cursor, false)
-			oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
-			b.child, b.def = uint8(o), def
-			sums[bi+1] = c.add(sums[bi], *b, oc, oe)
-		}
-		if total := sums[len(bs)].cost; total < bestCost {
-			bestCost, best, out = total, sums, cand
+		cand, sums, total := c.sharedAt(bs, o, price, true)
+		if total.cost < bestCost {
+			bestCost, best, out = total.cost, sums, cand
 		}
 	}
 	if best == nil {
 		best = make([]childSum, len(bs)+1)
 	}
 	return out, best
+}
+
+// sharedAt is the /16 buckets bs all resolved at child length o: their
+// total, and with keep a copy of them with child o and their sums.
+func (c *chooser) sharedAt(bs []dpBucket, o int, price float64, keep bool) (out []dpBucket, sums []childSum, total childSum) {
+	if keep {
+		out, sums = slices.Clone(bs), make([]childSum, len(bs)+1)
+	}
+	cursor := 0
+	for bi := range bs {
+		b := bs[bi]
+		oc, oe, def, _ := c.evaluate(&b, BitmapBits, o, price, &cursor, false)
+		oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
+		b.child, b.def = uint8(o), def
+		total = c.add(total, b, oc, oe)
+		if keep {
+			out[bi], sums[bi+1] = b, total
+		}
+	}
+	return out, sums, total
 }
 
 // add is sum with bucket b, of the given cost and elements, added.
@@ -326,16 +486,99 @@ func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int, bi
 	}
 	*cursor = k2
 	s1, s2 := c.sums[o][k1], c.sums[o][k2]
-	nMixed := float64(k2 - k1)
-	// The pieces up to /o: their in addresses, counted in /o blocks.
-	full := c.inU[b.end].Sub(c.inU[b.start]).Sub(s2.in.Sub(s1.in)).Shr(c.w - o).Float64()
-	empty := pow2[o-l] - nMixed - full
-	own := min(full, empty) + nMixed
+	kids := childSum{cost: s2.cost - s1.cost, elems: s2.elems - s1.elems, in: s2.in.Sub(s1.in)}
+	cost, elems, def = c.resolve(kids, float64(k2-k1), c.inU[b.end].Sub(c.inU[b.start]), l, o, price, bitmap)
+	return cost, elems, def, k1 == k2
+}
+
+// resolve prices a bucket at length l that holds in addresses of the set,
+// resolved at child length o, where its n mixed children add up to kids.
+// Its pieces up to /o are uniform children, counted in /o blocks: the
+// minority side gets elements (with bitmap, bits of a bitmap: none).
+func (f *family) resolve(kids childSum, n float64, in prefix.U128, l, o int, price float64, bitmap bool) (cost, elems float64, def bool) {
+	full := in.Sub(kids.in).Shr(f.w - o).Float64()
+	empty := pow2[o-l] - n - full
+	own := min(full, empty) + n
 	if bitmap {
 		own = 0 // the root's children, mixed or not, are bitmap bits
 	}
-	return s2.cost - s1.cost + price*own, s2.elems - s1.elems + own, full > empty, k1 == k2
+	return kids.cost + price*own, kids.elems + own, full > empty
 }
+
+// rootSums is what the chunks add up to for the root: every option of
+// the root, as solve would evaluate it over the whole family.
+type rootSums struct {
+	wsum float64     // the traffic, all of it
+	in   prefix.U128 // the set's addresses
+	// mixed[o] and nMixed[o]: the mixed buckets at length o, their sum
+	// and number.
+	mixed  [129]childSum
+	nMixed [129]float64
+	// shared[o]: the mixed /16 buckets all resolved at o (sharedAt).
+	shared [129]childSum
+}
+
+// rootSums runs the programme over each chunk of seq and adds up what the
+// root needs.
+func (c *chooser) rootSums(seq pieceSeq, price float64) *rootSums {
+	r := &rootSums{}
+	chunks(seq, c.w, c.chunkLen(), func(ps []piece, cs pieceSeq) {
+		c.load(ps, cs)
+		c.bitmap = false
+		c.solveLevels(price)
+		r.wsum += c.wsum[len(ps)]
+		r.in = r.in.Add(c.inU[len(ps)])
+		for _, o := range c.cands {
+			r.mixed[o] = r.mixed[o].plus(c.sums[o][len(c.buckets[o])])
+			r.nMixed[o] += float64(len(c.buckets[o]))
+		}
+		if c.canBitmap {
+			for _, o := range c.cands[c.after(BitmapBits):] {
+				_, _, total := c.sharedAt(c.buckets[BitmapBits], o, price, false)
+				r.shared[o] = r.shared[o].plus(total)
+			}
+		}
+	})
+	return r
+}
+
+// root chooses the root's child length from r, as solve does at length
+// 0: with bitmap, the Bitmap root and the one child length its mixed /16
+// buckets share (sharedLen).
+func (f *family) root(r *rootSums, price float64, bitmap bool) (root dpBucket, cost, elems float64, sharedLen int) {
+	cost = math.Inf(1)
+	if bitmap {
+		var kids childSum
+		best := math.Inf(1)
+		for _, o := range f.cands[f.after(BitmapBits):] {
+			if r.shared[o].cost < best {
+				best, kids, sharedLen = r.shared[o].cost, r.shared[o], o
+			}
+		}
+		cost, elems, root.def = f.resolve(kids, r.nMixed[BitmapBits], r.in, 0, BitmapBits, price, true)
+		root.child = BitmapBits
+		return root, cost + r.wsum*f.bitmapCost, elems, sharedLen
+	}
+	opts := f.cands
+	if f.forced {
+		opts = f.cands[:1]
+	}
+	for _, o := range opts {
+		oc, oe, def := f.resolve(r.mixed[o], r.nMixed[o], r.in, 0, o, price, false)
+		oc += r.wsum * f.lookupCost[o]
+		if oc < cost {
+			cost, elems, root.child, root.def = oc, oe, uint8(o), def
+		}
+		if r.nMixed[o] == 0 {
+			break // as in solveLevel: longer lengths only add elements
+		}
+	}
+	return root, cost, elems, 0
+}
+
+// chunkLen is the length of the chunks: every level but the root lies
+// within one.
+func (f *family) chunkLen() int { return min(chunkBits, f.cands[0]) }
 
 // bucketAt finds the mixed bucket at length l starting at piece i.
 func (c *chooser) bucketAt(l, i int) dpBucket {
@@ -449,38 +692,45 @@ func (t *treeBuilder) order() []EntryKind {
 	return ks
 }
 
-// buildTree chooses and emits a tree layout into l. It returns false when
-// nothing fits in maxEntries.
-func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxEntries int, price float64, m TrafficModel) bool {
-	c := newChooser(pieces, is4, passIsIn, forced, m)
-	bitmap := c.bitmap
+// buildTree chooses and emits a tree layout of the pieces of seq, which
+// f surveyed, into l. It returns false when nothing fits in maxEntries.
+func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64) bool {
+	c := &chooser{family: f}
 	for ; price < 1e3; price *= 4 {
-		// A Bitmap root only where the model says it pays. A solve
-		// replaces the chooser's bucket and sum slices without writing
-		// into them, so the first one's are kept by copying the arrays.
-		c.bitmap = false
-		root, cost, elems := c.solve(price / 1e6)
-		if bitmap {
-			buckets, sums := c.buckets, c.sums
-			c.bitmap = true
-			if r2, c2, e2 := c.solve(price / 1e6); c2 < cost {
-				root, cost, elems = r2, c2, e2
-			} else {
-				c.bitmap = false
-				c.buckets, c.sums = buckets, sums
+		p := price / 1e6
+		r := c.rootSums(seq, p)
+		root, cost, elems, _ := f.root(r, p, false)
+		// A Bitmap root only where the model says it pays.
+		bitmap, sharedLen := false, 0
+		if f.canBitmap {
+			if r2, c2, e2, o2 := f.root(r, p, true); c2 < cost {
+				root, cost, elems, bitmap, sharedLen = r2, c2, e2, true, o2
 			}
 		}
 		if math.IsInf(cost, 1) {
 			return false
 		}
 		if elems > float64(maxEntries) {
-			if forced != nil {
+			if f.forced {
 				return false
 			}
 			continue
 		}
-		t := &treeBuilder{c: c, levels: map[[2]int]*Level{}, left: maxEntries}
-		t.build(root, 1)
+		t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries}
+		chunks(seq, f.w, f.chunkLen(), func(ps []piece, cs pieceSeq) {
+			if t.left < 0 {
+				return
+			}
+			c.load(ps, cs)
+			c.bitmap = false
+			c.solveLevels(p)
+			if bitmap {
+				c.buckets[BitmapBits], c.sums[BitmapBits], _ = c.sharedAt(c.buckets[BitmapBits], sharedLen, p, true)
+				c.bitmap = true
+			}
+			t.c = c
+			t.build(dpBucket{end: int32(len(ps)), child: root.child, def: root.def}, 1)
+		})
 		if t.left < 0 {
 			return false
 		}
@@ -509,13 +759,14 @@ func buildTree(l *Layout, pieces []piece, is4, passIsIn bool, forced []int, maxE
 		}
 		l.Rest = t.rest
 		l.Root = index[[2]int{1, int(root.child)}]
-		if c.bitmap {
+		if bitmap {
 			l.Levels[l.Root].Bitmap = true
 			l.Levels[l.Root].Order = t.order()
 		}
 		l.RootIn = root.def
+		l.objective = cost
 		root0 := 1.0 // the root's lookup; a bitmap is none
-		if c.bitmap {
+		if bitmap {
 			root0 = 0
 		}
 		l.Cost = CostEstimate{LookupsPass: root0 + t.pass, LookupsRandom: root0 + t.random}

@@ -198,22 +198,41 @@ func Prefixes(s *netipx.IPSet) []netip.Prefix {
 // CIDR covers of one family (is4) of s and of its complement in that
 // family, in saying which: the prefixes tile the family's address space.
 func Partition(s *netipx.IPSet, is4 bool, fn func(p netip.Prefix, in bool)) {
+	width := 128
+	if is4 {
+		width = 32
+	}
+	Pieces(s, is4, func(a U128, bits int, in bool, _, _ U128) { fn(netip.PrefixFrom(a.Addr(width), bits), in) })
+}
+
+// Pieces calls fn for each prefix of Partition(s, is4), in the same order,
+// as its address and length, its side, and the first and last address of
+// the run it belongs to: the range of s, or the gap between two, that the
+// prefix is part of. It allocates only the list of s's ranges, however
+// many prefixes it calls fn for.
+func Pieces(s *netipx.IPSet, is4 bool, fn func(a U128, bits int, in bool, runLo, runHi U128)) {
 	s4, s6 := spansOf(s)
 	ss, top, width := s6, max6, 128
 	if is4 {
 		ss, top, width = s4, max4, 32
 	}
 	emit := func(sp span, in bool) {
-		forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(netip.PrefixFrom(a.Addr(width), bits), in) })
+		forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(a, bits, in, sp.lo, sp.hi) })
 	}
-	gaps := complement(ss, top)
-	for len(ss) > 0 || len(gaps) > 0 {
-		if len(gaps) == 0 || len(ss) > 0 && ss[0].lo.Less(gaps[0].lo) {
-			emit(ss[0], true)
-			ss = ss[1:]
-		} else {
-			emit(gaps[0], false)
-			gaps = gaps[1:]
+	// The gaps are walked as they come (complement's, without its list).
+	next, more := U128{}, true // first address not yet emitted
+	for _, sp := range ss {
+		if next.Less(sp.lo) {
+			emit(span{next, sp.lo.Sub64(1)}, false)
 		}
+		emit(sp, true)
+		if sp.hi == top {
+			more = false
+			break
+		}
+		next = sp.hi.Add64(1)
+	}
+	if more {
+		emit(span{next, top}, false)
 	}
 }

@@ -72,6 +72,10 @@ func TestEncodeElemListMatchesReference(t *testing.T) {
 				e.KeyEnd = key(len(e.Key))
 			case 3:
 				e.VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: "c"}
+			case 7:
+				e.VerdictData = &expr.Verdict{Kind: []expr.VerdictKind{expr.VerdictAccept, expr.VerdictDrop, expr.VerdictReturn}[r.IntN(3)]}
+			case 8:
+				e.VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: []string{"r0_europe_v4_d2_l24_out", "abc", "abcd"}[r.IntN(3)]}
 			case 4:
 				e.Val = key(4)
 			case 5:
