@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -517,6 +518,12 @@ func (d *Daemon) loaded(c *compiled) {
 		}
 	}
 	d.syncFollowers()
+	// A load leaves the compile's and the netlink batch's garbage behind,
+	// and the runtime hands such memory back to the kernel only slowly:
+	// without this, idle RSS stayed at the load's peak (europe: 216 MB
+	// idle, 110 MB with it; the 400k-line feed: 431 and 215 MB). The
+	// collection runs beside the daemon's work, not under d.mu.
+	go debug.FreeOSMemory()
 }
 
 // Reload reads the policy and its sources again and, if the ruleset

@@ -80,9 +80,9 @@ type Entry struct {
 	Kind EntryKind
 	// Next is the index (in Layout.Levels) of the level a Descend entry
 	// continues at: each mixed bucket picks its own.
-	Next int
+	Next int32
 
-	next int // child length, while building
+	next uint8 // child length, while building
 }
 
 // Level is one hash map of a tree layout: the buckets of length Bits that
@@ -310,7 +310,7 @@ func (l *Layout) lookup(addr netip.Addr, t *trace) (in bool, lookups int) {
 			}
 			return false, n + 1
 		}
-		i = e.Next
+		i = int(e.Next)
 	}
 	return def, len(l.Levels)
 }

@@ -305,7 +305,7 @@ func TestBitmapRoot(t *testing.T) {
 		if !l.Levels[l.Root].Bitmap || l.Levels[l.Root].Bits != BitmapBits {
 			t.Fatalf("iter %d: root level /%d, bitmap %v", iter, l.Levels[l.Root].Bits, l.Levels[l.Root].Bitmap)
 		}
-		next := -1
+		next := int32(-1)
 		for _, e := range l.Levels[l.Root].Entries {
 			if e.Kind == DescendIn || e.Kind == DescendOut {
 				if next >= 0 && e.Next != next {

@@ -673,7 +673,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 			t.share[kind] += c.wsum[ch.end] - c.wsum[ch.start]
 			t.present[kind] = true
 		}
-		lv.Entries = append(lv.Entries, Entry{Key: key, Kind: kind, next: int(ch.child)})
+		lv.Entries = append(lv.Entries, Entry{Key: key, Kind: kind, next: ch.child})
 		t.build(ch, depth+1)
 		i = int(ch.end)
 	}
@@ -747,13 +747,19 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 		index := map[[2]int]int{}
 		for i, k := range keys {
 			index[k] = i
-			l.Levels = append(l.Levels, *t.levels[k])
+			lv := *t.levels[k]
+			if cap(lv.Entries) > len(lv.Entries)+len(lv.Entries)/8 {
+				// Appending left up to twice the room needed; the
+				// layout lives as long as the plan (a daemon's).
+				lv.Entries = slices.Clone(lv.Entries)
+			}
+			l.Levels = append(l.Levels, lv)
 		}
 		for i := range l.Levels {
 			for k := range l.Levels[i].Entries {
 				e := &l.Levels[i].Entries[k]
 				if e.Kind == DescendIn || e.Kind == DescendOut {
-					e.Next = index[[2]int{l.Levels[i].Depth + 1, e.next}]
+					e.Next = int32(index[[2]int{l.Levels[i].Depth + 1, int(e.next)}])
 				}
 			}
 		}

@@ -507,11 +507,18 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			}
 		}
 	}
-	chainName := func(j int, in bool) string {
-		if j == l.Root && in == l.RootIn {
+	// The chain names, made once: map elements share them.
+	names := make([][2]string, len(l.Levels))
+	for j, lv := range l.Levels {
+		for _, in := range []bool{false, true} {
+			names[j][boolIdx(in)] = fmt.Sprintf("%s_d%d_l%d_%s", name, lv.Depth, lv.Bits, map[bool]string{true: "in", false: "out"}[in])
+		}
+	}
+	chainName := func(j int32, in bool) string {
+		if int(j) == l.Root && in == l.RootIn {
 			return name
 		}
-		return fmt.Sprintf("%s_d%d_l%d_%s", name, l.Levels[j].Depth, l.Levels[j].Bits, map[bool]string{true: "in", false: "out"}[in])
+		return names[j][boolIdx(in)]
 	}
 	// IPv6 maps are keyed on the address's leading words: the kernel's
 	// 4-byte fast paths make a lookup about twice as cheap.
@@ -550,7 +557,7 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			if !need[j][boolIdx(in)] {
 				continue
 			}
-			prog.Chains = append(prog.Chains, &Chain{Name: chainName(j, in), Rules: append(slices.Clip(rules), tail(in)...)})
+			prog.Chains = append(prog.Chains, &Chain{Name: chainName(int32(j), in), Rules: append(slices.Clip(rules), tail(in)...)})
 		}
 	}
 }
