@@ -17,7 +17,9 @@ import (
 // for every scenario, results that parse, a report that was also printed,
 // a CSV table and plots that decode.
 func TestBenchQuick(t *testing.T) {
-	netnstest.Kernel(t, "ip", "nft")
+	netnstest.Kernel(t, "ip", "nft", "ipset")
+	footprintBinary = buildIpfence(t)
+	defer func() { footprintBinary = "" }()
 	dir := t.TempDir()
 	out, err := run(t, "bench", "all", "--quick", "--out", dir)
 	if err != nil {
@@ -60,6 +62,26 @@ func TestBenchQuick(t *testing.T) {
 	o := bench.QuickControl
 	if want := len(bench.SetKinds) * len(o.Sizes) * len(o.Writers); len(res.Adds) != want {
 		t.Errorf("%d single-add rows, want %d", len(res.Adds), want)
+	}
+	data, err = os.ReadFile(filepath.Join(dir, "footprint", "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fp bench.FootprintResult
+	if err := json.Unmarshal(data, &fp); err != nil {
+		t.Fatal(err)
+	}
+	fo := bench.QuickFootprint
+	if want := 6*len(fo.Lines) + len(fo.Bans); len(fp.Rows) != want {
+		t.Errorf("%d footprint rows, want %d", len(fp.Rows), want)
+	}
+	for _, x := range fp.Rows {
+		if x.PeakMiB <= 1 || x.CPUSec < 0 || x.Prefixes < x.Lines*9/10 || strings.HasPrefix(x.Step, "ipfence daemon") && (x.IdleMiB <= 1 || x.IdleMiB > x.PeakMiB) {
+			t.Errorf("footprint row %+v: a figure is missing or impossible", x)
+		}
+	}
+	if fp.BytesPerBan <= 0 {
+		t.Errorf("footprint: the daemon's RSS did not grow with %d bans", fo.Bans[len(fo.Bans)-1])
 	}
 	var ue usageError
 	if _, err := run(t, "bench", "nosuch", "--out", dir); !errors.As(err, &ue) {

@@ -51,6 +51,21 @@ var benchScenarios = []benchScenario{
 		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
 			return bench.Control(ctx, lab, pick(q, bench.QuickControl, bench.FullControl), p.Step)
 		}},
+	{"footprint", "memory and CPU of ipfence compile, apply, daemon load, a 1% feed refresh and bans (each step a process of its own: peak and idle RSS, CPU seconds) for a synthetic threat feed of 10k to 1M lines, beside nft -f and ipset restore of the same feed",
+		func(q bool) int { return bench.FootprintSteps(footprintOptions(q)) },
+		func(ctx context.Context, lab *netns.Lab, q bool, p *bench.Progress) (bench.Report, error) {
+			return bench.Footprint(ctx, lab, footprintOptions(q), p)
+		}},
+}
+
+// footprintBinary is the ipfence that bench footprint measures ("": this
+// one); tests set the binary they built.
+var footprintBinary string
+
+func footprintOptions(quick bool) bench.FootprintOptions {
+	o := pick(quick, bench.QuickFootprint, bench.FullFootprint)
+	o.Binary = footprintBinary
+	return o
 }
 
 // geoConfigs and geoSets, when set (--geo-configs, --geo-sets), narrow

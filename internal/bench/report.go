@@ -23,6 +23,7 @@ var (
 	_ Report = (*GeoResult)(nil)
 	_ Report = (*HTTPResult)(nil)
 	_ Report = (*ServerResult)(nil)
+	_ Report = (*FootprintResult)(nil)
 )
 
 // spreadCell formats a median with its min–max spread.

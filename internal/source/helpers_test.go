@@ -16,8 +16,7 @@ import (
 // the way Loader.load does, without a Loader.
 func fromBytes(format string, files ...[]byte) (*Source, error) {
 	src := &Source{name: "test", format: format}
-	var p4 []chunks[k4]
-	var p6 []chunks[k6]
+	var parts []*part
 	for i, b := range files {
 		name := fmt.Sprintf("f%d", i)
 		src.files = append(src.files, name)
@@ -25,9 +24,9 @@ func fromBytes(format string, files ...[]byte) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		p4, p6 = append(p4, p.v4), append(p6, p.v6)
+		parts = append(parts, p)
 	}
-	src.finish(p4, p6)
+	src.finish(parts)
 	return src, nil
 }
 

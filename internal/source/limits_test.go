@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -487,5 +488,29 @@ func TestRedirectSendsNoReferer(t *testing.T) {
 	}
 	if r := referer.Load().(string); r != "" {
 		t.Errorf("the next host got Referer %q", r)
+	}
+}
+
+// TestRepeatedRowsCompact: a file of one address repeated millions of
+// times holds a handful of rows while it is read, not one per line
+// (memory grows with distinct rows), counts every line it read, and
+// explains the address by its first line.
+func TestRepeatedRowsCompact(t *testing.T) {
+	n := 2*compactAt + 5
+	data := bytes.Repeat([]byte("192.0.2.7\n"), n)
+	p, err := readPart(bytes.NewReader(data), FormatList, "dup.txt", 0, Spec{MaxEntries: 10 * n}.limits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.rows != n || p.v4.len() > compactAt {
+		t.Fatalf("read %d rows holding %d, want %d rows holding at most %d", p.rows, p.v4.len(), n, compactAt)
+	}
+	src := &Source{name: "dup", format: FormatList, files: []string{"dup.txt"}}
+	src.finish([]*part{p})
+	if r4, _ := src.Rows(); r4 != n || len(src.v4.e) != 1 {
+		t.Fatalf("Rows() = %d with %d kept, want %d and 1", r4, len(src.v4.e), n)
+	}
+	if got := src.Explain(netip.MustParseAddr("192.0.2.7")); len(got) != 1 || got[0].Origin != "dup.txt:1" {
+		t.Fatalf("Explain = %+v, want dup.txt:1 only", got)
 	}
 }

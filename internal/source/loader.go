@@ -241,17 +241,16 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 	}
 	wg.Wait()
 
-	var p4 []chunks[k4]
-	var p6 []chunks[k6]
+	var parts []*part
 	rows := 0
 	for _, r := range results {
 		if r.err != nil {
 			return nil, r.err // the first in the order of the spec
 		}
-		if rows += r.part.len(); rows > spec.limits().entries {
+		if rows += r.part.rows; rows > spec.limits().entries {
 			return nil, &LimitError{File: allFiles, What: "entries", Limit: int64(spec.limits().entries), Key: "max_entries"}
 		}
-		p4, p6 = append(p4, r.part.v4), append(p6, r.part.v6)
+		parts = append(parts, r.part)
 		if r.stale != nil {
 			src.stale = append(src.stale, r.stale)
 		}
@@ -259,7 +258,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 			src.cached = append(src.cached, *r.cached)
 		}
 	}
-	src.finish(p4, p6)
+	src.finish(parts)
 	return src, nil
 }
 
@@ -312,7 +311,13 @@ func readFile(path, format, name string, file uint16, lim limits) (*part, [32]by
 
 // finish joins the parts into sorted tables and builds the set of
 // everything.
-func (s *Source) finish(p4 []chunks[k4], p6 []chunks[k6]) {
+func (s *Source) finish(parts []*part) {
+	p4, p6 := make([]chunks[k4], len(parts)), make([]chunks[k6], len(parts))
+	for i, p := range parts {
+		p4[i], p6[i] = p.v4, p.v6
+		s.rows4 += p.rows4
+		s.rows6 += p.rows6
+	}
 	s.v4.join(p4)
 	s.v6.join(p6)
 	for _, e := range s.v4.e {

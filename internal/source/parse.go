@@ -3,11 +3,13 @@ package source
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,43 +69,111 @@ func gunzip(r io.Reader) (io.Reader, error) {
 	return z, nil
 }
 
-// part holds the rows of one input file in file order, in chunks of
-// fixed size so that reading never copies them; Source.finish joins the
-// parts into sorted tables.
+// part holds the rows of one input file, in chunks of fixed size so
+// that reading never copies them; Source.finish joins the parts into
+// sorted tables. Rows that repeat or fall within another row of the same
+// country are dropped as the part grows (chunks.compact): a file of
+// twenty million copies of one address holds one row. rows counts every
+// row read, for the entries limit.
 type part struct {
-	v4 chunks[k4]
-	v6 chunks[k6]
+	v4                 chunks[k4]
+	v6                 chunks[k6]
+	rows, rows4, rows6 int // rows read: all, IPv4, IPv6
 }
 
 const chunkLen = 4096
 
-// chunks is a list of rows in chunks of chunkLen.
-type chunks[K key[K]] [][]entry[K]
+// compactAt is the fewest new rows a part holds before it drops the
+// redundant ones (a variable for tests).
+var compactAt = 1 << 16
+
+// chunks is one family's rows: the ones already compacted, sorted
+// (done), and the ones read since, in chunks of chunkLen.
+type chunks[K key[K]] struct {
+	done []entry[K]
+	cur  [][]entry[K]
+	n    int // rows in cur
+}
 
 func (c *chunks[K]) add(lo, hi K, cc, file uint16, line int) {
-	n := len(*c)
-	if n == 0 || len((*c)[n-1]) == chunkLen {
-		*c = append(*c, make([]entry[K], 0, chunkLen))
-		n++
+	k := len(c.cur)
+	if k == 0 || len(c.cur[k-1]) == chunkLen {
+		c.cur = append(c.cur, make([]entry[K], 0, chunkLen))
+		k++
 	}
-	(*c)[n-1] = append((*c)[n-1], entry[K]{lo: lo, hi: hi, cc: cc, file: file, line: uint32(line)})
+	c.cur[k-1] = append(c.cur[k-1], entry[K]{lo: lo, hi: hi, cc: cc, file: file, line: uint32(line)})
+	// Compacting again once as many rows came in as it kept keeps the
+	// work at O(n log n) when no row is redundant.
+	if c.n++; c.n >= max(compactAt, len(c.done)) {
+		c.done = compact(c.all(nil))
+		c.cur, c.n = nil, 0
+	}
 }
 
-func (c chunks[K]) len() int {
-	if len(c) == 0 {
-		return 0
+// all appends every row of c to out.
+func (c *chunks[K]) all(out []entry[K]) []entry[K] {
+	if out == nil {
+		out = make([]entry[K], 0, len(c.done)+c.n)
 	}
-	return (len(c)-1)*chunkLen + len(c[len(c)-1])
+	out = append(out, c.done...)
+	for _, ch := range c.cur {
+		out = append(out, ch...)
+	}
+	return out
 }
 
-// len is the number of rows of p.
-func (p *part) len() int { return p.v4.len() + p.v6.len() }
+// len is the number of rows c holds.
+func (c *chunks[K]) len() int { return len(c.done) + c.n }
+
+// byFirst orders rows by first address, widest first, then by where they
+// were read.
+func byFirst[K key[K]](a, b entry[K]) int {
+	if c := a.lo.compare(b.lo); c != 0 {
+		return c
+	}
+	if c := b.hi.compare(a.hi); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.file, b.file); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.line, b.line)
+}
+
+// compact sorts es by first address, widest first, then by where they
+// were read, and drops every row within an earlier row of the same
+// country (so of equal rows the first read stays, for explain).
+func compact[K key[K]](es []entry[K]) []entry[K] {
+	slices.SortFunc(es, byFirst)
+	// reach[c] is the highest last address of the rows of country slot
+	// c so far; every one of them starts at or before the current row.
+	var reach [numCodes + 1]K
+	var seen [numCodes + 1]bool
+	out := es[:0]
+	for _, e := range es {
+		c := min(int(e.cc), numCodes)
+		if seen[c] && e.hi.compare(reach[c]) <= 0 {
+			continue
+		}
+		if !seen[c] || e.hi.compare(reach[c]) > 0 {
+			reach[c], seen[c] = e.hi, true
+		}
+		out = append(out, e)
+	}
+	if cap(out) > 2*len(out)+64 {
+		return slices.Clone(out) // not the whole array for a few rows
+	}
+	return slices.Clip(out)
+}
 
 // add appends one valid range.
 func (p *part) add(lo, hi netip.Addr, cc, file uint16, line int) {
+	p.rows++
 	if lo.Is4() {
+		p.rows4++
 		p.v4.add(k4From(lo), k4From(hi), cc, file, line)
 	} else {
+		p.rows6++
 		p.v6.add(k6From(lo), k6From(hi), cc, file, line)
 	}
 }
@@ -140,7 +210,7 @@ func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part,
 		err := prefix.Read(r, name, func(rng netipx.IPRange, line int) {
 			switch {
 			case stop != nil:
-			case p.len() >= lim.entries:
+			case p.rows >= lim.entries:
 				stop = tooMany
 			default:
 				if !lim.broad {
@@ -192,7 +262,7 @@ func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part,
 				return nil, &ParseError{File: name, Line: line, Text: row, Err: err, Want: want}
 			}
 			if ok {
-				if p.len() >= lim.entries {
+				if p.rows >= lim.entries {
 					return nil, tooMany
 				}
 				p.add(lo, hi, cc, file, line)

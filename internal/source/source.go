@@ -111,6 +111,7 @@ type Source struct {
 	present      [numCodes]bool // codes that occur in the data
 	set          *netipx.IPSet  // everything
 	n4, n6       int            // prefixes of set
+	rows4, rows6 int            // rows read (before compact)
 	stale        []error        // why cached copies were used
 	cached       []cachedCopy   // downloads this source was read from
 }
@@ -136,8 +137,10 @@ func (s *Source) Set() *netipx.IPSet { return s.set }
 // family.
 func (s *Source) Prefixes() (v4, v6 int) { return s.n4, s.n6 }
 
-// Rows returns how many rows (ranges) were read, per family.
-func (s *Source) Rows() (v4, v6 int) { return len(s.v4.e), len(s.v6.e) }
+// Rows returns how many rows (ranges) were read, per family. Rows that
+// repeat or lie within another row of their file and country are read,
+// then dropped: Explain shows the row that covers them.
+func (s *Source) Rows() (v4, v6 int) { return s.rows4, s.rows6 }
 
 // Stale reports whether the source was read, in whole or in part, from a
 // cached copy instead of a fresh download, and why: a failed download

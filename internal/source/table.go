@@ -84,25 +84,26 @@ type table[K key[K]] struct {
 	e []entry[K]
 }
 
-// join sets the table to the rows of all parts, sorted by first, then
-// last address. (Explain restores the file order from (file, line).)
+// join sets the table to the rows of all parts, each part without the
+// rows that repeat or fall within another of the same country in that
+// part (compact), sorted by first address, widest first. (Explain
+// restores the file order from (file, line).)
 func (t *table[K]) join(parts []chunks[K]) {
+	if len(parts) == 1 {
+		t.e = compact(parts[0].all(nil))
+		return
+	}
 	n := 0
-	for _, p := range parts {
-		n += p.len()
+	kept := make([][]entry[K], len(parts))
+	for i := range parts {
+		kept[i] = compact(parts[i].all(nil))
+		n += len(kept[i])
 	}
 	t.e = make([]entry[K], 0, n)
-	for _, p := range parts {
-		for _, c := range p {
-			t.e = append(t.e, c...)
-		}
+	for _, k := range kept {
+		t.e = append(t.e, k...)
 	}
-	slices.SortFunc(t.e, func(a, b entry[K]) int {
-		if c := a.lo.compare(b.lo); c != 0 {
-			return c
-		}
-		return a.hi.compare(b.hi)
-	})
+	slices.SortFunc(t.e, byFirst)
 }
 
 // addTo adds to b the union of the entries whose country is selected by

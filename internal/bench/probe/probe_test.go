@@ -523,7 +523,7 @@ func TestOpenLoop(t *testing.T) {
 
 	// Drop one client: a tenth of the requests fail.
 	loadNFT(t, lab, dropRules("ip saddr "+clients[2].String()+" drop"))
-	lat, errs, err = OpenLoop(ctx, lab, clients, ports, 200, time.Second, 100*time.Millisecond)
+	lat, errs, err = OpenLoop(ctx, lab, clients, ports, 200, time.Second, 500*time.Millisecond) // room for a busy machine: a dropped client times out whatever the bound
 	if err != nil || errs != 20 || len(lat) != 180 {
 		t.Errorf("OpenLoop with a client dropped = %d latencies, %d errors, %v; want 180, 20, nil", len(lat), errs, err)
 	}
