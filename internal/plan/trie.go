@@ -66,11 +66,11 @@ type family struct {
 	w        int
 	passIsIn bool
 	m        TrafficModel
+	n, nIn   int // pieces, and in pieces (the set's cover)
+	maxLen   int
 	// Totals of the pieces on the pass side: addresses, pieces, runs;
 	// and of the random traffic's weight.
 	passAddr, passCnt, passRanges, randTot float64
-	n, nIn int // pieces, and in pieces (the set's cover)
-	maxLen int
 	// lookupCost[o] is what a lookup keyed at length o costs, in
 	// one-word lookups (TrafficModel.ExtraWord).
 	lookupCost [129]float64
