@@ -17,7 +17,7 @@ import (
 // for every scenario, results that parse, a report that was also printed,
 // a CSV table and plots that decode.
 func TestBenchQuick(t *testing.T) {
-	netnstest.Kernel(t, "ip", "nft", "ipset")
+	netnstest.Kernel(t, "ip", "nft", "ipset", "/usr/bin/time")
 	footprintBinary = buildIpfence(t)
 	defer func() { footprintBinary = "" }()
 	dir := t.TempDir()

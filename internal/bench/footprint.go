@@ -83,7 +83,11 @@ type FootprintResult struct {
 
 // FootprintSteps is the number of progress steps Footprint reports.
 func FootprintSteps(o FootprintOptions) int {
-	return len(o.Lines)*o.Rounds*5 + max(len(o.Bans)-1, 0)*o.Rounds
+	n := len(o.Lines) * o.Rounds * 5
+	if len(o.Bans) > 1 && len(o.Lines) > 0 {
+		n += o.Rounds
+	}
+	return n
 }
 
 // sample is what one process, or one step of the daemon, cost.
@@ -219,7 +223,9 @@ func (f *footprint) writeFeed(n, change int) (int, error) {
 	return len(f.feed), nil
 }
 
-// aggregate is the minimal prefix cover of ps.
+// aggregate is ps sorted without the prefixes that lie within another
+// (the feed's /32s and /24s never merge into shorter prefixes: this is
+// its minimal cover).
 func aggregate(ps []netip.Prefix) []netip.Prefix {
 	slices.SortFunc(ps, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -249,10 +255,11 @@ func (f *footprint) compile(ctx context.Context) ([]sample, error) {
 
 func (f *footprint) apply(ctx context.Context) ([]sample, error) {
 	s, err := f.ipfence(ctx, "apply", "--policy", f.path("policy.yaml"), "--state", f.path("state"), "--netns", f.ns)
-	if err != nil {
-		return nil, err
+	// Flushed whatever happened: a failed apply may have left a table.
+	if _, ferr := f.ipfence(context.WithoutCancel(ctx), "flush", "--state", f.path("state"), "--netns", f.ns); err == nil {
+		err = ferr
 	}
-	if _, err := f.ipfence(ctx, "flush", "--state", f.path("state"), "--netns", f.ns); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return []sample{s}, nil
@@ -274,7 +281,7 @@ func (f *footprint) nft(ctx context.Context) ([]sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := measureProc(ctx, nil, "ip", "netns", "exec", f.ns, "nft", "delete", "table", "ip", "footprint"); err != nil {
+	if _, err := measureProc(context.WithoutCancel(ctx), nil, "ip", "netns", "exec", f.ns, "nft", "delete", "table", "ip", "footprint"); err != nil {
 		return nil, err
 	}
 	return []sample{s}, nil
@@ -288,10 +295,13 @@ func (f *footprint) ipset(ctx context.Context) ([]sample, error) {
 		b.WriteString("add ipfence-footprint " + p.String() + "\n")
 	}
 	s, err := measureProc(ctx, bytes.NewReader(b.Bytes()), "ip", "netns", "exec", f.ns, "ipset", "restore")
-	if err != nil {
-		return nil, err
+	// Destroyed whatever happened: a restore that failed half way leaves
+	// the set.
+	_, derr := measureProc(context.WithoutCancel(ctx), nil, "ip", "netns", "exec", f.ns, "ipset", "destroy", "ipfence-footprint")
+	if err == nil {
+		err = derr
 	}
-	if _, err := measureProc(ctx, nil, "ip", "netns", "exec", f.ns, "ipset", "destroy", "ipfence-footprint"); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return []sample{s}, nil
@@ -342,8 +352,11 @@ func (f *footprint) daemon(ctx context.Context) ([]sample, error) {
 }
 
 // daemonBans starts the daemon and bans up to each count of bans in turn
-// (single addresses in 100.64.0.0/10 and up), measuring its idle RSS at
-// each; the first count is the daemon without bans (0).
+// (single addresses from 100.64.0.0 up, one `ipfence ban -` each step).
+// The first count is the daemon without bans (0): its idle RSS after the
+// load. For each later count: the daemon's peak RSS and CPU over the
+// step (from a reset high-water mark), its idle RSS after it, and the
+// wall time of the ban command.
 func (f *footprint) daemonBans(ctx context.Context, counts []int) ([]sample, error) {
 	d, err := f.startDaemon(ctx)
 	if err != nil {
@@ -353,32 +366,40 @@ func (f *footprint) daemonBans(ctx context.Context, counts []int) ([]sample, err
 	var out []sample
 	have := 0
 	for _, n := range counts {
-		if n > have {
-			var b bytes.Buffer
-			for i := have; i < n; i++ {
-				a := 0x64400000 + uint32(i)
-				fmt.Fprintf(&b, "%d.%d.%d.%d\n", a>>24, a>>16&0xff, a>>8&0xff, a&0xff)
-			}
-			t0 := time.Now()
-			if _, err := measureProc(ctx, &b, f.bin, "ban", "-", "--socket", d.socket, "--state", f.path("state"), "--netns", f.ns, "--ttl", "1h"); err != nil {
-				return nil, err
-			}
-			have = n
-			if c, err := d.client.Count(ctx); err != nil || c.Total != n {
-				return nil, fmt.Errorf("the daemon holds %v bans, want %d (%v)", c, n, err)
-			}
+		if n <= have {
 			s, err := d.settle(ctx)
 			if err != nil {
 				return nil, err
 			}
-			s.wall = time.Since(t0).Seconds()
 			out = append(out, s)
 			continue
+		}
+		before, err := d.settle(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.resetPeak(); err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		for i := have; i < n; i++ {
+			a := 0x64400000 + uint32(i)
+			fmt.Fprintf(&b, "%d.%d.%d.%d\n", a>>24, a>>16&0xff, a>>8&0xff, a&0xff)
+		}
+		ban, err := measureProc(ctx, &b, f.bin, "ban", "-", "--socket", d.socket, "--state", f.path("state"), "--netns", f.ns, "--ttl", "1h")
+		if err != nil {
+			return nil, err
+		}
+		have = n
+		if c, err := d.client.Count(ctx); err != nil || c.Total != n {
+			return nil, fmt.Errorf("the daemon holds %v bans, want %d (%v)", c, n, err)
 		}
 		s, err := d.settle(ctx)
 		if err != nil {
 			return nil, err
 		}
+		s.cpu -= before.cpu
+		s.wall = ban.wall
 		out = append(out, s)
 	}
 	return out, nil
@@ -398,6 +419,7 @@ func measureProc(ctx context.Context, in io.Reader, name string, args ...string)
 	defer os.Remove(out.Name())
 	cmd := exec.CommandContext(ctx, "/usr/bin/time", append([]string{"-f", "%M %U %S", "-o", out.Name(), name}, args...)...)
 	cmd.Stdin = in
+	killGroup(cmd)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	t0 := time.Now()
@@ -416,6 +438,13 @@ func measureProc(ctx context.Context, in io.Reader, name string, args ...string)
 	return sample{peak: kb / 1024, cpu: user + sys, wall: wall}, nil
 }
 
+// killGroup makes cmd a process group of its own that cancelling its
+// context kills whole (time and what it measures, ip and what it runs).
+func killGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+}
+
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
@@ -432,6 +461,7 @@ type daemonProc struct {
 	client          *api.Client
 	started, loaded time.Time
 	stderr          bytes.Buffer
+	exited          chan struct{} // closed when the daemon has exited
 }
 
 func (f *footprint) startDaemon(ctx context.Context) (*daemonProc, error) {
@@ -439,10 +469,13 @@ func (f *footprint) startDaemon(ctx context.Context) (*daemonProc, error) {
 	d.cmd = exec.CommandContext(ctx, f.bin, "daemon", "--policy", f.path("policy.yaml"), "--netns", f.ns,
 		"--state", d.state, "--socket", d.socket, "--metrics", "")
 	d.cmd.Stderr = &d.stderr
+	killGroup(d.cmd)
 	d.started = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		return nil, err
 	}
+	d.exited = make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	d.client = api.NewClient(d.socket)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -451,11 +484,14 @@ func (f *footprint) startDaemon(ctx context.Context) (*daemonProc, error) {
 			d.loaded = time.Now()
 			return d, nil
 		}
-		if time.Now().After(deadline) || d.cmd.ProcessState != nil {
+		if time.Now().After(deadline) {
 			d.stop()
 			return nil, fmt.Errorf("the daemon did not load in 2 minutes: %v: %s", err, lastLine(d.stderr.String()))
 		}
 		select {
+		case <-d.exited:
+			d.stop()
+			return nil, fmt.Errorf("the daemon exited before it loaded: %v: %s", d.cmd.ProcessState, lastLine(d.stderr.String()))
 		case <-ctx.Done():
 			d.stop()
 			return nil, ctx.Err()
@@ -511,7 +547,8 @@ func (d *daemonProc) read() (sample, error) {
 		return sample{}, err
 	}
 	// Fields after the command's ")": state is the 3rd field, utime the
-	// 14th and stime the 15th, in clock ticks (100 a second).
+	// 14th and stime the 15th, in clock ticks (USER_HZ, 100 a second on
+	// Linux whatever the kernel's own tick).
 	rest := string(stat[bytes.LastIndexByte(stat, ')')+2:])
 	fs := strings.Fields(rest)
 	if len(fs) < 13 {
@@ -528,11 +565,17 @@ func (d *daemonProc) resetPeak() error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", d.cmd.Process.Pid), []byte("5"), 0)
 }
 
-// stop stops the daemon and flushes what it loaded.
+// stop stops the daemon (killed if it has not stopped within 30 s of
+// SIGTERM) and flushes what it loaded.
 func (d *daemonProc) stop() {
 	d.client.Close()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	_ = d.cmd.Wait()
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+		<-d.exited
+	}
 	_, _ = measureProc(context.Background(), nil, d.bin, "flush", "--state", d.state, "--netns", d.ns)
 	_ = os.RemoveAll(d.state)
 }
@@ -551,8 +594,9 @@ func (r *FootprintResult) CSV() string {
 func (r *FootprintResult) Markdown() string {
 	var b strings.Builder
 	b.WriteString("## footprint: memory and CPU per step, each in a process of its own\n\n")
-	b.WriteString("Medians over the runs. Peak RSS: the process's high-water mark (the daemon's over the step);" +
-		" idle RSS: the daemon's once it is steady again after the step.\n\n")
+	b.WriteString("Medians over the runs. Peak RSS: the process's high-water mark (the daemon's over the step, from a reset mark);" +
+		" idle RSS: the daemon's once it is steady again after the step. Daemon CPU: over the step." +
+		" Bans rows: the daemon with no bans after its load, then each `ipfence ban -` of the bans added (its wall time).\n\n")
 	var rows [][]string
 	for _, x := range r.Rows {
 		idle := ""

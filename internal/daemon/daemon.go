@@ -95,6 +95,8 @@ type Daemon struct {
 	// time), which Run waits for.
 	refreshes  sync.WaitGroup
 	refreshing atomic.Bool
+	// freeing: a collection that hands memory back runs (loaded).
+	freeing atomic.Bool
 
 	// mu guards what follows: the policy as loaded, and every full or
 	// diff load (bans take the Controller's own lock).
@@ -522,8 +524,14 @@ func (d *Daemon) loaded(c *compiled) {
 	// and the runtime hands such memory back to the kernel only slowly:
 	// without this, idle RSS stayed at the load's peak (europe: 216 MB
 	// idle, 110 MB with it; the 400k-line feed: 431 and 215 MB). The
-	// collection runs beside the daemon's work, not under d.mu.
-	go debug.FreeOSMemory()
+	// collection runs beside the daemon's work, not under d.mu, one at a
+	// time.
+	if d.freeing.CompareAndSwap(false, true) {
+		go func() {
+			defer d.freeing.Store(false)
+			debug.FreeOSMemory()
+		}()
+	}
 }
 
 // Reload reads the policy and its sources again and, if the ruleset

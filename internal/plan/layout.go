@@ -78,11 +78,10 @@ func (k EntryKind) String() string {
 type Entry struct {
 	Key  netip.Prefix // Bits long, masked
 	Kind EntryKind
+	next uint8 // child length, while building (beside Kind: 40 bytes an entry)
 	// Next is the index (in Layout.Levels) of the level a Descend entry
 	// continues at: each mixed bucket picks its own.
 	Next int32
-
-	next uint8 // child length, while building
 }
 
 // Level is one hash map of a tree layout: the buckets of length Bits that

@@ -100,7 +100,7 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 		l.logger().Warn("source is stale: using cached copies", "source", spec.Name, "reason", e)
 	}
 	l.logger().Debug("source loaded", "source", spec.Name, "format", spec.Format,
-		"rows_v4", len(src.v4.e), "rows_v6", len(src.v6.e), "prefixes_v4", src.n4, "prefixes_v6", src.n6,
+		"rows_v4", src.rows4, "rows_v6", src.rows6, "kept_v4", len(src.v4.e), "kept_v6", len(src.v6.e), "prefixes_v4", src.n4, "prefixes_v6", src.n6,
 		"elapsed", time.Since(start))
 	return src, nil
 }
@@ -108,8 +108,8 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 // allFiles is LimitError.File for a source's rows together.
 const allFiles = "all files"
 
-// rows is the number of rows of s, both families.
-func (s *Source) rows() int { return len(s.v4.e) + len(s.v6.e) }
+// rows is the number of rows read into s, both families.
+func (s *Source) rows() int { return s.rows4 + s.rows6 }
 
 // Error is an error of Load: which source failed, and why.
 type Error struct {
