@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipfence/ipfence/internal/memlimit"
 	"github.com/ipfence/ipfence/internal/version"
 )
 
@@ -27,6 +28,7 @@ type globals struct {
 }
 
 func main() {
+	memlimit.Set() // under systemd's MemoryHigh=/MemoryMax=: collect before the cgroup throttles or kills
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()

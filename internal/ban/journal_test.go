@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -227,6 +228,8 @@ func TestJournalFoldsWhenIdle(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bans.db")
 	st := mustOpen(t, path)
 	defer st.Close()
+	var told atomic.Int64 // records the folder said it folded (OnFold)
+	st.OnFold(func(n int) { told.Add(int64(n)) })
 	bans := manyAddrBans(200)
 	for _, b := range bans {
 		if err := st.Put(b); err != nil {
@@ -252,5 +255,23 @@ func TestJournalFoldsWhenIdle(t *testing.T) {
 	}
 	if m := loadMap(t, st); len(m) != len(bans) {
 		t.Fatalf("after folding: %d bans, want %d", len(m), len(bans))
+	}
+	// Every record but those of the segment still open is told of, just
+	// after its fold.
+	st.mu.Lock()
+	open := st.cur != nil
+	st.mu.Unlock()
+	for {
+		n := told.Load()
+		if n > int64(len(bans)) {
+			t.Fatalf("OnFold was told of %d records, %d bans written", n, len(bans))
+		}
+		if n == int64(len(bans)) || open && n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OnFold was told of %d records, %d bans written (a segment open: %v)", n, len(bans), open)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

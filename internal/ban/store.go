@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -55,7 +56,17 @@ type Store struct {
 	quit    chan struct{} // closed by Close
 	stopped chan struct{} // closed when the folder has returned
 	foldErr error         // the folder's last error (under fold)
+	folded  int           // records folded since the folder last told afterFold (under fold)
+	// afterFold, when set (OnFold), is told how many records the folder
+	// folded.
+	afterFold atomic.Pointer[func(records int)]
 }
+
+// OnFold makes the store call fn (from its folder goroutine) with the
+// number of records each time its folder has folded written bans into
+// its file: a fold of a bulk load leaves much garbage, which a daemon may
+// want to hand back to the kernel.
+func (st *Store) OnFold(fn func(records int)) { st.afterFold.Store(&fn) }
 
 // Open opens the ban store at path, creating the file (mode 0600) and its
 // bucket if needed. If another process holds the file, Open gives up after
@@ -213,6 +224,13 @@ func (st *Store) folder() {
 			}
 		}
 		_ = st.foldSealed() // kept in foldErr; the next wake retries
+		st.fold.Lock()
+		n := st.folded
+		st.folded = 0
+		st.fold.Unlock()
+		if fn := st.afterFold.Load(); fn != nil && n > 0 {
+			(*fn)(n)
+		}
 	}
 }
 
@@ -264,6 +282,7 @@ func (st *Store) foldSegment(n uint64) error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys) // bbolt writes sorted keys much faster
+	st.folded += len(keys)
 	err = st.db.Update(func(tx *bolt.Tx) error {
 		mb := tx.Bucket(metaBucket)
 		if foldedThrough(mb) >= n {

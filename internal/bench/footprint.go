@@ -352,7 +352,8 @@ func (f *footprint) daemon(ctx context.Context) ([]sample, error) {
 }
 
 // daemonBans starts the daemon and bans up to each count of bans in turn
-// (single addresses from 100.64.0.0 up, one `ipfence ban -` each step).
+// (single addresses from 100.64.0.0 up, `ipfence ban -` of at most
+// banBatch at a time).
 // The first count is the daemon without bans (0): its idle RSS after the
 // load. For each later count: the daemon's peak RSS and CPU over the
 // step (from a reset high-water mark), its idle RSS after it, and the
@@ -381,14 +382,19 @@ func (f *footprint) daemonBans(ctx context.Context, counts []int) ([]sample, err
 		if err := d.resetPeak(); err != nil {
 			return nil, err
 		}
-		var b bytes.Buffer
-		for i := have; i < n; i++ {
-			a := 0x64400000 + uint32(i)
-			fmt.Fprintf(&b, "%d.%d.%d.%d\n", a>>24, a>>16&0xff, a>>8&0xff, a&0xff)
-		}
-		ban, err := measureProc(ctx, &b, f.bin, "ban", "-", "--socket", d.socket, "--state", f.path("state"), "--netns", f.ns, "--ttl", "1h")
-		if err != nil {
-			return nil, err
+		// In requests of banBatch: the API takes 8 MiB a request.
+		var wall float64
+		for from := have; from < n; from += banBatch {
+			var b bytes.Buffer
+			for i := from; i < min(n, from+banBatch); i++ {
+				a := 0x64400000 + uint32(i)
+				fmt.Fprintf(&b, "%d.%d.%d.%d\n", a>>24, a>>16&0xff, a>>8&0xff, a&0xff)
+			}
+			ban, err := measureProc(ctx, &b, f.bin, "ban", "-", "--socket", d.socket, "--state", f.path("state"), "--netns", f.ns, "--ttl", "1h")
+			if err != nil {
+				return nil, err
+			}
+			wall += ban.wall
 		}
 		have = n
 		if c, err := d.client.Count(ctx); err != nil || c.Total != n {
@@ -399,11 +405,14 @@ func (f *footprint) daemonBans(ctx context.Context, counts []int) ([]sample, err
 			return nil, err
 		}
 		s.cpu -= before.cpu
-		s.wall = ban.wall
+		s.wall = wall
 		out = append(out, s)
 	}
 	return out, nil
 }
+
+// banBatch is the most bans daemonBans sends in one request.
+const banBatch = 200_000
 
 // measureProc runs name with args (stdin from in) under GNU time and
 // returns its peak RSS, CPU and wall time from the kernel's accounting of

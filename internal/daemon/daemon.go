@@ -95,7 +95,7 @@ type Daemon struct {
 	// time), which Run waits for.
 	refreshes  sync.WaitGroup
 	refreshing atomic.Bool
-	// freeing: a collection that hands memory back runs (loaded).
+	// freeing: a collection that hands memory back is due (freeMemory).
 	freeing atomic.Bool
 
 	// mu guards what follows: the policy as loaded, and every full or
@@ -173,6 +173,9 @@ func New(cfg Config) *Daemon {
 	d.bans = bansets.NewQueue(func(n int, took time.Duration) {
 		d.metrics.banBatch.Observe(float64(n))
 		d.metrics.applySeconds.WithLabelValues("ban").Observe(took.Seconds())
+		if n >= bulkBans {
+			d.freeMemory() // a bulk load's request and netlink batch
+		}
 	})
 	return d
 }
@@ -193,6 +196,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer store.Close()
+	store.OnFold(func(n int) { // folding a bulk load leaves its garbage behind
+		if n >= bulkBans {
+			d.freeMemory()
+		}
+	})
 	d.store = store
 	if err := d.start(ctx); err != nil {
 		return err
@@ -524,13 +532,25 @@ func (d *Daemon) loaded(c *compiled) {
 	// and the runtime hands such memory back to the kernel only slowly:
 	// without this, idle RSS stayed at the load's peak (europe: 216 MB
 	// idle, 110 MB with it; the 400k-line feed: 431 and 215 MB). The
-	// collection runs beside the daemon's work, not under d.mu, one at a
-	// time.
+	// collection runs beside the daemon's work, not under d.mu.
+	d.freeMemory()
+}
+
+// bulkBans is the smallest batch of bans after which the daemon hands its
+// garbage back to the kernel (freeMemory): fail2ban's single bans do not
+// pay for a collection each.
+const bulkBans = 10_000
+
+// freeMemory collects and returns free memory to the kernel in the
+// background, a second after it is first asked: the calls of a burst
+// (bulk ban batches, a load and its reload) share one collection, made
+// once their requests' buffers are garbage too.
+func (d *Daemon) freeMemory() {
 	if d.freeing.CompareAndSwap(false, true) {
-		go func() {
-			defer d.freeing.Store(false)
+		time.AfterFunc(time.Second, func() {
+			d.freeing.Store(false)
 			debug.FreeOSMemory()
-		}()
+		})
 	}
 }
 

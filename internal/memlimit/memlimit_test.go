@@ -1,0 +1,50 @@
+package memlimit
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestFromCgroup: the lowest memory.high or memory.max of the cgroup and
+// its parents; "max" is no limit; cgroup v1 and no limit give none.
+func TestFromCgroup(t *testing.T) {
+	root := t.TempDir()
+	write := func(dir, file, v string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, dir, file), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("system.slice/ipfence.service", "memory.high", "max")
+	write("system.slice/ipfence.service", "memory.max", "max")
+	write("system.slice", "memory.max", "max")
+	self := []byte("0::/system.slice/ipfence.service\n")
+	if v, ok := FromCgroup(root, self); ok {
+		t.Fatalf("no limits: got %d", v)
+	}
+	write("system.slice", "memory.max", "2147483648")
+	if v, ok := FromCgroup(root, self); !ok || v != 2<<30 {
+		t.Fatalf("a parent's memory.max: got %d, %v", v, ok)
+	}
+	write("system.slice/ipfence.service", "memory.high", "402653184")
+	write("system.slice/ipfence.service", "memory.max", "536870912")
+	if v, ok := FromCgroup(root, self); !ok || v != 384<<20 {
+		t.Fatalf("the service's memory.high: got %d, %v", v, ok)
+	}
+	// cgroup v1: the memory controller's limit_in_bytes, where "no
+	// limit" is a number near 2^63; the v2 files do not count there.
+	v1 := []byte("12:memory:/system.slice/x\n1:name=systemd:/x\n0::/system.slice/ipfence.service\n")
+	write("memory/system.slice/x", "memory.limit_in_bytes", "9223372036854771712")
+	write("memory/system.slice", "memory.limit_in_bytes", "9223372036854771712")
+	if v, ok := FromCgroup(root, v1); ok {
+		t.Fatalf("cgroup v1 without a limit: got %d", v)
+	}
+	write("memory/system.slice/x", "memory.limit_in_bytes", "1073741824")
+	if v, ok := FromCgroup(root, v1); !ok || v != 1<<30 {
+		t.Fatalf("cgroup v1: got %d, %v", v, ok)
+	}
+}
