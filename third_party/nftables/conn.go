@@ -314,7 +314,7 @@ func (cc *Conn) flush(genID uint32) error {
 		return err
 	}
 
-	sentMsgs, err := conn.SendMessages(batch)
+	sentMsgs, err := sendBatch(conn, batch) // ipfence patch: see sendbatch.go
 	if err != nil {
 		return fmt.Errorf("SendMessages: %w", err)
 	}

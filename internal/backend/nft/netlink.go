@@ -80,13 +80,29 @@ func chainMessage(t *nftables.Table, ch *Chain) *nftables.Chain {
 	return nc
 }
 
-// addSet queues the creation of set s with its elements.
+// addSet queues the creation of set s with its elements. The elements of
+// a hash set or map (a layout's maps: up to millions) are encoded one at a
+// time, without a slice of them all (SetAddElementsFunc).
 func (b *batch) addSet(s *Set) error {
-	ns, elems, err := setMessage(b.table, s)
+	if s.Interval {
+		ns, elems, err := setMessage(b.table, s)
+		if err != nil {
+			return err
+		}
+		if err := b.c.AddSet(ns, elems); err != nil {
+			return fmt.Errorf("encoding set %s: %w", s.Name, err)
+		}
+		b.sets[s.Name] = ns
+		return nil
+	}
+	ns, err := setDecl(b.table, s)
 	if err != nil {
 		return err
 	}
-	if err := b.c.AddSet(ns, elems); err != nil {
+	if err := b.c.AddSet(ns, nil); err != nil {
+		return fmt.Errorf("encoding set %s: %w", s.Name, err)
+	}
+	if err := b.c.SetAddElementsFunc(ns, len(s.Elems), func(i int, e *nftables.SetElement) { hashElem(s, &s.Elems[i], e) }); err != nil {
 		return fmt.Errorf("encoding set %s: %w", s.Name, err)
 	}
 	b.sets[s.Name] = ns
@@ -105,6 +121,42 @@ func ruleMessage(t *nftables.Table, ch *nftables.Chain, r *Rule, exprs []expr.An
 // setMessage returns the named set and elements for s, with the flags,
 // size and key byte order nft uses.
 func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement, error) {
+	ns, err := setDecl(t, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.Interval {
+		rs, err := intervalRanges(s.Elems)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
+		}
+		return ns, addrIntervalElems(rs), nil
+	}
+	elems := make([]nftables.SetElement, len(s.Elems))
+	for i := range s.Elems {
+		hashElem(s, &s.Elems[i], &elems[i])
+	}
+	return ns, elems, nil
+}
+
+// hashElem fills in ne, the element of hash set s for e.
+func hashElem(s *Set, e *Elem, ne *nftables.SetElement) {
+	ne.Timeout = e.Timeout
+	ne.Key = e.Key.Masked().Addr().AsSlice()
+	switch s.Key {
+	case KeyWords:
+		ne.Key = keyWords(e.Key)
+	case KeyHalf:
+		ne.Key = ne.Key[:halfBits/8]
+	}
+	if s.IsMap {
+		ne.VerdictData = verdictExpr(e.Verdict)
+	}
+}
+
+// setDecl is the declaration of the named set s: its flags, size and key
+// byte order as nft writes them.
+func setDecl(t *nftables.Table, s *Set) (*nftables.Set, error) {
 	ns := &nftables.Set{
 		Table:        t,
 		Name:         s.Name,
@@ -124,7 +176,7 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 	if s.Key == KeyWords {
 		kt, err := wordsType(words(s.KeyBits))
 		if err != nil {
-			return nil, nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
+			return nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
 		}
 		ns.KeyType = kt
 		if words(s.KeyBits) > 1 {
@@ -141,29 +193,10 @@ func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement
 	if s.IsMap {
 		ns.DataType = nftables.TypeVerdict
 	}
-	if s.Interval {
-		rs, err := intervalRanges(s.Elems)
-		if err != nil {
-			return nil, nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
-		}
-		return ns, addrIntervalElems(rs), nil
+	if !s.Interval {
+		ns.Size = hashSize(s)
 	}
-	ns.Size = hashSize(s)
-	elems := make([]nftables.SetElement, len(s.Elems))
-	for i, e := range s.Elems {
-		elems[i].Timeout = e.Timeout
-		elems[i].Key = e.Key.Masked().Addr().AsSlice()
-		switch s.Key {
-		case KeyWords:
-			elems[i].Key = keyWords(e.Key)
-		case KeyHalf:
-			elems[i].Key = elems[i].Key[:halfBits/8]
-		}
-		if s.IsMap {
-			elems[i].VerdictData = verdictExpr(e.Verdict)
-		}
-	}
-	return ns, elems, nil
+	return ns, nil
 }
 
 // wordsType is the key type of a KeyWords set of n words: integer, or a
