@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"net/netip"
 	"slices"
 
 	"go4.org/netipx"
@@ -161,4 +162,40 @@ func setOf(v4, v6 []span) *netipx.IPSet {
 		rr = append(rr, netipx.IPRangeFrom(s.lo.Addr(128), s.hi.Addr(128)))
 	}
 	return newIPSet(rr)
+}
+
+// CoverDiff returns how many prefixes the minimal CIDR covers of a minus b
+// and of b minus a hold, both families together; a and b are prefixes in
+// any order, overlapping or not. It sweeps sorted ranges: no set is built
+// (the applied record's diff of a 400k-prefix rule built four and took
+// 860 MB).
+func CoverDiff(a, b []netip.Prefix) (aOnly, bOnly int) {
+	a4, a6 := spansOfPrefixes(a)
+	b4, b6 := spansOfPrefixes(b)
+	count := func(ss []span, width int) int {
+		n := 0
+		for _, s := range ss {
+			n += countCIDRs(s.lo, s.hi, width)
+		}
+		return n
+	}
+	aOnly = count(subtract(a4, b4), 32) + count(subtract(a6, b6), 128)
+	bOnly = count(subtract(b4, a4), 32) + count(subtract(b6, a6), 128)
+	return aOnly, bOnly
+}
+
+// spansOfPrefixes returns the minimal sorted spans of ps, per family.
+func spansOfPrefixes(ps []netip.Prefix) (v4, v6 []span) {
+	for _, p := range ps {
+		if !p.IsValid() {
+			continue
+		}
+		a := U128From(p.Addr())
+		if p.Addr().Is4() {
+			v4 = append(v4, prefixSpan(a, p.Bits(), 32))
+		} else {
+			v6 = append(v6, prefixSpan(a, p.Bits(), 128))
+		}
+	}
+	return merge(v4), merge(v6)
 }

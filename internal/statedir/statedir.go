@@ -30,12 +30,12 @@ import (
 	"slices"
 	"time"
 
-	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // DefaultDir is where ipfence keeps state unless told otherwise.
@@ -279,29 +279,18 @@ func Compare(prev, cur *Applied) []Change {
 // diff counts addresses-as-prefixes added and removed: the prefixes of
 // cur not covered by prev and of prev not covered by cur.
 func diff(prev, cur []string) (added, removed int) {
-	a, b := toSet(prev), toSet(cur)
-	var x netipx.IPSetBuilder
-	x.AddSet(b)
-	x.RemoveSet(a)
-	s, _ := x.IPSet()
-	added = len(s.Prefixes())
-	x = netipx.IPSetBuilder{}
-	x.AddSet(a)
-	x.RemoveSet(b)
-	s, _ = x.IPSet()
-	removed = len(s.Prefixes())
-	return added, removed
+	return prefix.CoverDiff(parsePrefixes(cur), parsePrefixes(prev))
 }
 
-func toSet(ps []string) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+// parsePrefixes parses ps, skipping what does not parse.
+func parsePrefixes(ps []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ps))
 	for _, p := range ps {
 		if pr, err := netip.ParsePrefix(p); err == nil {
-			b.AddPrefix(pr)
+			out = append(out, pr)
 		}
 	}
-	s, _ := b.IPSet()
-	return s
+	return out
 }
 
 // key is the name a namespace's files have in the state folder

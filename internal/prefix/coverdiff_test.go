@@ -1,0 +1,54 @@
+package prefix
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"go4.org/netipx"
+)
+
+// TestCoverDiff checks CoverDiff against sets built with netipx: random
+// overlapping prefixes of both families.
+func TestCoverDiff(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 2))
+	random := func(n int) []netip.Prefix {
+		var ps []netip.Prefix
+		for range n {
+			if r.IntN(4) == 0 {
+				a := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte(r.IntN(4)), byte(r.IntN(256))}
+				ps = append(ps, netip.PrefixFrom(netip.AddrFrom16(a), 32+r.IntN(17)).Masked())
+				continue
+			}
+			a := [4]byte{10, byte(r.IntN(4)), byte(r.IntN(256)), byte(r.IntN(256))}
+			ps = append(ps, netip.PrefixFrom(netip.AddrFrom4(a), 14+r.IntN(19)).Masked())
+		}
+		return ps
+	}
+	set := func(ps []netip.Prefix) *netipx.IPSet {
+		var b netipx.IPSetBuilder
+		for _, p := range ps {
+			b.AddPrefix(p)
+		}
+		s, _ := b.IPSet()
+		return s
+	}
+	minus := func(a, b *netipx.IPSet) int {
+		var x netipx.IPSetBuilder
+		x.AddSet(a)
+		x.RemoveSet(b)
+		s, _ := x.IPSet()
+		return len(s.Prefixes())
+	}
+	for round := range 300 {
+		a, b := random(r.IntN(60)), random(r.IntN(60))
+		if round%3 == 0 {
+			b = append(b, a[:len(a)/2]...) // much in common
+		}
+		sa, sb := set(a), set(b)
+		gotA, gotB := CoverDiff(a, b)
+		if wantA, wantB := minus(sa, sb), minus(sb, sa); gotA != wantA || gotB != wantB {
+			t.Fatalf("round %d: CoverDiff = %d, %d; want %d, %d\na=%v\nb=%v", round, gotA, gotB, wantA, wantB, a, b)
+		}
+	}
+}
