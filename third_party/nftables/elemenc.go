@@ -134,7 +134,8 @@ func (cc *Conn) encodeElemList(s *Set, vals []SetElement) ([][]byte, error) {
 // is written once, its elements encoded in place. ipfence loads maps of
 // hundreds of thousands of elements; a []SetElement of them took about
 // 150 bytes an element, and the encoded elements were copied once more
-// into each message.
+// into each message. elem runs with the Conn locked: it must not call the
+// Conn.
 func (cc *Conn) SetAddElementsFunc(s *Set, n int, elem func(i int, e *SetElement)) error {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()

@@ -55,13 +55,17 @@ func sendBatch(conn *netlink.Conn, msgs []netlink.Message) ([]netlink.Message, e
 	if err != nil {
 		return conn.SendMessages(msgs)
 	}
-	// The connection is this flush's own: its sequence numbers start
-	// anywhere but 0 (which netlink.Conn would replace).
+	// Sequence numbers start anywhere but 0 (which netlink.Conn would
+	// replace), below 2^31 so that a batch does not wrap. Flushes hold
+	// cc.mu, and flush drains the replies as before: a later request on a
+	// lasting connection sees none of this batch's.
 	buf := marshalBatch(msgs, rand.Uint32()>>1+1)
 	var serr error
 	err = rc.Write(func(fd uintptr) bool {
 		serr = unix.Sendmsg(int(fd), buf, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
-		return !errors.Is(serr, unix.EAGAIN) // the poller waits until the socket can take it
+		// The poller waits until the socket can take it; an interrupted
+		// call is made again, as mdlayher/socket does.
+		return !errors.Is(serr, unix.EAGAIN) && !errors.Is(serr, unix.EINTR)
 	})
 	if err == nil {
 		err = serr
