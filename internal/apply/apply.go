@@ -93,6 +93,7 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 	c.Plan = p
 	if !p.Backend.IPTables() {
 		c.NFT = nft.FromPlan(p, nft.Bans{})
+		p.Release() // the program holds the elements now
 		return c, nil
 	}
 	fl, err := ipt.ResolveFlavour(o.IPTables)

@@ -136,6 +136,9 @@ type Layout struct {
 	// objective is the chooser's total: lookups per packet + price ×
 	// elements (tree only).
 	objective float64
+	// released: Release dropped the elements, releasedN of them.
+	released  bool
+	releasedN int
 }
 
 // CostEstimate is the layout chooser's per-packet model.
@@ -150,11 +153,30 @@ type CostEstimate struct {
 
 // Entries is the number of map elements of all levels.
 func (l *Layout) Entries() int {
+	if l.released {
+		return l.releasedN
+	}
 	n := 0
 	for _, lv := range l.Levels {
 		n += len(lv.Entries)
 	}
 	return n
+}
+
+// Release drops the map elements of the levels once they are lowered
+// into a program, which holds its own: they take 40 bytes each, for as
+// long as the plan lives (a daemon's). The levels stay, with their
+// lengths, depths and bitmap order; Entries still counts the elements.
+// Contains, Lookups and Trace panic on a released layout.
+func (l *Layout) Release() {
+	if l.released {
+		return
+	}
+	l.releasedN = l.Entries()
+	for i := range l.Levels {
+		l.Levels[i].Entries = nil
+	}
+	l.index, l.released = nil, true
 }
 
 // Strides lists the distinct level lengths, e.g. [16 24 32] (a packet
@@ -252,6 +274,9 @@ func KeyWords(is4 bool, bits int) int {
 }
 
 func (l *Layout) lookup(addr netip.Addr, t *trace) (in bool, lookups int) {
+	if l.released {
+		panic("plan: lookup in a released layout (Layout.Release)")
+	}
 	if addr.Is4() != l.Is4 || addr.Is4In6() {
 		return false, 0
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -417,4 +418,33 @@ func TestBitmapOrder(t *testing.T) {
 		}
 		checkLayout(t, s, l, probes(rand.New(rand.NewPCG(1, 1)), s, true, 200))
 	}
+}
+
+// TestRelease: a released layout keeps what it says of itself (counts,
+// strides, JSON) without its elements, and refuses lookups.
+func TestRelease(t *testing.T) {
+	s := randomSet(rand.New(rand.NewPCG(9, 9)), true, 3000)
+	l, err := Build(s, true, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := json.Marshal(l)
+	n := l.Entries()
+	l.Release()
+	l.Release() // twice: the same
+	after, _ := json.Marshal(l)
+	if l.Entries() != n || string(after) != string(before) {
+		t.Fatalf("after Release: %d entries, %s; want %d, %s", l.Entries(), after, n, before)
+	}
+	for _, lv := range l.Levels {
+		if lv.Entries != nil {
+			t.Fatalf("level /%d keeps %d entries", lv.Bits, len(lv.Entries))
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Contains on a released layout did not panic")
+		}
+	}()
+	l.Contains(netip.MustParseAddr("192.0.2.1"))
 }

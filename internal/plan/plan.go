@@ -655,6 +655,18 @@ func (r *Rule) matchesPort(pkt Packet) bool {
 	return false
 }
 
+// Release drops the map elements of every rule's layouts once the plan
+// is lowered (Layout.Release).
+func (p *Plan) Release() {
+	for _, r := range p.Rules {
+		for _, l := range []*Layout{r.V4, r.V6} {
+			if l != nil {
+				l.Release()
+			}
+		}
+	}
+}
+
 // HasOutbound reports whether some rule judges outbound connections.
 func (p *Plan) HasOutbound() bool {
 	for _, r := range p.Rules {
