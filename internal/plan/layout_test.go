@@ -193,7 +193,8 @@ func TestChooseSingleAddresses(t *testing.T) {
 // every mixed bucket's chosen cost and elements must be the minimum, over
 // every child length it may use, of what a piece-by-piece count of its
 // children gives (solve counts them from prefix sums and stops at the
-// first length without mixed children).
+// first length without mixed children); the root's too, over every
+// candidate length.
 func TestChooserModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for iter := range 40 {
@@ -207,7 +208,17 @@ func TestChooserModel(t *testing.T) {
 			m.BitmapLookup = 0 // TestBitmapRoot checks that level
 			c := newChooser(pieces, is4, iter%2 == 0, nil, m)
 			price := DefaultElementPrice / 1e6
-			c.solve(price)
+			root, rootCost, rootElems := c.solve(price)
+			// The root: the best of every candidate length.
+			best, bestElems := math.Inf(1), 0.0
+			for _, o := range c.cands {
+				if oc, oe := modelEvaluate(c, root, 0, o, price); oc < best {
+					best, bestElems = oc, oe
+				}
+			}
+			if math.Abs(rootCost-best) > 1e-9*max(1, best) || math.Abs(rootElems-bestElems) > 1e-9*max(1, bestElems) {
+				t.Fatalf("iter %d: root at /%d costs %g with %g elements, model's best is %g, %g", iter, root.child, rootCost, rootElems, best, bestElems)
+			}
 			for l := range c.buckets {
 				for k, b := range c.buckets[l] {
 					cost, elems := math.Inf(1), 0.0
@@ -347,7 +358,7 @@ func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems
 	for i := int(b.start); i < int(b.end); {
 		pl := int(c.plen[i])
 		if pl <= o {
-			if c.in[i] {
+			if c.pieces[i].in {
 				full += pow2[o-pl]
 			} else {
 				empty += pow2[o-pl]

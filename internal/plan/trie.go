@@ -187,8 +187,6 @@ type chooser struct {
 	// bitmap: this solve prices the root as a Bitmap level (canBitmap).
 	bitmap bool
 	pieces []piece
-	addr   []prefix.U128
-	in     []bool // pieces[i].in, kept dense: evaluate reads it for every piece
 	plen   []uint8
 	cpl    []uint8
 	wsum   []float64 // prefix sums of traffic weight (blend)
@@ -232,8 +230,6 @@ func newChooser(pieces []piece, is4, passIsIn bool, forced []int, m TrafficModel
 func (c *chooser) load(pieces []piece, seq pieceSeq) {
 	n := len(pieces)
 	c.pieces = pieces
-	c.addr = resize(c.addr, n)
-	c.in = resize(c.in, n)
 	c.plen = resize(c.plen, n)
 	c.cpl = resize(c.cpl, n)
 	c.wsum, c.wpass, c.wrand = resize(c.wsum, n+1), resize(c.wpass, n+1), resize(c.wrand, n+1)
@@ -242,10 +238,10 @@ func (c *chooser) load(pieces []piece, seq pieceSeq) {
 	legit := m.Addresses + m.Ranges + m.Prefixes
 	i := 0
 	for p, run := range seq {
-		c.addr[i], c.in[i], c.plen[i] = p.addr, p.in, p.bits
+		c.plen[i] = p.bits
 		c.cpl[i] = 0
 		if i > 0 {
-			c.cpl[i] = uint8(cpl(c.addr[i-1], c.addr[i], c.w))
+			c.cpl[i] = uint8(cpl(pieces[i-1].addr, p.addr, c.w))
 		}
 		size := pow2[c.w-int(p.bits)]
 		var pass float64
@@ -306,20 +302,12 @@ func chunks(seq pieceSeq, w, chunkLen int, fn func([]piece, pieceSeq)) {
 	flush()
 }
 
-// options are the child lengths a bucket at length l may use.
+// options are the child lengths a bucket at length l (below the root)
+// may use; the root's are root's.
 func (c *chooser) options(l int) []int {
-	i, _ := slices.BinarySearch(c.cands, l+1)
+	i := c.after(l)
 	if c.forced {
-		if l == 0 {
-			return c.cands[:1]
-		}
 		return c.cands[i:min(i+1, len(c.cands))]
-	}
-	if l == 0 {
-		if c.bitmap {
-			return []int{BitmapBits}
-		}
-		return c.cands
 	}
 	limit := 12 // bits one lookup may resolve below a bucket
 	if c.w == 128 {
@@ -356,11 +344,15 @@ func (c *chooser) mixedBuckets(l int, out []dpBucket) []dpBucket {
 }
 
 // solve runs the dynamic programme over the chooser's pieces as a whole
-// family, with the given price per element, and returns the root bucket
-// with its cost and elements.
+// family (one chunk), with the given price per element, and returns the
+// root bucket with its cost and elements, chosen as buildTree chooses it.
 func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 	c.solveLevels(price)
-	return c.solveLevel(0, price)
+	r := &rootSums{}
+	c.addRootSums(r, price)
+	root, cost, elems, _ = c.root(r, price, c.bitmap)
+	root.end = int32(len(c.pieces))
+	return root, cost, elems
 }
 
 // solveLevels runs the programme for every candidate length, longest
@@ -372,34 +364,28 @@ func (c *chooser) solveLevels(price float64) {
 }
 
 // solveLevel chooses the child length of every mixed bucket at length l
-// (the longer lengths done) and returns the last one, with its cost and
-// elements.
-func (c *chooser) solveLevel(l int, price float64) (last dpBucket, cost, elems float64) {
+// (the longer lengths done).
+func (c *chooser) solveLevel(l int, price float64) {
 	if l >= c.maxLen {
 		c.buckets[l], c.sums[l] = c.buckets[l][:0], append(c.sums[l][:0], childSum{})
-		return last, 0, 0
+		return
 	}
 	bs := c.mixedBuckets(l, c.buckets[l])
 	if c.bitmap && l == BitmapBits {
 		// Every longer length: one map holds them all.
 		c.buckets[l], c.sums[l] = c.shared(bs, c.cands[c.after(l):], price)
-		return last, 0, 0
+		return
 	}
 	opts := c.options(l)
-	bitmap := l == 0 && c.bitmap
 	var cursor [129]int
 	sums := append(c.sums[l][:0], childSum{})
 	for bi := range bs {
 		b := &bs[bi]
-		cost, elems = math.Inf(1), 0
+		cost, elems := math.Inf(1), 0.0
 		for oi, o := range opts {
-			oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi], bitmap)
+			oc, oe, def, leaf := c.evaluate(b, l, o, price, &cursor[oi])
 			// The traffic reaching b pays its lookup, keyed at o.
-			lc := c.lookupCost[o]
-			if bitmap {
-				lc = c.bitmapCost
-			}
-			oc += (c.wsum[b.end] - c.wsum[b.start]) * lc
+			oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
 			if oc < cost {
 				cost, elems, b.child, b.def = oc, oe, uint8(o), def
 			}
@@ -410,10 +396,8 @@ func (c *chooser) solveLevel(l int, price float64) (last dpBucket, cost, elems f
 			}
 		}
 		sums = append(sums, c.add(sums[bi], *b, cost, elems))
-		last = *b
 	}
 	c.buckets[l], c.sums[l] = bs, sums
-	return last, cost, elems
 }
 
 // after is the index in cands of the first length above l.
@@ -452,7 +436,7 @@ func (c *chooser) sharedAt(bs []dpBucket, o int, price float64, keep bool) (out 
 	cursor := 0
 	for bi := range bs {
 		b := bs[bi]
-		oc, oe, def, _ := c.evaluate(&b, BitmapBits, o, price, &cursor, false)
+		oc, oe, def, _ := c.evaluate(&b, BitmapBits, o, price, &cursor)
 		oc += (c.wsum[b.end] - c.wsum[b.start]) * c.lookupCost[o]
 		b.child, b.def = uint8(o), def
 		total = c.add(total, b, oc, oe)
@@ -472,9 +456,8 @@ func (c *chooser) add(sum childSum, b dpBucket, cost, elems float64) childSum {
 // its mixed children are the buckets of length o within it (every piece
 // longer than o lies in one), and its pieces up to /o are uniform
 // children, full or empty. cursor walks c.buckets[o] forward across the
-// (ordered) calls for one length. leaf says no child is mixed. With
-// bitmap the uniform children are bits of a bitmap, not elements.
-func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int, bitmap bool) (cost, elems float64, def, leaf bool) {
+// (ordered) calls for one length. leaf says no child is mixed.
+func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int) (cost, elems float64, def, leaf bool) {
 	children := c.buckets[o]
 	k1 := *cursor
 	for k1 < len(children) && children[k1].start < b.start {
@@ -487,7 +470,7 @@ func (c *chooser) evaluate(b *dpBucket, l, o int, price float64, cursor *int, bi
 	*cursor = k2
 	s1, s2 := c.sums[o][k1], c.sums[o][k2]
 	kids := childSum{cost: s2.cost - s1.cost, elems: s2.elems - s1.elems, in: s2.in.Sub(s1.in)}
-	cost, elems, def = c.resolve(kids, float64(k2-k1), c.inU[b.end].Sub(c.inU[b.start]), l, o, price, bitmap)
+	cost, elems, def = c.resolve(kids, float64(k2-k1), c.inU[b.end].Sub(c.inU[b.start]), l, o, price, false)
 	return cost, elems, def, k1 == k2
 }
 
@@ -526,25 +509,32 @@ func (c *chooser) rootSums(seq pieceSeq, price float64) *rootSums {
 		c.load(ps, cs)
 		c.bitmap = false
 		c.solveLevels(price)
-		r.wsum += c.wsum[len(ps)]
-		r.in = r.in.Add(c.inU[len(ps)])
-		for _, o := range c.cands {
-			r.mixed[o] = r.mixed[o].plus(c.sums[o][len(c.buckets[o])])
-			r.nMixed[o] += float64(len(c.buckets[o]))
-		}
-		if c.canBitmap {
-			for _, o := range c.cands[c.after(BitmapBits):] {
-				_, _, total := c.sharedAt(c.buckets[BitmapBits], o, price, false)
-				r.shared[o] = r.shared[o].plus(total)
-			}
-		}
+		c.addRootSums(r, price)
 	})
 	return r
 }
 
-// root chooses the root's child length from r, as solve does at length
-// 0: with bitmap, the Bitmap root and the one child length its mixed /16
-// buckets share (sharedLen).
+// addRootSums adds to r what the chooser's pieces (solved) give the
+// root's options.
+func (c *chooser) addRootSums(r *rootSums, price float64) {
+	n := len(c.pieces)
+	r.wsum += c.wsum[n]
+	r.in = r.in.Add(c.inU[n])
+	for _, o := range c.cands {
+		r.mixed[o] = r.mixed[o].plus(c.sums[o][len(c.buckets[o])])
+		r.nMixed[o] += float64(len(c.buckets[o]))
+	}
+	if c.canBitmap {
+		for _, o := range c.cands[c.after(BitmapBits):] {
+			_, _, total := c.sharedAt(c.buckets[BitmapBits], o, price, false)
+			r.shared[o] = r.shared[o].plus(total)
+		}
+	}
+}
+
+// root chooses the root's child length from r: the one of least cost
+// (with a forced stride, the first), or with bitmap the Bitmap root and
+// the one child length its mixed /16 buckets share (sharedLen).
 func (f *family) root(r *rootSums, price float64, bitmap bool) (root dpBucket, cost, elems float64, sharedLen int) {
 	cost = math.Inf(1)
 	if bitmap {
@@ -570,7 +560,7 @@ func (f *family) root(r *rootSums, price float64, bitmap bool) (root dpBucket, c
 			cost, elems, root.child, root.def = oc, oe, uint8(o), def
 		}
 		if r.nMixed[o] == 0 {
-			break // as in solveLevel: longer lengths only add elements
+			break // as in solveLevel: longer lengths only double the elements
 		}
 	}
 	return root, cost, elems, 0
@@ -639,7 +629,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 					t.present[kind] = true
 				}
 				for k := uint64(0); k < n; k++ {
-					a := c.addr[i].Add(prefix.U128{Lo: k}.Shl(c.w - o))
+					a := p.addr.Add(prefix.U128{Lo: k}.Shl(c.w - o))
 					lv.Entries = append(lv.Entries, Entry{Key: netip.PrefixFrom(a.Addr(c.w), o), Kind: kind})
 				}
 			}
