@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -18,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/bench/plot"
-	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/daemonproc"
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -329,8 +328,8 @@ func (f *footprint) daemon(ctx context.Context) ([]sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	load.wall = d.loaded.Sub(d.started).Seconds()
-	if err := d.resetPeak(); err != nil {
+	load.wall = d.Ready.Sub(d.Started).Seconds()
+	if err := d.ResetPeak(); err != nil {
 		return nil, err
 	}
 	cpu0 := load.cpu
@@ -338,7 +337,7 @@ func (f *footprint) daemon(ctx context.Context) ([]sample, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	if _, err := d.client.Reload(ctx); err != nil {
+	if _, err := d.Client.Reload(ctx); err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
 	wall := time.Since(t0).Seconds()
@@ -379,7 +378,7 @@ func (f *footprint) daemonBans(ctx context.Context, counts []int) ([]sample, err
 		if err != nil {
 			return nil, err
 		}
-		if err := d.resetPeak(); err != nil {
+		if err := d.ResetPeak(); err != nil {
 			return nil, err
 		}
 		// In requests of banBatch: the API takes 8 MiB a request.
@@ -390,14 +389,14 @@ func (f *footprint) daemonBans(ctx context.Context, counts []int) ([]sample, err
 				a := 0x64400000 + uint32(i)
 				fmt.Fprintf(&b, "%d.%d.%d.%d\n", a>>24, a>>16&0xff, a>>8&0xff, a&0xff)
 			}
-			ban, err := measureProc(ctx, &b, f.bin, "ban", "-", "--socket", d.socket, "--state", f.path("state"), "--netns", f.ns, "--ttl", "1h")
+			ban, err := measureProc(ctx, &b, f.bin, "ban", "-", "--socket", d.Socket, "--state", d.State, "--netns", f.ns, "--ttl", "1h")
 			if err != nil {
 				return nil, err
 			}
 			wall += ban.wall
 		}
 		have = n
-		if c, err := d.client.Count(ctx); err != nil || c.Total != n {
+		if c, err := d.Client.Count(ctx); err != nil || c.Total != n {
 			return nil, fmt.Errorf("the daemon holds %v bans, want %d (%v)", c, n, err)
 		}
 		s, err := d.settle(ctx)
@@ -464,49 +463,23 @@ func lastLine(s string) string {
 
 // daemonProc is a daemon the scenario started.
 type daemonProc struct {
-	cmd             *exec.Cmd
-	socket, state   string
-	bin, ns         string
-	client          *api.Client
-	started, loaded time.Time
-	stderr          bytes.Buffer
-	exited          chan struct{} // closed when the daemon has exited
+	*daemonproc.Proc
+	f *footprint
 }
 
+// startDaemon starts the daemon on the feed's policy, in a folder of its
+// own under the run's.
 func (f *footprint) startDaemon(ctx context.Context) (*daemonProc, error) {
-	d := &daemonProc{socket: f.path("api.sock"), state: f.path("state"), bin: f.bin, ns: f.ns}
-	d.cmd = exec.CommandContext(ctx, f.bin, "daemon", "--policy", f.path("policy.yaml"), "--netns", f.ns,
-		"--state", d.state, "--socket", d.socket, "--metrics", "")
-	d.cmd.Stderr = &d.stderr
-	killGroup(d.cmd)
-	d.started = time.Now()
-	if err := d.cmd.Start(); err != nil {
+	dir, err := os.MkdirTemp(f.dir, "daemon-")
+	if err != nil {
 		return nil, err
 	}
-	d.exited = make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(d.exited) }()
-	d.client = api.NewClient(d.socket)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		st, err := d.client.Status(ctx)
-		if err == nil && !st.Applied.IsZero() {
-			d.loaded = time.Now()
-			return d, nil
-		}
-		if time.Now().After(deadline) {
-			d.stop()
-			return nil, fmt.Errorf("the daemon did not load in 2 minutes: %v: %s", err, lastLine(d.stderr.String()))
-		}
-		select {
-		case <-d.exited:
-			d.stop()
-			return nil, fmt.Errorf("the daemon exited before it loaded: %v: %s", d.cmd.ProcessState, lastLine(d.stderr.String()))
-		case <-ctx.Done():
-			d.stop()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	p, err := daemonproc.Start(ctx, daemonproc.Options{Exe: f.bin, Policy: f.path("policy.yaml"), NetNS: f.ns, Dir: dir})
+	if err != nil {
+		_, _ = measureProc(context.WithoutCancel(ctx), nil, f.bin, "flush", "--state", filepath.Join(dir, "state"), "--netns", f.ns)
+		return nil, err
 	}
+	return &daemonProc{Proc: p, f: f}, nil
 }
 
 // settle waits for the daemon to go idle (its RSS steady over a second,
@@ -534,59 +507,22 @@ func (d *daemonProc) settle(ctx context.Context) (sample, error) {
 
 // read reads the daemon's VmHWM, VmRSS and CPU.
 func (d *daemonProc) read() (sample, error) {
-	pid := d.cmd.Process.Pid
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, peak, err := d.Memory()
 	if err != nil {
 		return sample{}, err
 	}
-	var s sample
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-		switch k {
-		case "VmHWM":
-			s.peak = kb / 1024
-		case "VmRSS":
-			s.idle = kb / 1024
-		}
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	cpu, err := d.CPU()
 	if err != nil {
 		return sample{}, err
 	}
-	// Fields after the command's ")": state is the 3rd field, utime the
-	// 14th and stime the 15th, in clock ticks (USER_HZ, 100 a second on
-	// Linux whatever the kernel's own tick).
-	rest := string(stat[bytes.LastIndexByte(stat, ')')+2:])
-	fs := strings.Fields(rest)
-	if len(fs) < 13 {
-		return sample{}, fmt.Errorf("/proc/%d/stat: %q", pid, stat)
-	}
-	ut, _ := strconv.ParseFloat(fs[11], 64)
-	st, _ := strconv.ParseFloat(fs[12], 64)
-	s.cpu = (ut + st) / 100
-	return s, nil
+	return sample{peak: peak, idle: rss, cpu: cpu}, nil
 }
 
-// resetPeak resets the daemon's RSS high-water mark (clear_refs 5).
-func (d *daemonProc) resetPeak() error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", d.cmd.Process.Pid), []byte("5"), 0)
-}
-
-// stop stops the daemon (killed if it has not stopped within 30 s of
-// SIGTERM) and flushes what it loaded.
+// stop stops the daemon and flushes what it loaded.
 func (d *daemonProc) stop() {
-	d.client.Close()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-		<-d.exited
-	}
-	_, _ = measureProc(context.Background(), nil, d.bin, "flush", "--state", d.state, "--netns", d.ns)
-	_ = os.RemoveAll(d.state)
+	_ = d.Stop()
+	_, _ = measureProc(context.Background(), nil, d.f.bin, "flush", "--state", d.State, "--netns", d.f.ns)
+	_ = os.RemoveAll(filepath.Dir(d.State))
 }
 
 // CSV renders the rows.

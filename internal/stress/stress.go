@@ -10,7 +10,6 @@
 package stress
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,16 +17,15 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ipfence/ipfence/internal/bench"
 	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/daemonproc"
 	"github.com/ipfence/ipfence/internal/netns"
 )
 
@@ -126,9 +124,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer d.stop()
-	say("daemon: pid %d, metrics on %s", d.cmd.Process.Pid, d.metrics)
-	cl := api.NewClient(d.socket)
+	defer d.Stop()
+	say("daemon: pid %d, metrics on %s", d.Pid(), d.metrics)
+	cl := api.NewClient(d.Socket)
 	defer cl.Close()
 	rep := &Report{}
 	m := newModel()
@@ -177,7 +175,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.BulkPerSec = float64(rep.BulkElements) / bulkTime.Seconds()
 	}
 
-	rep.LoadedRSSMiB, rep.LoadedRSSAtBans = rssMiB(d.cmd.Process.Pid), m.len()
+	rep.LoadedRSSMiB, rep.LoadedRSSAtBans = d.rssMiB(), m.len()
 
 	say("count queries")
 	var cnt []time.Duration
@@ -194,7 +192,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.SustainedPerSec, err = sustained(ctx, cl, 8, 256, 5*time.Second, m); err != nil {
 		return nil, err
 	}
-	rep.DaemonRSSMiB, rep.RSSAtBans = rssMiB(d.cmd.Process.Pid), m.len()
+	rep.DaemonRSSMiB, rep.RSSAtBans = d.rssMiB(), m.len()
 
 	if o.Duration > 0 {
 		say("mixed run: %d workers for %v", o.Workers, o.Duration)
@@ -203,22 +201,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		rep.Mixed = mr
-		rep.MixedRSSMiB = rssMiB(d.cmd.Process.Pid)
+		rep.MixedRSSMiB = d.rssMiB()
 	}
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		return rep, fmt.Errorf("the daemon did not stop cleanly: %w", err)
 	}
 	return rep, nil
 }
 
-// daemonProc is the daemon under test.
+// daemonProc is the daemon under test, with its metrics address.
 type daemonProc struct {
-	cmd     *exec.Cmd
-	socket  string
+	*daemonproc.Proc
 	metrics string
-	done    chan error
-	once    sync.Once
-	err     error
 }
 
 func startDaemon(ctx context.Context, exe, dir, pol, ns string, extra []string) (*daemonProc, error) {
@@ -228,52 +222,18 @@ func startDaemon(ctx context.Context, exe, dir, pol, ns string, extra []string) 
 	}
 	maddr := ln.Addr().String()
 	ln.Close()
-	d := &daemonProc{socket: filepath.Join(dir, "api.sock"), metrics: maddr, done: make(chan error, 1)}
-	logf, err := os.Create(filepath.Join(dir, "daemon.log"))
+	p, err := daemonproc.Start(ctx, daemonproc.Options{Exe: exe, Policy: pol, NetNS: ns, Dir: dir, Metrics: maddr,
+		Args: append([]string{"--tick", "1s"}, extra...)})
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"daemon", "--policy", pol, "--netns", ns, "--state", filepath.Join(dir, "state"),
-		"--socket", d.socket, "--metrics", maddr, "--tick", "1s"}
-	d.cmd = exec.Command(exe, append(args, extra...)...)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	if err := d.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting the daemon: %w", err)
-	}
-	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
-	cl := api.NewClient(d.socket)
-	defer cl.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := cl.Status(ctx); err == nil {
-			return d, nil
-		}
-		select {
-		case err := <-d.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "daemon.log"))
-			return nil, fmt.Errorf("the daemon exited while starting (%v): %s", err, log)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			d.stop()
-			return nil, errors.New("the daemon was not ready after 30 s")
-		}
-	}
+	return &daemonProc{Proc: p, metrics: maddr}, nil
 }
 
-// stop sends SIGTERM and waits (SIGKILL after 10 s).
-func (d *daemonProc) stop() error {
-	d.once.Do(func() {
-		_ = d.cmd.Process.Signal(os.Interrupt)
-		select {
-		case d.err = <-d.done:
-		case <-time.After(10 * time.Second):
-			_ = d.cmd.Process.Kill()
-			d.err = errors.Join(errors.New("killed after 10 s"), <-d.done)
-		}
-	})
-	return d.err
+// rssMiB is the daemon's resident memory (0 when it cannot be read).
+func (d *daemonProc) rssMiB() float64 {
+	rss, _, _ := d.Memory()
+	return rss
 }
 
 // Bulk loads send requests of BulkChunk addresses, BulkInFlight at a time:
@@ -429,20 +389,3 @@ func addr(v uint32) netip.Addr {
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-// rssMiB is the resident memory of process pid.
-func rssMiB(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.Atoi(strings.Fields(rest)[0])
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
