@@ -502,8 +502,8 @@ func TestRepeatedRowsCompact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.rows != n || p.v4.len() > compactAt {
-		t.Fatalf("read %d rows holding %d, want %d rows holding at most %d", p.rows, p.v4.len(), n, compactAt)
+	if p.rows() != n || p.v4.len() > compactAt {
+		t.Fatalf("read %d rows holding %d, want %d rows holding at most %d", p.rows(), p.v4.len(), n, compactAt)
 	}
 	src := &Source{name: "dup", format: FormatList, files: []string{"dup.txt"}}
 	src.finish([]*part{p})

@@ -247,7 +247,7 @@ func (l *Loader) load(ctx context.Context, spec Spec, committed bool) (*Source, 
 		if r.err != nil {
 			return nil, r.err // the first in the order of the spec
 		}
-		if rows += r.part.rows; rows > spec.limits().entries {
+		if rows += r.part.rows(); rows > spec.limits().entries {
 			return nil, &LimitError{File: allFiles, What: "entries", Limit: int64(spec.limits().entries), Key: "max_entries"}
 		}
 		parts = append(parts, r.part)

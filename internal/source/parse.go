@@ -73,13 +73,16 @@ func gunzip(r io.Reader) (io.Reader, error) {
 // that reading never copies them; Source.finish joins the parts into
 // sorted tables. Rows that repeat or fall within another row of the same
 // country are dropped as the part grows (chunks.compact): a file of
-// twenty million copies of one address holds one row. rows counts every
-// row read, for the entries limit.
+// twenty million copies of one address holds one row. rows4 and rows6
+// count every row read, for the entries limit.
 type part struct {
-	v4                 chunks[k4]
-	v6                 chunks[k6]
-	rows, rows4, rows6 int // rows read: all, IPv4, IPv6
+	v4           chunks[k4]
+	v6           chunks[k6]
+	rows4, rows6 int // rows read
 }
+
+// rows is the number of rows read, both families.
+func (p *part) rows() int { return p.rows4 + p.rows6 }
 
 const chunkLen = 4096
 
@@ -153,11 +156,9 @@ func compact[K key[K]](es []entry[K]) []entry[K] {
 	for _, e := range es {
 		c := min(int(e.cc), numCodes)
 		if seen[c] && e.hi.compare(reach[c]) <= 0 {
-			continue
+			continue // within an earlier row
 		}
-		if !seen[c] || e.hi.compare(reach[c]) > 0 {
-			reach[c], seen[c] = e.hi, true
-		}
+		reach[c], seen[c] = e.hi, true // reaches further than any before
 		out = append(out, e)
 	}
 	if cap(out) > 2*len(out)+64 {
@@ -168,7 +169,6 @@ func compact[K key[K]](es []entry[K]) []entry[K] {
 
 // add appends one valid range.
 func (p *part) add(lo, hi netip.Addr, cc, file uint16, line int) {
-	p.rows++
 	if lo.Is4() {
 		p.rows4++
 		p.v4.add(k4From(lo), k4From(hi), cc, file, line)
@@ -210,7 +210,7 @@ func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part,
 		err := prefix.Read(r, name, func(rng netipx.IPRange, line int) {
 			switch {
 			case stop != nil:
-			case p.rows >= lim.entries:
+			case p.rows() >= lim.entries:
 				stop = tooMany
 			default:
 				if !lim.broad {
@@ -262,7 +262,7 @@ func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part,
 				return nil, &ParseError{File: name, Line: line, Text: row, Err: err, Want: want}
 			}
 			if ok {
-				if p.rows >= lim.entries {
+				if p.rows() >= lim.entries {
 					return nil, tooMany
 				}
 				p.add(lo, hi, cc, file, line)
