@@ -84,25 +84,19 @@ func chainMessage(t *nftables.Table, ch *Chain) *nftables.Chain {
 // a hash set or map (a layout's maps: up to millions) are encoded one at a
 // time, without a slice of them all (SetAddElementsFunc).
 func (b *batch) addSet(s *Set) error {
-	if s.Interval {
-		ns, elems, err := setMessage(b.table, s)
-		if err != nil {
-			return err
-		}
-		if err := b.c.AddSet(ns, elems); err != nil {
-			return fmt.Errorf("encoding set %s: %w", s.Name, err)
-		}
-		b.sets[s.Name] = ns
-		return nil
-	}
 	ns, err := setDecl(b.table, s)
 	if err != nil {
 		return err
 	}
-	if err := b.c.AddSet(ns, nil); err != nil {
-		return fmt.Errorf("encoding set %s: %w", s.Name, err)
+	if s.Interval {
+		var rs []addrRange
+		if rs, err = intervalRanges(s.Elems); err == nil {
+			err = b.c.AddSet(ns, addrIntervalElems(rs))
+		}
+	} else if err = b.c.AddSet(ns, nil); err == nil {
+		err = b.c.SetAddElementsFunc(ns, len(s.Elems), func(i int, e *nftables.SetElement) { hashElem(s, &s.Elems[i], e) })
 	}
-	if err := b.c.SetAddElementsFunc(ns, len(s.Elems), func(i int, e *nftables.SetElement) { hashElem(s, &s.Elems[i], e) }); err != nil {
+	if err != nil {
 		return fmt.Errorf("encoding set %s: %w", s.Name, err)
 	}
 	b.sets[s.Name] = ns
@@ -116,27 +110,6 @@ func ruleMessage(t *nftables.Table, ch *nftables.Chain, r *Rule, exprs []expr.An
 		nr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
 	}
 	return nr
-}
-
-// setMessage returns the named set and elements for s, with the flags,
-// size and key byte order nft uses.
-func setMessage(t *nftables.Table, s *Set) (*nftables.Set, []nftables.SetElement, error) {
-	ns, err := setDecl(t, s)
-	if err != nil {
-		return nil, nil, err
-	}
-	if s.Interval {
-		rs, err := intervalRanges(s.Elems)
-		if err != nil {
-			return nil, nil, fmt.Errorf("encoding set %s: %w", s.Name, err)
-		}
-		return ns, addrIntervalElems(rs), nil
-	}
-	elems := make([]nftables.SetElement, len(s.Elems))
-	for i := range s.Elems {
-		hashElem(s, &s.Elems[i], &elems[i])
-	}
-	return ns, elems, nil
 }
 
 // hashElem fills in ne, the element of hash set s for e.
@@ -155,7 +128,7 @@ func hashElem(s *Set, e *Elem, ne *nftables.SetElement) {
 }
 
 // setDecl is the declaration of the named set s: its flags, size and key
-// byte order as nft writes them.
+// byte order as nft writes them (its elements: addSet).
 func setDecl(t *nftables.Table, s *Set) (*nftables.Set, error) {
 	ns := &nftables.Set{
 		Table:        t,

@@ -278,7 +278,7 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 func (b *batch) queueSetChange(sc SetChange) error {
 	def := *sc.Set
 	def.Elems = nil
-	ns, _, err := setMessage(b.table, &def)
+	ns, err := setDecl(b.table, &def)
 	if err != nil {
 		return err
 	}
