@@ -123,8 +123,7 @@ layout chosen, its levels and element counts, and the cost model's estimate.`,
 				_, err = io.WriteString(w, iptScript(c.IPT))
 				return err
 			}
-			_, err = io.WriteString(w, nft.Render(c.NFT))
-			return err
+			return nft.Write(w, c.NFT)
 		},
 	}
 	pf.register(c)

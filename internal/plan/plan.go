@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // Action is what a rule does with matching packets.
@@ -243,10 +245,7 @@ const DefaultPriority = -300
 func Compile(in *Input, opt Options) (*Plan, error) {
 	prot := Builtin()
 	if in.Protect != nil {
-		var b netipx.IPSetBuilder
-		b.AddSet(prot)
-		b.AddSet(in.Protect)
-		prot, _ = b.IPSet()
+		prot = prefix.Union(prot, in.Protect)
 	}
 	p := &Plan{Table: in.Table, Priority: in.Priority, protect: prot}
 	if p.Table == "" {
@@ -411,25 +410,10 @@ var outboundProtect = func() *netipx.IPSet {
 func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 	var warn []string
 	if ri.Direction.Out() {
-		var b netipx.IPSetBuilder
-		b.AddSet(prot)
-		b.AddSet(outboundProtect)
-		prot, _ = b.IPSet()
-	}
-	set := ri.Set
-	if set == nil {
-		set = &netipx.IPSet{}
+		prot = prefix.Union(prot, outboundProtect)
 	}
 	// Keep only the families the rule applies to.
-	var b netipx.IPSetBuilder
-	b.AddSet(set)
-	if !ri.IPv4 {
-		b.RemovePrefix(fullPrefix(true))
-	}
-	if !ri.IPv6 {
-		b.RemovePrefix(fullPrefix(false))
-	}
-	set, _ = b.IPSet()
+	set := prefix.Family(ri.Set, ri.IPv4, ri.IPv6)
 
 	for _, is4 := range []bool{true, false} {
 		if (is4 && !ri.IPv4) || (!is4 && !ri.IPv6) {
@@ -445,27 +429,16 @@ func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
 		}
 	}
 
-	b = netipx.IPSetBuilder{}
-	b.AddSet(set)
+	eff := set
 	switch ri.Action {
 	case Drop, Reject:
-		if inter := intersect(set, prot); len(inter) > 0 {
+		if inter := prefix.Prefixes(prefix.Intersect(set, prot)); len(inter) > 0 {
 			warn = append(warn, fmt.Sprintf("%s: rule %q: its set covers protected prefixes %s; they keep passing", ri.Where, ri.Name, summarize(inter)))
 		}
-		b.RemoveSet(prot)
+		eff = prefix.Subtract(set, prot)
 	case AllowOnly:
-		b.AddSet(prot)
 		// Protection applies only within the rule's families.
-		if !ri.IPv4 {
-			b.RemovePrefix(fullPrefix(true))
-		}
-		if !ri.IPv6 {
-			b.RemovePrefix(fullPrefix(false))
-		}
-	}
-	eff, err := b.IPSet()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+		eff = prefix.Family(prefix.Union(set, prot), ri.IPv4, ri.IPv6)
 	}
 	dir := ri.Direction
 	if dir == "" {
@@ -537,14 +510,6 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 		}
 	}
 	return nil
-}
-
-func intersect(a, b *netipx.IPSet) []netip.Prefix {
-	var x netipx.IPSetBuilder
-	x.AddSet(a)
-	x.Intersect(b)
-	s, _ := x.IPSet()
-	return s.Prefixes()
 }
 
 func summarize(ps []netip.Prefix) string {

@@ -737,13 +737,10 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 		index := map[[2]int]int{}
 		for i, k := range keys {
 			index[k] = i
-			lv := *t.levels[k]
-			if cap(lv.Entries) > len(lv.Entries)+len(lv.Entries)/8 {
-				// Appending left up to twice the room needed; the
-				// layout lives as long as the plan (a daemon's).
-				lv.Entries = slices.Clone(lv.Entries)
-			}
-			l.Levels = append(l.Levels, lv)
+			// The entries keep the room appending left (a quarter at
+			// most): they live only until the plan is lowered
+			// (Plan.Release), and a copy would cost more on the way.
+			l.Levels = append(l.Levels, *t.levels[k])
 		}
 		for i := range l.Levels {
 			for k := range l.Levels[i].Entries {

@@ -675,6 +675,11 @@ func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse fun
 var ErrNotCountry = errors.New("source has no country data")
 
 func (res *Resolved) ruleSet(r *RuleDef) (*netipx.IPSet, error) {
+	if len(r.Sources) == 1 && len(r.Prefixes) == 0 && len(r.Countries) == 0 && !r.Invert {
+		// The rule is its source: share the set rather than copy it
+		// (sets are not modified once built).
+		return res.Sources[r.Sources[0]].Set(), nil
+	}
 	var b prefix.Builder
 	for _, name := range r.Sources {
 		src := res.Sources[name]

@@ -5,7 +5,8 @@
 // Everything here is pure and deterministic. The currency is
 // *netipx.IPSet. ParseLine and Read turn list files into ranges; Builder
 // (or ReadSet) makes a set of millions of them, several times faster than
-// netipx.IPSetBuilder; Complement, Count and NumAddrs compute on sets; and
+// netipx.IPSetBuilder; Union, Subtract, Intersect, Family, Complement,
+// Count and NumAddrs compute on sets, in one pass over their ranges; and
 // WriteCIDRs, WriteRanges and WriteJSON print a set's minimal exact cover,
 // for IPv4 exactly as FireHOL's iprange does.
 //

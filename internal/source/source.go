@@ -31,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/prefix"
 	"go4.org/netipx"
 )
 
@@ -187,10 +188,10 @@ func (s *Source) Countries(codes []string, invert bool) (*netipx.IPSet, error) {
 // build returns the union of the rows whose country sel selects (nil: all
 // rows).
 func (s *Source) build(sel *[numCodes]bool) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	s.v4.addTo(&b, sel)
 	s.v6.addTo(&b, sel)
-	set, _ := b.IPSet() // cannot fail: every range added is valid
+	set, _ := b.Build() // cannot fail: every range added is valid
 	return set
 }
 

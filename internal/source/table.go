@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ipfence/ipfence/internal/prefix"
 	"go4.org/netipx"
 )
 
@@ -109,7 +110,7 @@ func (t *table[K]) join(parts []chunks[K]) {
 // addTo adds to b the union of the entries whose country is selected by
 // sel (nil: all entries), merged into as few ranges as possible first so
 // that b has little left to do.
-func (t *table[K]) addTo(b *netipx.IPSetBuilder, sel *[numCodes]bool) {
+func (t *table[K]) addTo(b *prefix.Builder, sel *[numCodes]bool) {
 	var lo, hi K
 	open := false
 	for i := range t.e {

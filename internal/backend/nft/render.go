@@ -1,7 +1,9 @@
 package nft
 
 import (
+	"bufio"
 	"encoding/binary"
+	"io"
 	"math/bits"
 	"net/netip"
 	"slices"
@@ -74,7 +76,26 @@ func Render(p *Program) string {
 		n += 64 + len(c.Rules)*96
 	}
 	b.Grow(n)
+	render(&b, p)
+	return b.String()
+}
 
+// Write writes Render(p) to w, a buffer at a time: a big table's script
+// (30 MB for 690k elements) is never held in memory whole.
+func Write(w io.Writer, p *Program) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	render(bw, p)
+	return bw.Flush() // a bufio.Writer's first error sticks
+}
+
+// textSink is what render writes to: a strings.Builder or a bufio.Writer.
+type textSink interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
+}
+
+func render(b textSink, p *Program) {
 	t := p.Table
 	b.WriteString("table inet " + t + " {}\n")
 	b.WriteString("delete table inet " + t + "\n")
@@ -88,14 +109,13 @@ func Render(p *Program) string {
 	}
 	for _, s := range p.Sets {
 		sep()
-		renderSet(&b, s)
+		renderSet(b, s)
 	}
 	for _, c := range p.Chains {
 		sep()
-		renderChain(&b, c)
+		renderChain(b, c)
 	}
 	b.WriteString("}\n")
-	return b.String()
 }
 
 // appendDuration writes d in nft's time syntax ("1d2h3m4s5ms"), to the
@@ -168,7 +188,7 @@ func appendWords(buf []byte, k netip.Prefix) []byte {
 	return buf
 }
 
-func renderSet(b *strings.Builder, s *Set) {
+func renderSet(b textSink, s *Set) {
 	if s.IsMap {
 		b.WriteString("\tmap " + s.Name + " {\n")
 		b.WriteString("\t\t" + keyType(s) + " : verdict\n")
@@ -227,7 +247,7 @@ func renderSet(b *strings.Builder, s *Set) {
 	b.WriteString("\t}\n")
 }
 
-func renderChain(b *strings.Builder, c *Chain) {
+func renderChain(b textSink, c *Chain) {
 	b.WriteString("\tchain " + c.Name + " {\n")
 	if c.Hook != nil {
 		b.WriteString("\t\ttype filter hook " + c.Hook.Num.String() + " priority " +

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"net/netip"
@@ -79,6 +80,28 @@ func TestRenderGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestWrite: Write streams exactly what Render returns, across many
+// buffers, and reports a failing writer.
+func TestWrite(t *testing.T) {
+	p := generatedProgram(2, 60, 400, 200)
+	want := Render(p)
+	if len(want) < 3*64<<10 {
+		t.Fatalf("the program renders to %d bytes, too few to cross buffers", len(want))
+	}
+	var b bytes.Buffer
+	if err := Write(&b, p); err != nil || b.String() != want {
+		t.Errorf("Write = %d bytes, %v; want Render's %d", b.Len(), err, len(want))
+	}
+	broken := errors.New("disk full")
+	if err := Write(failingWriter{broken}, p); !errors.Is(err, broken) {
+		t.Errorf("Write to a failing writer = %v, want %v", err, broken)
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestRenderEmptySet(t *testing.T) {
 	p := &Program{Table: "t", Sets: []*Set{{Name: "s", Family: IPv4, KeyBits: 32}}}
