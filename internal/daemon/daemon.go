@@ -509,7 +509,10 @@ func (d *Daemon) xdpSwapped(p *plan.Plan, rep *xdp.Report) {
 // loaded records c as what the kernel holds: sources committed as last
 // good, state saved. Called with d.mu held.
 func (d *Daemon) loaded(c *compiled) {
-	d.pol, d.res, d.plan, d.prog, d.ac = c.pol, c.res, c.plan, c.prog, c.ac
+	d.pol, d.plan, d.prog, d.ac = c.pol, c.plan, c.prog, c.ac
+	// The sources stay (those not due are reused by the next load); the
+	// rules' input sets do not: the plan holds what it judges by.
+	d.res = &policy.Resolved{Policy: c.res.Policy, Sources: c.res.Sources}
 	d.ctl.SetGuard(d.guard(c.plan))
 	d.applied = time.Now()
 	d.lastErr = ""

@@ -675,26 +675,31 @@ func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse fun
 var ErrNotCountry = errors.New("source has no country data")
 
 func (res *Resolved) ruleSet(r *RuleDef) (*netipx.IPSet, error) {
-	if len(r.Sources) == 1 && len(r.Prefixes) == 0 && len(r.Countries) == 0 && !r.Invert {
-		// The rule is its source: share the set rather than copy it
-		// (sets are not modified once built).
-		return res.Sources[r.Sources[0]].Set(), nil
-	}
-	var b prefix.Builder
+	sets := make([]*netipx.IPSet, 0, len(r.Sources))
 	for _, name := range r.Sources {
 		src := res.Sources[name]
-		if len(r.Countries) > 0 || r.Invert {
-			if !src.IsCountry() {
-				return nil, fmt.Errorf("source %s: %w (countries need format country-csv or rir-delegated)", name, ErrNotCountry)
-			}
-			s, err := src.Countries(r.Countries, r.Invert)
-			if err != nil {
-				return nil, err
-			}
-			b.AddSet(s)
+		if len(r.Countries) == 0 && !r.Invert {
+			sets = append(sets, src.Set())
 			continue
 		}
-		b.AddSet(src.Set())
+		if !src.IsCountry() {
+			return nil, fmt.Errorf("source %s: %w (countries need format country-csv or rir-delegated)", name, ErrNotCountry)
+		}
+		s, err := src.Countries(r.Countries, r.Invert)
+		if err != nil {
+			return nil, err
+		}
+		sets = append(sets, s)
+	}
+	if len(sets) == 1 && len(r.Prefixes) == 0 {
+		// The rule is its one source (or the source's countries): share
+		// that set rather than copy it (sets are not modified once
+		// built).
+		return sets[0], nil
+	}
+	var b prefix.Builder
+	for _, s := range sets {
+		b.AddSet(s)
 	}
 	for _, rg := range r.Prefixes {
 		b.AddRange(rg)

@@ -330,6 +330,11 @@ func (s *Source) finish(parts []*part) {
 			s.present[e.cc] = true
 		}
 	}
-	s.set = s.build(nil)
-	s.n4, s.n6 = prefix.Count(s.set)
+	set := s.build(nil)
+	s.n4, s.n6 = prefix.Count(set)
+	if !s.IsCountry() {
+		// Rules of a country source take their countries' sets
+		// (Countries); Set builds the whole one when asked.
+		s.set = set
+	}
 }

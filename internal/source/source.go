@@ -132,7 +132,12 @@ func (s *Source) IsCountry() bool { return s.format != FormatList }
 
 // Set returns all addresses of the source (for a country source: of every
 // country). The set is shared: do not modify it.
-func (s *Source) Set() *netipx.IPSet { return s.set }
+func (s *Source) Set() *netipx.IPSet {
+	if s.set == nil {
+		return s.build(nil) // a country source's: see finish
+	}
+	return s.set
+}
 
 // Prefixes returns how many prefixes the minimal cover of Set has, per
 // family.
