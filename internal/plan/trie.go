@@ -737,9 +737,9 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 		index := map[[2]int]int{}
 		for i, k := range keys {
 			index[k] = i
-			// The entries keep the room appending left (a quarter at
-			// most): they live only until the plan is lowered
-			// (Plan.Release), and a copy would cost more on the way.
+			// The entries keep the room appending left: they live
+			// only until the plan is lowered (Plan.Release), and a
+			// copy would cost more on the way.
 			l.Levels = append(l.Levels, *t.levels[k])
 		}
 		for i := range l.Levels {
