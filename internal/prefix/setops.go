@@ -54,14 +54,7 @@ func Intersect(a, b *netipx.IPSet) *netipx.IPSet {
 // ranges (the result often outlives s: a view would keep the other
 // family's ranges alive with it).
 func Family(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
-	rr := rangesOf(s)
-	n4 := len(rr)
-	for i, r := range rr {
-		if r.From().Is6() {
-			n4 = i
-			break
-		}
-	}
+	rr, n4 := split(s)
 	switch {
 	case v4 && v6, v4 && n4 == len(rr), v6 && n4 == 0:
 		return orEmpty(s)

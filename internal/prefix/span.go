@@ -130,16 +130,22 @@ func countCIDRs(lo, hi U128, width int) int {
 	return n
 }
 
+// split returns the ranges of s and how many of them, first, are IPv4.
+func split(s *netipx.IPSet) (rr []netipx.IPRange, n4 int) {
+	rr = rangesOf(s)
+	// IPv4 ranges sort first.
+	n4, _ = slices.BinarySearchFunc(rr, true, func(r netipx.IPRange, _ bool) int {
+		if r.From().Is4() {
+			return -1
+		}
+		return 1
+	})
+	return rr, n4
+}
+
 // spansOf splits the ranges of s by family.
 func spansOf(s *netipx.IPSet) (v4, v6 []span) {
-	rr := rangesOf(s)
-	n4 := len(rr)
-	for i, r := range rr {
-		if r.From().Is6() {
-			n4 = i
-			break
-		}
-	}
+	rr, n4 := split(s)
 	v4, v6 = make([]span, n4), make([]span, len(rr)-n4)
 	for i, r := range rr {
 		sp := span{U128From(r.From()), U128From(r.To())}
