@@ -152,7 +152,7 @@ func (c *Compiled) Counts() (sets, elems, chains int) {
 		return len(c.IPT.Sets), elems, chains
 	}
 	for _, s := range c.NFT.Sets {
-		elems += len(s.Elems)
+		elems += s.Elems.Len()
 	}
 	return len(c.NFT.Sets), elems, len(c.NFT.Chains)
 }

@@ -199,9 +199,10 @@ func (s *NFTSink) Verify(ctx context.Context, now time.Time, probe, nets [2][]ba
 // of the table (nft.FromPlan, nft.WithBans); elements with less than a
 // millisecond left (the kernel's unit) are left out.
 func (s Snapshot) Nft(now time.Time) nft.Bans {
-	var out [4][]nft.Elem
+	var out [4]nft.Elems
 	for i, es := range s {
-		out[i] = elems(es, now)
+		out[i].Grow(len(es))
+		eachElem(es, now, func(e nft.Elem) { out[i].Append(e) })
 	}
 	return nft.Bans{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
 }
@@ -209,7 +210,7 @@ func (s Snapshot) Nft(now time.Time) nft.Bans {
 // presence is a Bans value whose sets are non-empty where p says so: what
 // BaseChain needs to know.
 func presence(p [4]bool) nft.Bans {
-	one := []nft.Elem{{}}
+	one := nft.ElemsOf(nft.Elem{})
 	var b nft.Bans
 	if p[0] {
 		b.Addrs4 = one
@@ -231,16 +232,21 @@ func presence(p [4]bool) nft.Bans {
 // Elements with less than a millisecond left are dropped.
 func elems(es []ban.Element, now time.Time) []nft.Elem {
 	out := make([]nft.Elem, 0, len(es))
+	eachElem(es, now, func(e nft.Elem) { out = append(out, e) })
+	return out
+}
+
+// eachElem calls fn with each of es as elems returns them.
+func eachElem(es []ban.Element, now time.Time, fn func(nft.Elem)) {
 	for _, e := range es {
 		if e.Expires.IsZero() || now.IsZero() {
-			out = append(out, nft.Elem{Key: e.Prefix})
+			fn(nft.Elem{Key: e.Prefix})
 			continue
 		}
 		if left := e.Expires.Sub(now); left >= time.Millisecond {
-			out = append(out, nft.Elem{Key: e.Prefix, Timeout: left})
+			fn(nft.Elem{Key: e.Prefix, Timeout: left})
 		}
 	}
-	return out
 }
 
 // IPSetSink is the ipset backend's ban sets (ipt.Program.BanSet): one

@@ -145,7 +145,7 @@ func Control(ctx context.Context, lab *netns.Lab, o ControlOptions, progress fun
 			}
 			progress(fmt.Sprintf("%s set: loading %d elements", kind, size))
 			s := benchSet(kind)
-			s.Elems = elems(kind, 10<<24, size) // 10.0.0.0 up
+			s.Elems = nft.ElemsOf(elems(kind, 10<<24, size)...) // 10.0.0.0 up
 			t0 := time.Now()
 			if _, err := nft.Apply(ctx, &nft.Program{Table: controlTable, Sets: []*nft.Set{s}}, nft.ApplyOptions{NetNS: lab.FW}); err != nil {
 				return nil, fmt.Errorf("loading the %s set with %d elements: %w", kind, size, err)
@@ -162,7 +162,7 @@ func Control(ctx context.Context, lab *netns.Lab, o ControlOptions, progress fun
 				lr.Counted = countElements(string(out))
 			}
 			res.Loads = append(res.Loads, lr)
-			s.Elems = nil
+			s.Elems = nft.Elems{}
 			next := uint32(11 << 24) // single adds: 11.0.0.0 up
 			for _, w := range o.Writers {
 				progress(fmt.Sprintf("%s set of %d: single adds, %d writers", kind, size, w))

@@ -27,7 +27,7 @@ func keyChain(levels, bits int, form nft.KeyForm) *nft.Program {
 		}
 		m := fmt.Sprintf("m%d", i)
 		p.Sets = append(p.Sets, &nft.Set{Name: m, Family: nft.IPv6, KeyBits: bits, Key: form, IsMap: true,
-			Elems: []nft.Elem{{Key: key, Verdict: next}}})
+			Elems: nft.ElemsOf(nft.Elem{Key: key, Verdict: next})})
 		p.Chains = append(p.Chains, &nft.Chain{Name: fmt.Sprintf("c%d", i), Rules: []nft.Rule{
 			{Lookup: &nft.Lookup{Family: nft.IPv6, MaskBits: bits, Key: form, Set: m, IsMap: true}},
 		}})

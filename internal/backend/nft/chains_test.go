@@ -38,7 +38,7 @@ func TestBaseChainsKeepPolicyOrder(t *testing.T) {
 		return RuleHead{Name: name, Action: a, Stateless: stateless, Direction: dir, V4: true}
 	}
 	in, out, both := plan.Inbound, plan.Outbound, plan.BothWays
-	banned := Bans{Addrs4: []Elem{{}}}
+	banned := Bans{Addrs4: ElemsOf(Elem{})}
 	for _, tc := range []struct {
 		name            string
 		heads           []RuleHead
@@ -82,7 +82,7 @@ func TestLastJumpsAreGotos(t *testing.T) {
 	accept := RuleHead{Name: "partners", Action: plan.Accept, V4: true, V6: true}
 	drop := RuleHead{Name: "feed", Action: plan.Drop, V4: true, V6: true}
 	stateless := RuleHead{Name: "edge", Action: plan.Drop, V4: true, V6: true, Stateless: true}
-	bans := Bans{Addrs4: []Elem{{Key: pfx("192.0.2.1/32")}}}
+	bans := Bans{Addrs4: ElemsOf(Elem{Key: pfx("192.0.2.1/32")})}
 	kinds := func(c *Chain) string {
 		var out []string
 		for _, r := range c.Rules {

@@ -217,42 +217,42 @@ func hookString(h *Hook) string {
 func diffSet(o, s *Set) (sc SetChange, changed bool) {
 	// Elements alike at the start (most of them, in sets that change
 	// little and keep their order) need no map.
-	same := 0
-	for same < len(o.Elems) && same < len(s.Elems) && o.Elems[same] == s.Elems[same] {
+	same, no, ns := 0, o.Elems.Len(), s.Elems.Len()
+	for same < no && same < ns && o.Elems.equalAt(same, s.Elems, same) {
 		same++
 	}
-	if same == len(o.Elems) && same == len(s.Elems) {
+	if same == no && same == ns {
 		return SetChange{}, false
 	}
-	olds, news := o.Elems[same:], s.Elems[same:]
-	idx := make(map[elemKey]int32, len(olds)) // key -> index in olds
-	seen := make([]bool, len(olds))           // matched, not to be deleted
-	for i, e := range olds {
-		k := keyOf(e.Key)
+	olds, news := o.Elems.Slice(same, no), s.Elems.Slice(same, ns)
+	idx := make(map[elemKey]int32, olds.Len()) // key -> index in olds
+	seen := make([]bool, olds.Len())           // matched, not to be deleted
+	for i := range olds.Len() {
+		k := olds.keyAt(i)
 		if j, dup := idx[k]; dup { // the kernel holds one element per key
 			seen[j] = true
 		}
 		idx[k] = int32(i)
 	}
-	sc = SetChange{Set: s, After: &SetState{Len: len(s.Elems)}}
-	for _, e := range news {
-		i, ok := idx[keyOf(e.Key)]
+	sc = SetChange{Set: s, After: &SetState{Len: ns}}
+	for j := range news.Len() {
+		i, ok := idx[news.keyAt(j)]
 		if ok && !seen[i] {
 			seen[i] = true
-			if sameValue(olds[i], e) {
+			if olds.sameValueAt(int(i), news, j) {
 				continue
 			}
-			sc.Del = append(sc.Del, Elem{Key: e.Key.Masked()})
+			sc.Del = append(sc.Del, Elem{Key: news.At(j).Key.Masked()})
 		}
-		sc.Add = append(sc.Add, e)
+		sc.Add = append(sc.Add, news.At(j))
 	}
-	for i, e := range olds {
+	for i := range olds.Len() {
 		if !seen[i] {
-			sc.Del = append(sc.Del, Elem{Key: e.Key.Masked()})
+			sc.Del = append(sc.Del, Elem{Key: olds.At(i).Key.Masked()})
 		}
 	}
 	if s.Interval {
-		for _, e := range s.Elems {
+		for _, e := range s.Elems.All() {
 			sc.After.FromZero = sc.After.FromZero || e.Key.Masked().Addr().IsUnspecified()
 		}
 	}

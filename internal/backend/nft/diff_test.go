@@ -64,7 +64,7 @@ func summary(u *Update) []string {
 		return strings.Join(parts, ",")
 	}
 	for _, s := range u.NewSets {
-		out = append(out, fmt.Sprintf("new set %s (%d)", s.Name, len(s.Elems)))
+		out = append(out, fmt.Sprintf("new set %s (%d)", s.Name, s.Elems.Len()))
 	}
 	for _, n := range u.DelSets {
 		out = append(out, "del set "+n)
@@ -136,41 +136,41 @@ func shapesDropChain(p *Program) {
 	dropChain(p, "v4_10_2")
 	dropSet(p, "v4_10_2_24")
 	m := setOf(p, "v4_16")
-	m.Elems = slices.DeleteFunc(m.Elems, func(e Elem) bool { return e.Verdict.Chain == "v4_10_2" })
+	m.Elems = ElemsOf(slices.DeleteFunc(m.Elems.List(), func(e Elem) bool { return e.Verdict.Chain == "v4_10_2" })...)
 }
 
 // shapesNewLevel adds a map and a chain below v6_32: 2001:db8::/32 now
 // goes to a /48 level.
 func shapesNewLevel(p *Program) {
-	p.Sets = append(p.Sets, &Set{Name: "v6_2001_db8_48", Family: IPv6, KeyBits: 48, IsMap: true, Comment: "new level", Elems: []Elem{
-		{Key: pfx("2001:db8:1::/48"), Verdict: Verdict{Kind: Drop}},
-		{Key: pfx("2001:db8:2::/48"), Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
-	}})
+	p.Sets = append(p.Sets, &Set{Name: "v6_2001_db8_48", Family: IPv6, KeyBits: 48, IsMap: true, Comment: "new level", Elems: ElemsOf(
+		Elem{Key: pfx("2001:db8:1::/48"), Verdict: Verdict{Kind: Drop}},
+		Elem{Key: pfx("2001:db8:2::/48"), Verdict: Verdict{Kind: Goto, Chain: "blocked"}},
+	)})
 	p.Chains = append(p.Chains, &Chain{Name: "v6_2001_db8", Rules: []Rule{
 		{Lookup: &Lookup{Family: IPv6, MaskBits: 48, Set: "v6_2001_db8_48", IsMap: true}},
 		{Verdict: Verdict{Kind: Return}},
 	}})
 	m := setOf(p, "v6_32")
-	m.Elems[0].Verdict = Verdict{Kind: Goto, Chain: "v6_2001_db8"}
+	editElem(&m.Elems, 0, func(e *Elem) { e.Verdict = Verdict{Kind: Goto, Chain: "v6_2001_db8"} })
 }
 
 // shapesElems changes elements: one added, one removed, one verdict
 // changed in v4_16; allow4 loses one interval and gains two.
 func shapesElems(p *Program) {
 	m := setOf(p, "v4_16")
-	m.Elems = append(m.Elems, Elem{Key: pfx("10.3.0.0/16"), Verdict: Verdict{Kind: Drop}})
-	m.Elems = slices.DeleteFunc(m.Elems, func(e Elem) bool { return e.Key == pfx("172.17.0.0/16") })
-	m.Elems[0].Verdict = Verdict{Kind: Accept}
+	m.Elems.Append(Elem{Key: pfx("10.3.0.0/16"), Verdict: Verdict{Kind: Drop}})
+	m.Elems = ElemsOf(slices.DeleteFunc(m.Elems.List(), func(e Elem) bool { return e.Key == pfx("172.17.0.0/16") })...)
+	editElem(&m.Elems, 0, func(e *Elem) { e.Verdict = Verdict{Kind: Accept} })
 	a := setOf(p, "allow4")
-	a.Elems = slices.DeleteFunc(a.Elems, func(e Elem) bool { return e.Key == pfx("192.0.2.1/32") })
-	a.Elems = append(a.Elems, Elem{Key: pfx("192.0.2.0/31")}, Elem{Key: pfx("198.18.0.0/15")})
+	a.Elems = ElemsOf(slices.DeleteFunc(a.Elems.List(), func(e Elem) bool { return e.Key == pfx("192.0.2.1/32") })...)
+	a.Elems.Append(Elem{Key: pfx("192.0.2.0/31")}, Elem{Key: pfx("198.18.0.0/15")})
 }
 
 // shapesGrow makes host4 hold more elements than its declared size.
 func shapesGrow(p *Program) {
 	h := setOf(p, "host4")
 	for i := range 20 {
-		h.Elems = append(h.Elems, Elem{Key: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(100 + i)}), 32)})
+		h.Elems.Append(Elem{Key: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(100 + i)}), 32)})
 	}
 }
 
@@ -197,15 +197,17 @@ func TestDiff(t *testing.T) {
 			"new chain v6_2001_db8 (2 rules)", "new set v6_2001_db8_48 (2)",
 			"set v6_32 +2001:db8::/32:goto v6_2001_db8 -2001:db8::/32",
 		}},
-		{"timeout changed", func(p *Program) { setOf(p, "ban4").Elems[0].Timeout = 2 * time.Hour }, []string{
+		{"timeout changed", func(p *Program) { editElem(&setOf(p, "ban4").Elems, 0, func(e *Elem) { e.Timeout = 2 * time.Hour }) }, []string{
 			"set ban4 +198.51.100.20/32@2h0m0s -198.51.100.20/32",
 		}},
-		{"timeout changed below a millisecond", func(p *Program) { setOf(p, "ban4").Elems[0].Timeout += time.Microsecond }, nil},
-		{"interval set emptied", func(p *Program) { setOf(p, "allow6").Elems = nil }, []string{
+		{"timeout changed below a millisecond", func(p *Program) {
+			editElem(&setOf(p, "ban4").Elems, 0, func(e *Elem) { e.Timeout += time.Microsecond })
+		}, nil},
+		{"interval set emptied", func(p *Program) { setOf(p, "allow6").Elems = Elems{} }, []string{
 			"set allow6 -2001:db8:ffff::/48,fe80::1/128 len=0",
 		}},
 		{"interval from zero", func(p *Program) {
-			setOf(p, "allow4").Elems = append(setOf(p, "allow4").Elems, Elem{Key: pfx("0.0.0.0/8")})
+			setOf(p, "allow4").Elems.Append(Elem{Key: pfx("0.0.0.0/8")})
 		}, []string{"set allow4 +0.0.0.0/8 len=5 zero"}},
 		{"set grows past its size", shapesGrow, append([]string{
 			"chain pre (17 rules)", "del set host4", "new set host4 (22)",
@@ -265,7 +267,7 @@ func TestDiffNeedsReload(t *testing.T) {
 		{"set key bits", func(p *Program) {
 			s := setOf(p, "v4_10_2_24")
 			s.KeyBits = 32
-			s.Elems = nil
+			s.Elems = Elems{}
 		}, "set v4_10_2_24: its definition changed (key bits 24 to 32)"},
 		{"set becomes interval", func(p *Program) {
 			s := setOf(p, "host4")
@@ -303,15 +305,15 @@ func TestDiffKeeping(t *testing.T) {
 	bans := func(name string) bool { return name == "ban4" || name == "bannet6" || name == "bans_new" }
 	old, new := shapesProgram(), shapesProgram()
 	// Bans changed meanwhile: the programs disagree, the kernel has its own.
-	setOf(new, "ban4").Elems = setOf(new, "ban4").Elems[:1]
-	setOf(new, "bannet6").Elems = append(setOf(new, "bannet6").Elems, Elem{Key: pfx("2001:db8:c0::/48")})
+	setOf(new, "ban4").Elems = setOf(new, "ban4").Elems.Slice(0, 1)
+	setOf(new, "bannet6").Elems.Append(Elem{Key: pfx("2001:db8:c0::/48")})
 	// A kept set only in old stays; one only in new is created.
 	dropSet(new, "bannet4_empty")
 	pre := chainOf(new, "pre")
 	pre.Rules = slices.DeleteFunc(pre.Rules, func(r Rule) bool { return r.Lookup != nil && r.Lookup.Set == "bannet4_empty" })
-	new.Sets = append(new.Sets, &Set{Name: "bans_new", Family: IPv4, KeyBits: 32, Timeout: true, Elems: []Elem{{Key: pfx("192.0.2.9/32")}}})
+	new.Sets = append(new.Sets, &Set{Name: "bans_new", Family: IPv4, KeyBits: 32, Timeout: true, Elems: ElemsOf(Elem{Key: pfx("192.0.2.9/32")})})
 	// A feed element changes too.
-	setOf(new, "host4").Elems[0].Key = pfx("198.51.100.8/32")
+	editElem(&setOf(new, "host4").Elems, 0, func(e *Elem) { e.Key = pfx("198.51.100.8/32") })
 
 	u, err := DiffKeeping(old, new, func(name string) bool { return bans(name) || name == "bannet4_empty" })
 	if err != nil {
@@ -346,7 +348,7 @@ func TestUpdateValidate(t *testing.T) {
 	base := func() *Update {
 		return &Update{Table: "ipfence",
 			Sets:      []SetChange{{Set: s4, Add: []Elem{{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "c_new"}}}}},
-			NewSets:   []*Set{{Name: "s_new", Family: IPv6, Interval: true, Elems: []Elem{{Key: pfx("2001:db8::/32")}}}},
+			NewSets:   []*Set{{Name: "s_new", Family: IPv6, Interval: true, Elems: ElemsOf(Elem{Key: pfx("2001:db8::/32")})}},
 			NewChains: []*Chain{{Name: "c_new", Rules: []Rule{{Lookup: &Lookup{Family: IPv6, Set: "s_new"}, Verdict: Verdict{Kind: Drop}}}}},
 			Chains:    []*Chain{{Name: "c_old", Rules: []Rule{{Lookup: &Lookup{Family: IPv4, MaskBits: 16, Set: "m4", IsMap: true}}}}},
 			DelSets:   []string{"s_gone"},
@@ -369,7 +371,7 @@ func TestUpdateValidate(t *testing.T) {
 		{"chain deleted and replaced", func(u *Update) { u.DelChains = append(u.DelChains, "c_old") }, "both deleted and created or replaced"},
 		{"set deleted and changed", func(u *Update) { u.DelSets = append(u.DelSets, "m4") }, "set m4: both deleted and changed"},
 		{"set created and changed", func(u *Update) { u.NewSets = append(u.NewSets, s4) }, "set m4: in the update twice"},
-		{"new set element", func(u *Update) { u.NewSets[0].Elems[0].Key = pfx("10.0.0.0/8") }, "is not an ipv6 prefix"},
+		{"new set element", func(u *Update) { editElem(&u.NewSets[0].Elems, 0, func(e *Elem) { e.Key = pfx("10.0.0.0/8") }) }, "is not an ipv6 prefix"},
 		{"added element of a wrong length", func(u *Update) { u.Sets[0].Add[0].Key = pfx("10.0.0.0/8") }, "is not a /16 prefix"},
 		{"map element without verdict", func(u *Update) { u.Sets[0].Add[0].Verdict = Verdict{} }, "map element without a verdict"},
 		{"jump to a deleted chain", func(u *Update) { u.Sets[0].Add[0].Verdict.Chain = "c_gone" }, `jump to chain "c_gone", which the update deletes`},
@@ -418,7 +420,7 @@ func changeElems(p *Program, every int, skip ...string) int {
 			continue
 		}
 		var out []Elem
-		for i, e := range s.Elems {
+		for i, e := range s.Elems.All() {
 			if i%every != every/2 {
 				out = append(out, e)
 				continue
@@ -436,14 +438,14 @@ func changeElems(p *Program, every int, skip ...string) int {
 			case 2: // a new key next to it (one that no element has)
 				k := e.Key.Masked()
 				for next := nextPrefix(k); next.IsValid() && next.Addr().Is4() == k.Addr().Is4(); next = nextPrefix(next) {
-					if !slices.ContainsFunc(s.Elems, func(o Elem) bool { return o.Key == next }) {
+					if !slices.ContainsFunc(s.Elems.List(), func(o Elem) bool { return o.Key == next }) {
 						out = append(out, e, Elem{Key: next, Verdict: Verdict{Kind: Drop}})
 						break
 					}
 				}
 			}
 		}
-		s.Elems = out
+		s.Elems = ElemsOf(out...)
 	}
 	return n
 }
@@ -466,7 +468,9 @@ func BenchmarkDiff(b *testing.B) {
 	changed, same, shuffled := largeProgram(), largeProgram(), largeProgram()
 	n := changeElems(changed, 20)
 	for _, s := range shuffled.Sets {
-		slices.Reverse(s.Elems)
+		es := s.Elems.List()
+		slices.Reverse(es)
+		s.Elems = ElemsOf(es...)
 	}
 	for _, bc := range []struct {
 		name    string
@@ -491,7 +495,7 @@ func BenchmarkDiff(b *testing.B) {
 				sent += len(sc.Add) + len(sc.Del)
 			}
 			for _, s := range u.NewSets {
-				sent += len(s.Elems)
+				sent += s.Elems.Len()
 			}
 			b.ReportMetric(float64(programElements(old)), "elements")
 			b.ReportMetric(float64(bc.changed), "changed")

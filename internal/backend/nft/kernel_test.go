@@ -321,7 +321,7 @@ func TestListing(t *testing.T) {
 		}
 		got := nfttest.Elements(t, ns, kind, "inet", "ipfence", s.Name)
 		var want []string
-		for _, e := range s.Elems {
+		for _, e := range s.Elems.All() {
 			k := e.Key.Masked()
 			w := k.Addr().String()
 			switch {
@@ -638,8 +638,8 @@ func TestApplyLarge(t *testing.T) {
 	}
 	// Spot-check one map's elements in the kernel.
 	s := p.Sets[len(p.Sets)/2]
-	if n := len(nfttest.Elements(t, ns, "map", "inet", "ipfence", s.Name)); n != len(s.Elems) {
-		t.Errorf("map %s: %d elements in the kernel, want %d", s.Name, n, len(s.Elems))
+	if n := len(nfttest.Elements(t, ns, "map", "inet", "ipfence", s.Name)); n != s.Elems.Len() {
+		t.Errorf("map %s: %d elements in the kernel, want %d", s.Name, n, s.Elems.Len())
 	}
 }
 
@@ -703,9 +703,9 @@ func TestApplyUpdateMatchesApply(t *testing.T) {
 	}}
 	want := shapesProgram()
 	ban4 := setOf(want, "ban4")
-	ban4.Elems = []Elem{{Key: pfx("198.51.100.20/32"), Timeout: 5 * time.Hour}, {Key: pfx("198.51.100.21/32")}, {Key: pfx("198.51.100.30/32"), Timeout: time.Minute}}
-	setOf(want, "bannet4_empty").Elems = []Elem{{Key: pfx("192.0.2.0/25"), Timeout: time.Hour}, {Key: pfx("192.0.2.128/25")}}
-	setOf(want, "bannet6").Elems = []Elem{{Key: pfx("2001:db8:aa::/48"), Timeout: 7 * time.Hour}, {Key: pfx("2001:db8:ab::/48"), Timeout: 3*24*time.Hour + 90*time.Second}}
+	ban4.Elems = ElemsOf(Elem{Key: pfx("198.51.100.20/32"), Timeout: 5 * time.Hour}, Elem{Key: pfx("198.51.100.21/32")}, Elem{Key: pfx("198.51.100.30/32"), Timeout: time.Minute})
+	setOf(want, "bannet4_empty").Elems = ElemsOf(Elem{Key: pfx("192.0.2.0/25"), Timeout: time.Hour}, Elem{Key: pfx("192.0.2.128/25")})
+	setOf(want, "bannet6").Elems = ElemsOf(Elem{Key: pfx("2001:db8:aa::/48"), Timeout: 7 * time.Hour}, Elem{Key: pfx("2001:db8:ab::/48"), Timeout: 3*24*time.Hour + 90*time.Second})
 	// The base chain loses its port rules and the NDP rule.
 	for _, c := range want.Chains {
 		if c.Name == "pre" {

@@ -145,11 +145,11 @@ func BanSets() []*Set {
 // Bans is what the ban sets hold: single addresses (/32, /128) and
 // disjoint prefixes, each with its remaining time (Timeout 0: for good).
 type Bans struct {
-	Addrs4, Addrs6, Nets4, Nets6 []Elem
+	Addrs4, Addrs6, Nets4, Nets6 Elems
 }
 
-func (b Bans) of(i int) []Elem {
-	return [][]Elem{b.Addrs4, b.Addrs6, b.Nets4, b.Nets6}[i]
+func (b Bans) of(i int) Elems {
+	return [...]Elems{b.Addrs4, b.Addrs6, b.Nets4, b.Nets6}[i]
 }
 
 // WithBans returns a copy of a Program made by FromPlan whose ban sets
@@ -220,7 +220,7 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 	base := &Chain{Name: BaseChainName, Hook: &Hook{Priority: priority}}
 	var lookups []Rule
 	for i, s := range BanSets() {
-		if len(bans.of(i)) > 0 {
+		if bans.of(i).Len() > 0 {
 			lookups = append(lookups, Rule{Lookup: &Lookup{Family: s.Family, Set: s.Name},
 				Verdict: Verdict{Kind: Goto, Chain: BanChain}, Comment: "ban"})
 		}
@@ -529,8 +529,8 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 	for j, lv := range l.Levels {
 		m := &Set{Name: fmt.Sprintf("%s_d%d_l%d", name, lv.Depth, lv.Bits), Family: fam, KeyBits: lv.Bits, Key: key, IsMap: true,
 			Comment: fmt.Sprintf("lookup %d: /%d buckets", lv.Depth, lv.Bits)}
-		m.Elems = make([]Elem, len(lv.Entries))
-		for k, e := range lv.Entries {
+		m.Elems.Grow(len(lv.Entries))
+		for _, e := range lv.Entries {
 			var v Verdict
 			switch e.Kind {
 			case plan.In:
@@ -544,7 +544,7 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			case plan.DescendRest:
 				v = Verdict{Kind: Goto, Chain: name + "_rest"}
 			}
-			m.Elems[k] = Elem{Key: e.Key, Verdict: v}
+			m.Elems.Append(Elem{Key: e.Key, Verdict: v})
 		}
 		var rules []Rule
 		if lv.Bitmap {
@@ -570,7 +570,7 @@ func bitmapRules(prog *Program, m *Set, lv plan.Level, name string, inV, outV Ve
 	sets := map[Verdict]*Set{}
 	rank := map[Verdict]int{}
 	var order []Verdict
-	for k, e := range m.Elems {
+	for k, e := range m.Elems.All() {
 		b := sets[e.Verdict]
 		if b == nil {
 			var side string
@@ -591,7 +591,7 @@ func bitmapRules(prog *Program, m *Set, lv plan.Level, name string, inV, outV Ve
 				rank[e.Verdict] = i
 			}
 		}
-		b.Elems = append(b.Elems, Elem{Key: e.Key})
+		b.Elems.Append(Elem{Key: e.Key})
 	}
 	// In the plan's order (busiest first), then by name.
 	slices.SortStableFunc(order, func(a, b Verdict) int {
@@ -614,7 +614,7 @@ func bitmapRules(prog *Program, m *Set, lv plan.Level, name string, inV, outV Ve
 func intervalChain(prog *Program, name string, fam Family, ps []netip.Prefix, inV Verdict, outTail []Rule) *Chain {
 	set := &Set{Name: name + "_set", Family: fam, Interval: true}
 	for _, p := range ps {
-		set.Elems = append(set.Elems, Elem{Key: p})
+		set.Elems.Append(Elem{Key: p})
 	}
 	prog.Sets = append(prog.Sets, set)
 	rules := []Rule{{Lookup: &Lookup{Family: fam, Set: set.Name}, Verdict: inV}}

@@ -42,7 +42,7 @@ func (b *batch) queue(p *Program) error {
 			return err
 		}
 		b.res.Sets++
-		b.res.Elements += len(s.Elems)
+		b.res.Elements += s.Elems.Len()
 	}
 
 	for _, ch := range p.Chains {
@@ -94,7 +94,10 @@ func (b *batch) addSet(s *Set) error {
 			err = b.c.AddSet(ns, addrIntervalElems(rs))
 		}
 	} else if err = b.c.AddSet(ns, nil); err == nil {
-		err = b.c.SetAddElementsFunc(ns, len(s.Elems), func(i int, e *nftables.SetElement) { hashElem(s, &s.Elems[i], e) })
+		err = b.c.SetAddElementsFunc(ns, s.Elems.Len(), func(i int, e *nftables.SetElement) {
+			el := s.Elems.At(i)
+			hashElem(s, &el, e)
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("encoding set %s: %w", s.Name, err)

@@ -32,18 +32,18 @@ func wireProgram() *Program {
 	return &Program{
 		Table: "ipfence",
 		Sets: []*Set{
-			{Name: "v4_16", Family: IPv4, KeyBits: 16, IsMap: true, Elems: []Elem{
-				{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Drop}},
-				{Key: pfx("10.2.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "v4_10_2"}},
-				{Key: pfx("172.16.0.0/16"), Verdict: Verdict{Kind: Goto, Chain: "v4_10_2"}},
-			}},
-			{Name: "allow6", Family: IPv6, Interval: true, Comment: "allowlist", Elems: []Elem{
-				{Key: pfx("2001:db8:ffff::/48")},
-			}},
-			{Name: "ban4", Family: IPv4, KeyBits: 32, Timeout: true, Elems: []Elem{
-				{Key: pfx("198.51.100.20/32"), Timeout: time.Hour},
-				{Key: pfx("198.51.100.21/32")},
-			}},
+			{Name: "v4_16", Family: IPv4, KeyBits: 16, IsMap: true, Elems: ElemsOf(
+				Elem{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Drop}},
+				Elem{Key: pfx("10.2.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "v4_10_2"}},
+				Elem{Key: pfx("172.16.0.0/16"), Verdict: Verdict{Kind: Goto, Chain: "v4_10_2"}},
+			)},
+			{Name: "allow6", Family: IPv6, Interval: true, Comment: "allowlist", Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8:ffff::/48")},
+			)},
+			{Name: "ban4", Family: IPv4, KeyBits: 32, Timeout: true, Elems: ElemsOf(
+				Elem{Key: pfx("198.51.100.20/32"), Timeout: time.Hour},
+				Elem{Key: pfx("198.51.100.21/32")},
+			)},
 		},
 		Chains: []*Chain{
 			{Name: "v4_10_2", Rules: []Rule{{Counter: true, Verdict: Verdict{Kind: Drop}}}},
@@ -395,7 +395,7 @@ func TestUpdaterBansWire(t *testing.T) {
 	defer up.Close()
 	sets := BanSets()
 	heads := []RuleHead{{Name: "block", Action: plan.Drop, V4: true, Stateless: true}}
-	one := []Elem{{}} // BaseChain looks only at which ban sets hold something
+	one := ElemsOf(Elem{}) // BaseChain looks only at which ban sets hold something
 	updates := []*Update{
 		{Table: "ipfence", Sets: []SetChange{
 			{Set: sets[0], Add: []Elem{{Key: pfx("198.51.100.7/32"), Timeout: 10 * time.Minute}}},
@@ -471,14 +471,14 @@ func TestUpdaterBansWire(t *testing.T) {
 func TestApplyUpdateDiffWire(t *testing.T) {
 	k := newFakeKernel(t)
 	cur, next := wireProgram(), wireProgram()
-	setOf(next, "v4_16").Elems = []Elem{
-		{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Drop}},
-		{Key: pfx("10.2.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "v4_10_2"}},
-		{Key: pfx("10.3.0.0/16"), Verdict: Verdict{Kind: Accept}},
-	}
-	next.Sets = append(next.Sets, &Set{Name: "v4_10_2_24", Family: IPv4, KeyBits: 24, IsMap: true, Elems: []Elem{
-		{Key: pfx("10.2.3.0/24"), Verdict: Verdict{Kind: Drop}},
-	}})
+	setOf(next, "v4_16").Elems = ElemsOf(
+		Elem{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Drop}},
+		Elem{Key: pfx("10.2.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "v4_10_2"}},
+		Elem{Key: pfx("10.3.0.0/16"), Verdict: Verdict{Kind: Accept}},
+	)
+	next.Sets = append(next.Sets, &Set{Name: "v4_10_2_24", Family: IPv4, KeyBits: 24, IsMap: true, Elems: ElemsOf(
+		Elem{Key: pfx("10.2.3.0/24"), Verdict: Verdict{Kind: Drop}},
+	)})
 	chainOf(next, "v4_10_2").Rules = []Rule{{Lookup: &Lookup{Family: IPv4, MaskBits: 24, Set: "v4_10_2_24", IsMap: true}}}
 	dropSet(next, "allow6")
 	dropChain(next, "blocked")

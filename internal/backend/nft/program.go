@@ -131,7 +131,7 @@ type Set struct {
 	IsMap bool
 	// Comment is stored as set userdata and shown by nft list.
 	Comment string
-	Elems   []Elem
+	Elems   Elems
 }
 
 // Elem is a set or map element.

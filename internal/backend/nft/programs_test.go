@@ -19,68 +19,68 @@ func shapesProgram() *Program {
 	return &Program{
 		Table: "ipfence",
 		Sets: []*Set{
-			{Name: "v4_16", Family: IPv4, KeyBits: 16, IsMap: true, Comment: "blocklist v4 by /16", Elems: []Elem{
-				{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Drop}},
-				{Key: pfx("10.2.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "v4_10_2"}},
-				{Key: pfx("192.168.0.0/16"), Verdict: Verdict{Kind: Accept}},
-				{Key: pfx("172.16.0.0/16"), Verdict: Verdict{Kind: Goto, Chain: "v4_10_2"}},
-				{Key: pfx("172.17.0.0/16"), Verdict: Verdict{Kind: Return}},
-			}},
-			{Name: "v4_10_2_24", Family: IPv4, KeyBits: 24, IsMap: true, Elems: []Elem{
-				{Key: pfx("10.2.3.0/24"), Verdict: Verdict{Kind: Drop}},
-				{Key: pfx("10.2.4.0/24"), Verdict: Verdict{Kind: Drop}},
-			}},
-			{Name: "v6_32", Family: IPv6, KeyBits: 32, IsMap: true, Elems: []Elem{
-				{Key: pfx("2001:db8::/32"), Verdict: Verdict{Kind: Drop}},
-				{Key: pfx("2001:db9::/32"), Verdict: Verdict{Kind: Jump, Chain: "v6_2001_db9"}},
-			}},
-			{Name: "v6_2001_db9_48", Family: IPv6, KeyBits: 48, IsMap: true, Elems: []Elem{
-				{Key: pfx("2001:db9:1::/48"), Verdict: Verdict{Kind: Drop}},
-			}},
-			{Name: "host4", Family: IPv4, KeyBits: 32, Elems: []Elem{
-				{Key: pfx("198.51.100.7/32")},
-				{Key: pfx("198.51.100.9/32")},
-			}},
-			{Name: "allow4", Family: IPv4, Interval: true, Comment: "allowlist", Elems: []Elem{
-				{Key: pfx("203.0.113.0/25")},
-				{Key: pfx("203.0.113.128/25")}, // adjacent to the one before
-				{Key: pfx("192.0.2.1/32")},
-				{Key: pfx("255.255.255.0/24")}, // runs to the last address
-			}},
-			{Name: "allow6", Family: IPv6, Interval: true, Elems: []Elem{
-				{Key: pfx("2001:db8:ffff::/48")},
-				{Key: pfx("fe80::1/128")},
-			}},
+			{Name: "v4_16", Family: IPv4, KeyBits: 16, IsMap: true, Comment: "blocklist v4 by /16", Elems: ElemsOf(
+				Elem{Key: pfx("10.1.0.0/16"), Verdict: Verdict{Kind: Drop}},
+				Elem{Key: pfx("10.2.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "v4_10_2"}},
+				Elem{Key: pfx("192.168.0.0/16"), Verdict: Verdict{Kind: Accept}},
+				Elem{Key: pfx("172.16.0.0/16"), Verdict: Verdict{Kind: Goto, Chain: "v4_10_2"}},
+				Elem{Key: pfx("172.17.0.0/16"), Verdict: Verdict{Kind: Return}},
+			)},
+			{Name: "v4_10_2_24", Family: IPv4, KeyBits: 24, IsMap: true, Elems: ElemsOf(
+				Elem{Key: pfx("10.2.3.0/24"), Verdict: Verdict{Kind: Drop}},
+				Elem{Key: pfx("10.2.4.0/24"), Verdict: Verdict{Kind: Drop}},
+			)},
+			{Name: "v6_32", Family: IPv6, KeyBits: 32, IsMap: true, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8::/32"), Verdict: Verdict{Kind: Drop}},
+				Elem{Key: pfx("2001:db9::/32"), Verdict: Verdict{Kind: Jump, Chain: "v6_2001_db9"}},
+			)},
+			{Name: "v6_2001_db9_48", Family: IPv6, KeyBits: 48, IsMap: true, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db9:1::/48"), Verdict: Verdict{Kind: Drop}},
+			)},
+			{Name: "host4", Family: IPv4, KeyBits: 32, Elems: ElemsOf(
+				Elem{Key: pfx("198.51.100.7/32")},
+				Elem{Key: pfx("198.51.100.9/32")},
+			)},
+			{Name: "allow4", Family: IPv4, Interval: true, Comment: "allowlist", Elems: ElemsOf(
+				Elem{Key: pfx("203.0.113.0/25")},
+				Elem{Key: pfx("203.0.113.128/25")}, // adjacent to the one before
+				Elem{Key: pfx("192.0.2.1/32")},
+				Elem{Key: pfx("255.255.255.0/24")}, // runs to the last address
+			)},
+			{Name: "allow6", Family: IPv6, Interval: true, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8:ffff::/48")},
+				Elem{Key: pfx("fe80::1/128")},
+			)},
 			{Name: "empty6", Family: IPv6, Interval: true},
-			{Name: "w6_24", Family: IPv6, KeyBits: 24, Key: KeyWords, IsMap: true, Comment: "one word", Elems: []Elem{
-				{Key: pfx("2001:d00::/24"), Verdict: Verdict{Kind: Goto, Chain: "w6_2001_db8"}},
-				{Key: pfx("2a00::/24"), Verdict: Verdict{Kind: Drop}},
-			}},
-			{Name: "w6_2001_db8_40", Family: IPv6, KeyBits: 40, Key: KeyWords, IsMap: true, Elems: []Elem{
-				{Key: pfx("2001:db8:100::/40"), Verdict: Verdict{Kind: Drop}},
-				{Key: pfx("2001:db8:ff00::/40"), Verdict: Verdict{Kind: Goto, Chain: "w6_deep"}},
-			}},
-			{Name: "w6_72", Family: IPv6, KeyBits: 72, Key: KeyWords, IsMap: true, Elems: []Elem{
-				{Key: pfx("2001:db8:ff00:1:ff00::/72"), Verdict: Verdict{Kind: Accept}},
-			}},
-			{Name: "w6_128", Family: IPv6, KeyBits: 128, Key: KeyWords, Elems: []Elem{
-				{Key: pfx("2001:db8:ff00:1:ff00::1/128")},
-			}},
-			{Name: "ban4", Family: IPv4, KeyBits: 32, Timeout: true, Comment: "bans", Elems: []Elem{
-				{Key: pfx("198.51.100.20/32"), Timeout: time.Hour},
-				{Key: pfx("198.51.100.21/32")},
-				{Key: pfx("198.51.100.22/32"), Timeout: 90 * time.Second},
-			}},
-			{Name: "bannet6", Family: IPv6, Interval: true, Timeout: true, Elems: []Elem{
-				{Key: pfx("2001:db8:aa::/48"), Timeout: 2 * time.Hour},
-				{Key: pfx("2001:db8:ab::/48"), Timeout: 3*24*time.Hour + 90*time.Second}, // adjacent to the one before
-				{Key: pfx("2001:db8:b0::/44")},
-			}},
+			{Name: "w6_24", Family: IPv6, KeyBits: 24, Key: KeyWords, IsMap: true, Comment: "one word", Elems: ElemsOf(
+				Elem{Key: pfx("2001:d00::/24"), Verdict: Verdict{Kind: Goto, Chain: "w6_2001_db8"}},
+				Elem{Key: pfx("2a00::/24"), Verdict: Verdict{Kind: Drop}},
+			)},
+			{Name: "w6_2001_db8_40", Family: IPv6, KeyBits: 40, Key: KeyWords, IsMap: true, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8:100::/40"), Verdict: Verdict{Kind: Drop}},
+				Elem{Key: pfx("2001:db8:ff00::/40"), Verdict: Verdict{Kind: Goto, Chain: "w6_deep"}},
+			)},
+			{Name: "w6_72", Family: IPv6, KeyBits: 72, Key: KeyWords, IsMap: true, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8:ff00:1:ff00::/72"), Verdict: Verdict{Kind: Accept}},
+			)},
+			{Name: "w6_128", Family: IPv6, KeyBits: 128, Key: KeyWords, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8:ff00:1:ff00::1/128")},
+			)},
+			{Name: "ban4", Family: IPv4, KeyBits: 32, Timeout: true, Comment: "bans", Elems: ElemsOf(
+				Elem{Key: pfx("198.51.100.20/32"), Timeout: time.Hour},
+				Elem{Key: pfx("198.51.100.21/32")},
+				Elem{Key: pfx("198.51.100.22/32"), Timeout: 90 * time.Second},
+			)},
+			{Name: "bannet6", Family: IPv6, Interval: true, Timeout: true, Elems: ElemsOf(
+				Elem{Key: pfx("2001:db8:aa::/48"), Timeout: 2 * time.Hour},
+				Elem{Key: pfx("2001:db8:ab::/48"), Timeout: 3*24*time.Hour + 90*time.Second}, // adjacent to the one before
+				Elem{Key: pfx("2001:db8:b0::/44")},
+			)},
 			{Name: "bannet4_empty", Family: IPv4, Interval: true, Timeout: true},
-			{Name: "half4", Family: IPv4, KeyBits: 16, Key: KeyHalf, Comment: "bitmap", Elems: []Elem{
-				{Key: pfx("10.3.0.0/16")},
-				{Key: pfx("172.31.0.0/16")},
-			}},
+			{Name: "half4", Family: IPv4, KeyBits: 16, Key: KeyHalf, Comment: "bitmap", Elems: ElemsOf(
+				Elem{Key: pfx("10.3.0.0/16")},
+				Elem{Key: pfx("172.31.0.0/16")},
+			)},
 		},
 		Chains: []*Chain{
 			{Name: "v4_10_2", Rules: []Rule{
@@ -190,17 +190,17 @@ func generatedProgram(seed uint64, chains, perV4, perV6 int) *Program {
 				n = min(n, 256) // there are only 256 /16s in a /8
 			}
 			seen := map[netip.Prefix]bool{}
-			for len(m.Elems) < n {
+			for m.Elems.Len() < n {
 				a := netip.AddrFrom4([4]byte{byte(o1), byte(rng.IntN(256)), byte(rng.IntN(256)), 0})
 				k := netip.PrefixFrom(a, bits).Masked()
 				if !seen[k] {
 					seen[k] = true
-					m.Elems = append(m.Elems, Elem{Key: k, Verdict: verdict()})
+					m.Elems.Append(Elem{Key: k, Verdict: verdict()})
 				}
 			}
 			p.Sets = append(p.Sets, m)
 			if i/2 < 223 {
-				top4.Elems = append(top4.Elems, Elem{
+				top4.Elems.Append(Elem{
 					Key:     netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(o1)}), 8),
 					Verdict: Verdict{Kind: Jump, Chain: name},
 				})
@@ -225,17 +225,17 @@ func generatedProgram(seed uint64, chains, perV4, perV6 int) *Program {
 		}
 		m := &Set{Name: name + "_m", Family: IPv6, KeyBits: bits, Key: key, IsMap: true}
 		seen := map[netip.Prefix]bool{}
-		for len(m.Elems) < perV6 {
+		for m.Elems.Len() < perV6 {
 			a := a16
 			a[2], a[3], a[4], a[5] = byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))
 			k := netip.PrefixFrom(netip.AddrFrom16(a), bits).Masked()
 			if !seen[k] {
 				seen[k] = true
-				m.Elems = append(m.Elems, Elem{Key: k, Verdict: verdict()})
+				m.Elems.Append(Elem{Key: k, Verdict: verdict()})
 			}
 		}
 		p.Sets = append(p.Sets, m)
-		top6.Elems = append(top6.Elems, Elem{
+		top6.Elems.Append(Elem{
 			Key:     netip.PrefixFrom(netip.AddrFrom16(a16), 16),
 			Verdict: Verdict{Kind: Jump, Chain: name},
 		})
@@ -245,11 +245,11 @@ func generatedProgram(seed uint64, chains, perV4, perV6 int) *Program {
 	}
 	allow4 := &Set{Name: "allow4", Family: IPv4, Interval: true}
 	for i := range 64 {
-		allow4.Elems = append(allow4.Elems, Elem{Key: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 64, byte(i), 0}), 24+i%9)})
+		allow4.Elems.Append(Elem{Key: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 64, byte(i), 0}), 24+i%9)})
 	}
-	allow6 := &Set{Name: "allow6", Family: IPv6, Interval: true, Elems: []Elem{
-		{Key: pfx("2001:db8::/32")}, {Key: pfx("fd00::/8")},
-	}}
+	allow6 := &Set{Name: "allow6", Family: IPv6, Interval: true, Elems: ElemsOf(
+		Elem{Key: pfx("2001:db8::/32")}, Elem{Key: pfx("fd00::/8")},
+	)}
 	p.Sets = append(p.Sets, allow4, allow6)
 	p.Chains = append(sub, blocked, pre)
 	return p
@@ -259,7 +259,14 @@ func generatedProgram(seed uint64, chains, perV4, perV6 int) *Program {
 func programElements(p *Program) int {
 	n := 0
 	for _, s := range p.Sets {
-		n += len(s.Elems)
+		n += s.Elems.Len()
 	}
 	return n
+}
+
+// editElem changes the i-th element of es with f.
+func editElem(es *Elems, i int, f func(*Elem)) {
+	e := es.At(i)
+	f(&e)
+	es.Put(i, e)
 }

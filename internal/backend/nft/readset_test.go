@@ -17,10 +17,10 @@ func TestReadSet(t *testing.T) {
 	big := &Set{Name: "big4", Family: IPv4, KeyBits: 32, Timeout: true}
 	bignets := &Set{Name: "bignets6", Family: IPv6, Interval: true}
 	for i := range 100000 {
-		big.Elems = append(big.Elems, Elem{Key: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)})
+		big.Elems.Append(Elem{Key: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)})
 		if i%2 == 0 {
 			a := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte(i >> 16), byte(i >> 8), byte(i)}
-			bignets.Elems = append(bignets.Elems, Elem{Key: netip.PrefixFrom(netip.AddrFrom16(a), 56)})
+			bignets.Elems.Append(Elem{Key: netip.PrefixFrom(netip.AddrFrom16(a), 56)})
 		}
 	}
 	p.Sets = append(p.Sets, big, bignets)
@@ -35,7 +35,7 @@ func TestReadSet(t *testing.T) {
 			t.Fatal(err)
 		}
 		var want, have netipx.IPSetBuilder
-		for _, e := range s.Elems {
+		for _, e := range s.Elems.All() {
 			want.AddPrefix(e.Key)
 		}
 		for _, r := range got {
@@ -64,7 +64,7 @@ func TestPresent(t *testing.T) {
 		keys = append(keys, a)
 		want = append(want, i%7 != 3)
 		if i%7 != 3 {
-			big.Elems = append(big.Elems, Elem{Key: netip.PrefixFrom(a, 32)})
+			big.Elems.Append(Elem{Key: netip.PrefixFrom(a, 32)})
 		}
 	}
 	p.Sets = append(p.Sets, big)

@@ -29,7 +29,7 @@ const minHashSize = 16
 // power of two p costs little: the kernel gives a fixed-size hash
 // roundup_pow_of_two(size*4/3) buckets, as many as for the element count
 // when it is above 3p/4, twice as many (8 bytes each) below.
-func hashSize(s *Set) uint32 { return sizeFor(s, len(s.Elems)) }
+func hashSize(s *Set) uint32 { return sizeFor(s, s.Elems.Len()) }
 
 // sizeFor is the hashSize of s holding n elements.
 func sizeFor(s *Set, n int) uint32 {
@@ -70,7 +70,7 @@ func Render(p *Program) string {
 	var b strings.Builder
 	n := 256
 	for _, s := range p.Sets {
-		n += 128 + len(s.Elems)*24
+		n += 128 + s.Elems.Len()*24
 	}
 	for _, c := range p.Chains {
 		n += 64 + len(c.Rules)*96
@@ -212,10 +212,10 @@ func renderSet(b textSink, s *Set) {
 	if s.Comment != "" {
 		b.WriteString("\t\tcomment \"" + s.Comment + "\"\n")
 	}
-	if len(s.Elems) > 0 {
+	if s.Elems.Len() > 0 {
 		b.WriteString("\t\telements = {\n")
 		var buf []byte
-		for i, e := range s.Elems {
+		for i, e := range s.Elems.All() {
 			buf = append(buf[:0], "\t\t\t"...)
 			k := e.Key.Masked()
 			switch {
@@ -236,7 +236,7 @@ func renderSet(b textSink, s *Set) {
 				buf = append(buf, " : "...)
 				buf = appendVerdict(buf, e.Verdict)
 			}
-			if i < len(s.Elems)-1 {
+			if i < s.Elems.Len()-1 {
 				buf = append(buf, ',')
 			}
 			buf = append(buf, '\n')

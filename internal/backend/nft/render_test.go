@@ -123,17 +123,17 @@ func TestValidate(t *testing.T) {
 		{"duplicate set", func(p *Program) { p.Sets = append(p.Sets, &Set{Name: "host4", Family: IPv4, KeyBits: 32}) }, "set host4: defined twice"},
 		{"duplicate chain", func(p *Program) { p.Chains = append(p.Chains, &Chain{Name: "blocked"}) }, "chain blocked: defined twice"},
 		{"missing set", func(p *Program) { p.Chains[0].Rules[0].Lookup.Set = "nope" }, `undefined set "nope"`},
-		{"missing chain", func(p *Program) { p.Sets[0].Elems[1].Verdict.Chain = "nope" }, `jump to undefined chain "nope"`},
+		{"missing chain", func(p *Program) { editElem(&p.Sets[0].Elems, 1, func(e *Elem) { e.Verdict.Chain = "nope" }) }, `jump to undefined chain "nope"`},
 		{"jump to base chain", func(p *Program) { p.Chains[3].Rules[5].Verdict = Verdict{Kind: Jump, Chain: "pre"} }, `jump to base chain "pre"`},
 		{"bad table name", func(p *Program) { p.Table = "ip fence" }, "name must match"},
 		{"name starts with digit", func(p *Program) { p.Chains[2].Name = "1blocked" }, "name must match"},
 		{"quote in comment", func(p *Program) { p.Chains[4].Rules[0].Comment = `say "hi"` }, "quote"},
-		{"wrong key length", func(p *Program) { p.Sets[0].Elems[0].Key = pfx("10.0.0.0/8") }, "is not a /16 prefix"},
-		{"wrong key family", func(p *Program) { p.Sets[0].Elems[0].Key = pfx("2001:db8::/16") }, "is not an ipv4 prefix"},
-		{"verdict in set", func(p *Program) { p.Sets[4].Elems[0].Verdict = Verdict{Kind: Drop} }, "not a map"},
-		{"map element without verdict", func(p *Program) { p.Sets[0].Elems[0].Verdict = Verdict{} }, "without a verdict"},
+		{"wrong key length", func(p *Program) { editElem(&p.Sets[0].Elems, 0, func(e *Elem) { e.Key = pfx("10.0.0.0/8") }) }, "is not a /16 prefix"},
+		{"wrong key family", func(p *Program) { editElem(&p.Sets[0].Elems, 0, func(e *Elem) { e.Key = pfx("2001:db8::/16") }) }, "is not an ipv4 prefix"},
+		{"verdict in set", func(p *Program) { editElem(&p.Sets[4].Elems, 0, func(e *Elem) { e.Verdict = Verdict{Kind: Drop} }) }, "not a map"},
+		{"map element without verdict", func(p *Program) { editElem(&p.Sets[0].Elems, 0, func(e *Elem) { e.Verdict = Verdict{} }) }, "without a verdict"},
 		{"overlapping intervals", func(p *Program) {
-			p.Sets[5].Elems = append(p.Sets[5].Elems, Elem{Key: pfx("203.0.113.64/26")})
+			p.Sets[5].Elems.Append(Elem{Key: pfx("203.0.113.64/26")})
 		}, "overlap"},
 		{"interval map", func(p *Program) { p.Sets[5].IsMap = true }, "interval maps are not supported"},
 		{"mask mismatch", func(p *Program) { p.Chains[0].Rules[0].Lookup.MaskBits = 16 }, "masks to /16 but set v4_10_2_24 holds /24"},
@@ -222,7 +222,7 @@ func TestIntervalElems(t *testing.T) {
 	for _, s := range []string{"10.128.0.0/9", "10.0.0.0/9", "192.168.1.1/32", "192.168.1.2/32", "255.255.255.0/24"} {
 		elems = append(elems, Elem{Key: pfx(s)})
 	}
-	rs, err := intervalRanges(elems)
+	rs, err := intervalRanges(ElemsOf(elems...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,11 +232,11 @@ func TestIntervalElems(t *testing.T) {
 		t.Errorf("v4 interval elements\n got %s\nwant %s", got, want)
 	}
 
-	rs, _ = intervalRanges([]Elem{{Key: pfx("0.0.0.0/8")}})
+	rs, _ = intervalRanges(ElemsOf(Elem{Key: pfx("0.0.0.0/8")}))
 	if got, want := elemString(addrIntervalElems(rs)), "0.0.0.0 1.0.0.0e"; got != want {
 		t.Errorf("range from zero: got %s, want %s", got, want)
 	}
-	rs, _ = intervalRanges([]Elem{{Key: pfx("::/0")}})
+	rs, _ = intervalRanges(ElemsOf(Elem{Key: pfx("::/0")}))
 	if got, want := elemString(addrIntervalElems(rs)), "::o"; got != want {
 		t.Errorf("::/0: got %s, want %s", got, want)
 	}
@@ -284,7 +284,7 @@ func BenchmarkRender(b *testing.B) {
 func TestWithBans(t *testing.T) {
 	p := FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, Bans{})
 	before := Render(p)
-	b := Bans{Addrs4: []Elem{{Key: pfx("192.0.2.7/32")}}, Nets6: []Elem{{Key: pfx("2001:db8::/48")}}}
+	b := Bans{Addrs4: ElemsOf(Elem{Key: pfx("192.0.2.7/32")}), Nets6: ElemsOf(Elem{Key: pfx("2001:db8::/48")})}
 	q := WithBans(p, nil, -300, b)
 	if Render(p) != before {
 		t.Error("WithBans changed the Program it copied")

@@ -243,7 +243,7 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 			return err
 		}
 		res.NewSets++
-		res.Added += len(s.Elems)
+		res.Added += s.Elems.Len()
 	}
 	for _, sc := range u.Sets {
 		if err := b.queueSetChange(sc); err != nil {
@@ -277,7 +277,7 @@ func (b *batch) queueUpdate(u *Update, res *UpdateResult) error {
 // new declared size when sc.After gives one.
 func (b *batch) queueSetChange(sc SetChange) error {
 	def := *sc.Set
-	def.Elems = nil
+	def.Elems = Elems{}
 	ns, err := setDecl(b.table, &def)
 	if err != nil {
 		return err
@@ -378,11 +378,11 @@ func (u *Update) validate() error {
 		}
 		return nil
 	}
-	checkMap := func(s *Set, es []Elem) error {
+	checkMap := func(s *Set, es Elems) error {
 		if !s.IsMap {
 			return nil
 		}
-		for i, e := range es {
+		for i, e := range es.All() {
 			if err := target(e.Verdict, true); err != nil {
 				return invalidf("map %s: element %d (%s): %v", s.Name, i, e.Key, err)
 			}
@@ -409,12 +409,12 @@ func (u *Update) validate() error {
 		}
 		s := *sc.Set
 		for _, es := range [][]Elem{sc.Add, sc.Del} {
-			s.Elems = es
+			s.Elems = ElemsOf(es...)
 			if err := checkSet(&s); err != nil {
 				return err
 			}
 		}
-		if err := checkMap(&s, sc.Add); err != nil {
+		if err := checkMap(&s, ElemsOf(sc.Add...)); err != nil {
 			return err
 		}
 		if sc.After != nil && (sc.After.Len < 0 || sc.After.Len < len(sc.Add)) {

@@ -24,7 +24,7 @@ func cloneProgram(p *Program) *Program {
 	c := &Program{Table: p.Table}
 	for _, s := range p.Sets {
 		cs := *s
-		cs.Elems = slices.Clone(s.Elems)
+		cs.Elems = ElemsOf(s.Elems.List()...)
 		c.Sets = append(c.Sets, &cs)
 	}
 	for _, ch := range p.Chains {
@@ -121,10 +121,12 @@ func TestDiffMatchesApply(t *testing.T) {
 	}
 	fromZero := func(p *Program) {
 		a := setOf(p, "allow4")
-		a.Elems = append(a.Elems, Elem{Key: pfx("0.0.0.0/8")})
+		a.Elems.Append(Elem{Key: pfx("0.0.0.0/8")})
 	}
-	emptied := func(p *Program) { setOf(p, "allow6").Elems = nil }
-	filled := func(p *Program) { setOf(p, "empty6").Elems = []Elem{{Key: pfx("::/3")}, {Key: pfx("2001:db8:1::/48")}} }
+	emptied := func(p *Program) { setOf(p, "allow6").Elems = Elems{} }
+	filled := func(p *Program) {
+		setOf(p, "empty6").Elems = ElemsOf(Elem{Key: pfx("::/3")}, Elem{Key: pfx("2001:db8:1::/48")})
+	}
 	for _, tc := range []struct {
 		name     string
 		old, new func() *Program
@@ -178,7 +180,7 @@ func TestDiffIntervalSequence(t *testing.T) {
 				if timeouts && i%2 == 0 {
 					e.Timeout = time.Duration(i+1) * time.Hour
 				}
-				s.Elems = append(s.Elems, e)
+				s.Elems.Append(e)
 			}
 			p.Sets = append(p.Sets, s)
 		}
@@ -238,13 +240,13 @@ func mutate(p *Program, rng *rand.Rand) {
 	}
 	addElems := func(s *Set, n int) {
 		have := map[netip.Prefix]bool{}
-		for _, e := range s.Elems {
+		for _, e := range s.Elems.All() {
 			have[e.Key] = true
 		}
 		for range n {
 			if k := randKey(s); !have[k] {
 				have[k] = true
-				s.Elems = append(s.Elems, Elem{Key: k, Verdict: verdicts[rng.IntN(len(verdicts))]})
+				s.Elems.Append(Elem{Key: k, Verdict: verdicts[rng.IntN(len(verdicts))]})
 			}
 		}
 	}
@@ -262,15 +264,15 @@ func mutate(p *Program, rng *rand.Rand) {
 		switch op {
 		case 0, 1: // verdicts
 			s := subs[rng.IntN(len(subs))]
-			for i := range s.Elems {
+			for i := range s.Elems.All() {
 				if rng.IntN(4) == 0 {
-					s.Elems[i].Verdict = verdicts[rng.IntN(len(verdicts))]
+					editElem(&s.Elems, i, func(e *Elem) { e.Verdict = verdicts[rng.IntN(len(verdicts))] })
 				}
 			}
 		case 2: // elements removed and added, sometimes past the declared size
 			s := subs[rng.IntN(len(subs))]
-			s.Elems = slices.DeleteFunc(s.Elems, func(Elem) bool { return rng.IntN(5) == 0 })
-			addElems(s, rng.IntN(2*len(s.Elems)+2))
+			s.Elems = ElemsOf(slices.DeleteFunc(s.Elems.List(), func(Elem) bool { return rng.IntN(5) == 0 })...)
+			addElems(s, rng.IntN(2*s.Elems.Len()+2))
 		case 3: // a chain and its map removed, with the entries jumping to it
 			s := subs[rng.IntN(len(subs))]
 			var chain string
@@ -282,7 +284,7 @@ func mutate(p *Program, rng *rand.Rand) {
 			dropSet(p, s.Name)
 			dropChain(p, chain)
 			for _, top := range []*Set{top4, top6} {
-				top.Elems = slices.DeleteFunc(top.Elems, func(e Elem) bool { return e.Verdict.Chain == chain })
+				top.Elems = ElemsOf(slices.DeleteFunc(top.Elems.List(), func(e Elem) bool { return e.Verdict.Chain == chain })...)
 			}
 			subs = slices.DeleteFunc(subs, func(x *Set) bool { return x == s })
 		case 4: // a new chain and map below a free top-level key
@@ -297,10 +299,10 @@ func mutate(p *Program, rng *rand.Rand) {
 			}
 			addElems(m, 1+rng.IntN(30))
 			k := randKey(&Set{Family: fam, KeyBits: top.KeyBits})
-			if slices.ContainsFunc(top.Elems, func(e Elem) bool { return e.Key == k }) {
+			if slices.ContainsFunc(top.Elems.List(), func(e Elem) bool { return e.Key == k }) {
 				continue
 			}
-			top.Elems = append(top.Elems, Elem{Key: k, Verdict: Verdict{Kind: Jump, Chain: name}})
+			top.Elems.Append(Elem{Key: k, Verdict: Verdict{Kind: Jump, Chain: name}})
 			p.Sets = append(p.Sets, m)
 			p.Chains = append(p.Chains, &Chain{Name: name, Rules: []Rule{
 				{Lookup: &Lookup{Family: fam, MaskBits: m.KeyBits, Key: m.Key, Set: m.Name, IsMap: true}},
@@ -309,11 +311,11 @@ func mutate(p *Program, rng *rand.Rand) {
 			subs = append(subs, m)
 		case 5: // the allowlist
 			a := setOf(p, "allow4")
-			a.Elems = slices.DeleteFunc(a.Elems, func(Elem) bool { return rng.IntN(3) == 0 })
+			a.Elems = ElemsOf(slices.DeleteFunc(a.Elems.List(), func(Elem) bool { return rng.IntN(3) == 0 })...)
 			for range rng.IntN(3) {
 				k := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(rng.IntN(2) * 100), byte(rng.IntN(256))}), 16)
-				if !slices.ContainsFunc(a.Elems, func(e Elem) bool { return e.Key.Overlaps(k) }) {
-					a.Elems = append(a.Elems, Elem{Key: k})
+				if !slices.ContainsFunc(a.Elems.List(), func(e Elem) bool { return e.Key.Overlaps(k) }) {
+					a.Elems.Append(Elem{Key: k})
 				}
 			}
 		case 6: // a rule of the base chain
@@ -380,7 +382,7 @@ func TestDiffKeepingBans(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := kernelOrder(old, new, u)
-	setOf(want, "ban4").Elems = []Elem{ban4.Elems[0], ban4.Elems[2], added}
+	setOf(want, "ban4").Elems = ElemsOf(ban4.Elems.At(0), ban4.Elems.At(2), added)
 	mustApply(t, want, b)
 	compareNamespaces(t, a, b, "handle")
 }
@@ -425,7 +427,7 @@ func TestRejectedUpdateChangesNothing(t *testing.T) {
 			sc.Add = append(sc.Add, Elem{Key: pfx("10.9.0.0/16"), Verdict: Verdict{Kind: Jump, Chain: "nochain"}})
 		}},
 		{"new set's element jumps to a missing chain", func(u *Update) {
-			u.NewSets[0].Elems = append(slices.Clone(u.NewSets[0].Elems), Elem{Key: pfx("2001:db8:9::/48"), Verdict: Verdict{Kind: Goto, Chain: "nochain"}})
+			u.NewSets[0].Elems = ElemsOf(append(u.NewSets[0].Elems.List(), Elem{Key: pfx("2001:db8:9::/48"), Verdict: Verdict{Kind: Goto, Chain: "nochain"}})...)
 		}},
 		{"deleted set still looked up", func(u *Update) { u.DelSets = append(u.DelSets, "allow6") }},
 		{"deleted chain still jumped to", func(u *Update) { u.DelChains = append(u.DelChains, "w6_deep") }},

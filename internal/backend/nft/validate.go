@@ -62,7 +62,7 @@ func (p *Program) Validate() error {
 		if !s.IsMap {
 			continue
 		}
-		for i, e := range s.Elems {
+		for i, e := range s.Elems.All() {
 			if err := checkVerdict(e.Verdict, chains, true); err != nil {
 				return invalidf("map %s: element %d (%s): %v", s.Name, i, e.Key, err)
 			}
@@ -146,7 +146,7 @@ func checkSet(s *Set) error {
 	case s.Key == KeyHalf && (s.Interval || s.IsMap || s.Timeout || s.Family != IPv4 || s.KeyBits != halfBits):
 		return invalidf("set %s: only IPv4 sets (not maps, no timeouts) of /%d keys are keyed on the address's leading half", s.Name, halfBits)
 	}
-	for i, e := range s.Elems {
+	for i, e := range s.Elems.All() {
 		if !e.Key.IsValid() || e.Key.Addr().Is4() != (s.Family == IPv4) || e.Key.Addr().Is4In6() {
 			return invalidf("set %s: element %d (%s) is not an %s prefix", s.Name, i, e.Key, s.Family)
 		}
@@ -294,9 +294,9 @@ type addrRange struct {
 // intervalRanges returns the elements of an interval set as sorted address
 // ranges, or an error if two of them overlap (nft and the kernel reject
 // overlapping intervals in a set without auto-merge).
-func intervalRanges(elems []Elem) ([]addrRange, error) {
-	rs := make([]addrRange, len(elems))
-	for i, e := range elems {
+func intervalRanges(elems Elems) ([]addrRange, error) {
+	rs := make([]addrRange, elems.Len())
+	for i, e := range elems.All() {
 		p := e.Key.Masked()
 		rs[i] = addrRange{p.Addr(), lastAddr(p), e.Timeout}
 	}

@@ -1,0 +1,105 @@
+package nft
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// randomElem returns an element of any shape Elems must keep as it is:
+// IPv4, IPv6, IPv4-mapped IPv6, host bits set, invalid prefixes and the
+// zero Elem, with or without a verdict and a timeout.
+func randomElem(rng *rand.Rand) Elem {
+	var e Elem
+	var a [16]byte
+	for i := range a {
+		a[i] = byte(rng.Uint32())
+	}
+	switch rng.IntN(6) {
+	case 0: // the zero Elem's key
+	case 1, 2:
+		e.Key = netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), rng.IntN(33))
+	case 3:
+		e.Key = netip.PrefixFrom(netip.AddrFrom16(a), rng.IntN(129))
+	case 4:
+		e.Key = netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), rng.IntN(33)).Masked()
+		e.Key = netip.PrefixFrom(netip.AddrFrom16(e.Key.Addr().As16()), 96+e.Key.Bits()) // ::ffff:a.b.c.d/n
+	case 5:
+		e.Key = netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), 40) // invalid: too long
+	}
+	verdicts := []Verdict{{}, {Kind: Accept}, {Kind: Drop}, {Kind: Goto, Chain: "a"}, {Kind: Goto, Chain: "b"}, {Kind: Jump, Chain: "a"}}
+	e.Verdict = verdicts[rng.IntN(len(verdicts))]
+	if rng.IntN(2) == 0 {
+		e.Timeout = time.Duration(rng.Int64N(int64(400 * 24 * time.Hour)))
+	}
+	return e
+}
+
+// TestElemsModel checks Elems against a []Elem: what goes in comes out,
+// through Append, Put, Slice, All and List; and the diff's packed
+// comparisons against the unpacked ones.
+func TestElemsModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 2000 {
+		var want []Elem
+		var got Elems
+		for range rng.IntN(40) {
+			e := randomElem(rng)
+			if len(want) > 0 && rng.IntN(4) == 0 { // the same key, maybe another value
+				e.Key = want[rng.IntN(len(want))].Key
+			}
+			want = append(want, e)
+			got.Append(e)
+		}
+		for range rng.IntN(5) {
+			if len(want) == 0 {
+				break
+			}
+			i, e := rng.IntN(len(want)), randomElem(rng)
+			want[i] = e
+			got.Put(i, e)
+		}
+		if got.Len() != len(want) || !slices.Equal(got.List(), want) {
+			t.Fatalf("Elems hold\n%v\nwant\n%v", got.List(), want)
+		}
+		for i, e := range got.All() {
+			if e != want[i] || got.At(i) != want[i] {
+				t.Fatalf("element %d = %v, want %v", i, e, want[i])
+			}
+			if k := got.keyAt(i); k != keyOf(want[i].Key) {
+				t.Fatalf("element %d (%v): keyAt = %v, want keyOf's %v", i, want[i], k, keyOf(want[i].Key))
+			}
+			j := rng.IntN(len(want))
+			if got.equalAt(i, got, j) != (want[i] == want[j]) {
+				t.Fatalf("equalAt(%v, %v) = %v", want[i], want[j], !(want[i] == want[j]))
+			}
+			if keyOf(want[i].Key) == keyOf(want[j].Key) && got.sameValueAt(i, got, j) != sameValue(want[i], want[j]) {
+				t.Fatalf("sameValueAt(%v, %v) = %v", want[i], want[j], !sameValue(want[i], want[j]))
+			}
+		}
+		if n := len(want); n > 0 {
+			i := rng.IntN(n)
+			j := i + rng.IntN(n-i+1)
+			sub := got.Slice(i, j)
+			if !slices.Equal(sub.List(), want[i:j]) {
+				t.Fatalf("Slice(%d, %d) = %v, want %v", i, j, sub.List(), want[i:j])
+			}
+			// A new verdict appended to the slice must not change the
+			// original's verdicts.
+			sub.Append(Elem{Key: netip.MustParsePrefix("192.0.2.0/24"), Verdict: Verdict{Kind: Goto, Chain: "new"}})
+			if !slices.Equal(got.List(), want) {
+				t.Fatalf("appending to a Slice changed the original: %v, want %v", got.List(), want)
+			}
+		}
+	}
+}
+
+// TestElemSize: the point of Elems.
+func TestElemSize(t *testing.T) {
+	if n := unsafe.Sizeof(packedElem{}); n > 32 {
+		t.Errorf("a packed element takes %d bytes, want at most 32", n)
+	}
+}
