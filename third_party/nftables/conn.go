@@ -47,12 +47,16 @@ type Conn struct {
 	sockOptions  []SockOption
 	lastID       uint32
 	allocatedIDs uint32
+	arena        arena // ipfence patch: see arena.go
 }
 
 type netlinkMessage struct {
 	Header netlink.Header
 	Data   []byte
 	rule   *Rule
+	// ipfence patch (arena.go): chunk is 1 + the index of the arena
+	// chunk that holds Data (0: none), off where its header goes there.
+	chunk, off int
 }
 
 // ConnOption is an option to change the behavior of the nftables Conn returned by Open.
@@ -285,6 +289,7 @@ func (cc *Conn) flush(genID uint32) error {
 	cc.mu.Lock()
 	defer func() {
 		cc.messages = nil
+		cc.arena = arena{}
 		cc.allocatedIDs = 0
 		cc.err = nil
 		cc.mu.Unlock()
@@ -314,7 +319,7 @@ func (cc *Conn) flush(genID uint32) error {
 		return err
 	}
 
-	sentMsgs, err := sendBatch(conn, batch) // ipfence patch: see sendbatch.go
+	sentMsgs, err := sendBatch(conn, batch, cc.messages, &cc.arena) // ipfence patch: see sendbatch.go
 	if err != nil {
 		return fmt.Errorf("SendMessages: %w", err)
 	}

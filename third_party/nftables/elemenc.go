@@ -4,6 +4,7 @@
 package nftables
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -166,24 +167,28 @@ func (cc *Conn) appendElems(s *Set, n int, get func(i int) *SetElement, msgType 
 	}
 	var id [4]byte
 	binary.BigEndian.PutUint32(id[:], s.ID)
-	// start begins a message: the header of nfnetlink, the set's
-	// attributes, and the nested attribute of the elements.
-	start := func(left int) ([]byte, int, int) {
-		b := make([]byte, 0, 256+min(maxElemBatchSize+1024, 64*left))
+	// start begins a message in the arena: the header of nfnetlink, the
+	// set's attributes, and the nested attribute of the elements.
+	start := func(left int) (b []byte, at, first, chunk, off int) {
+		b, chunk, off = cc.arena.next(nlmsgHeaderLen + 256 + 64*left)
 		b = append(b, extraHeader(uint8(s.Table.Family), 0)...)
 		b = appendStringAttr(b, unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 		b = appendAttr(b, unix.NFTA_SET_ELEM_LIST_SET_ID, id[:])
 		b = appendStringAttr(b, unix.NFTA_SET_ELEM_LIST_TABLE, s.Table.Name)
-		b, at := beginNested(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-		return b, at, len(b)
+		b, at = beginNested(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		return b, at, len(b), chunk, off
 	}
-	queue := func(b []byte, at int) {
-		cc.messages = append(cc.messages, netlinkMessage{
+	queue := func(b []byte, at, chunk, off int) {
+		m := netlinkMessage{
 			Header: netlink.Header{Type: msgType.HeaderType(), Flags: netlink.Request | netlink.Create},
 			Data:   endNested(b, at),
-		})
+		}
+		if cc.arena.commit(m.Data, chunk, off) {
+			m.chunk, m.off = chunk+1, off
+		}
+		cc.messages = append(cc.messages, m)
 	}
-	cur, at, first := start(n)
+	cur, at, first, chunk, off := start(n)
 	for i := range n {
 		from := len(cur)
 		typ := uint16(i+1) | unix.NLA_F_NESTED
@@ -197,13 +202,15 @@ func (cc *Conn) appendElems(s *Set, n int, get func(i int) *SetElement, msgType 
 			cur = appendAttr(cur, typ, item)
 		}
 		if len(cur)-first > maxElemBatchSize {
-			// This element starts the next message.
-			next, nat, nfirst := start(n - i)
-			next = append(next, cur[from:]...)
-			queue(cur[:from], at)
-			cur, at, first = next, nat, nfirst
+			// This element starts the next message, which the arena
+			// puts after this one: it moves out while this one is
+			// committed.
+			moved := bytes.Clone(cur[from:])
+			queue(cur[:from], at, chunk, off)
+			cur, at, first, chunk, off = start(n - i)
+			cur = append(cur, moved...)
 		}
 	}
-	queue(cur, at)
+	queue(cur, at, chunk, off)
 	return nil
 }
