@@ -131,12 +131,22 @@ var decimal = func() (d [256]string) {
 func Count(s *netipx.IPSet) (v4, v6 int) {
 	for _, r := range rangesOf(s) {
 		if r.From().Is4() {
-			v4 += countCIDRs(U128From(r.From()), U128From(r.To()), 32)
+			v4 += CountRange(r)
 		} else {
-			v6 += countCIDRs(U128From(r.From()), U128From(r.To()), 128)
+			v6 += CountRange(r)
 		}
 	}
 	return v4, v6
+}
+
+// CountRange returns the number of prefixes of the minimal CIDR cover of
+// r, a valid range.
+func CountRange(r netipx.IPRange) int {
+	width := 128
+	if r.From().Is4() {
+		width = 32
+	}
+	return countCIDRs(U128From(r.From()), U128From(r.To()), width)
 }
 
 // NumAddrs returns the number of IPv4 and IPv6 addresses in s (up to 2^32

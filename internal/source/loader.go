@@ -17,6 +17,7 @@ import (
 
 	"github.com/ipfence/ipfence/data/geo"
 	"github.com/ipfence/ipfence/internal/prefix"
+	"go4.org/netipx"
 )
 
 // Loader reads sources. The zero value reads files and the embedded data,
@@ -330,11 +331,10 @@ func (s *Source) finish(parts []*part) {
 			s.present[e.cc] = true
 		}
 	}
-	set := s.build(nil)
-	s.n4, s.n6 = prefix.Count(set)
-	if !s.IsCountry() {
-		// Rules of a country source take their countries' sets
-		// (Countries); Set builds the whole one when asked.
-		s.set = set
-	}
+	// The set itself is built when a rule takes it (Set, Countries):
+	// a daemon keeps the rows, for explain and for the loads that reuse
+	// the source, and a second copy of them as a set would cost more
+	// (48 bytes a range) than building it again.
+	s.v4.ranges(nil, func(r netipx.IPRange) { s.n4 += prefix.CountRange(r) })
+	s.v6.ranges(nil, func(r netipx.IPRange) { s.n6 += prefix.CountRange(r) })
 }

@@ -110,7 +110,6 @@ type Source struct {
 	v4           table[k4]
 	v6           table[k6]
 	present      [numCodes]bool // codes that occur in the data
-	set          *netipx.IPSet  // everything
 	n4, n6       int            // prefixes of set
 	rows4, rows6 int            // rows read (before compact)
 	stale        []error        // why cached copies were used
@@ -131,13 +130,8 @@ func (s *Source) Format() string { return s.format }
 func (s *Source) IsCountry() bool { return s.format != FormatList }
 
 // Set returns all addresses of the source (for a country source: of every
-// country). The set is shared: do not modify it.
-func (s *Source) Set() *netipx.IPSet {
-	if s.set == nil {
-		return s.build(nil) // a country source's: see finish
-	}
-	return s.set
-}
+// country), built from its rows at each call (see finish).
+func (s *Source) Set() *netipx.IPSet { return s.build(nil) }
 
 // Prefixes returns how many prefixes the minimal cover of Set has, per
 // family.

@@ -110,7 +110,12 @@ func (t *table[K]) join(parts []chunks[K]) {
 // addTo adds to b the union of the entries whose country is selected by
 // sel (nil: all entries), merged into as few ranges as possible first so
 // that b has little left to do.
-func (t *table[K]) addTo(b *prefix.Builder, sel *[numCodes]bool) {
+func (t *table[K]) addTo(b *prefix.Builder, sel *[numCodes]bool) { t.ranges(sel, b.AddRange) }
+
+// ranges calls fn with the ranges of the union of the entries whose
+// country is selected by sel (nil: all entries), in order: the ranges of
+// the set Source.build makes of them.
+func (t *table[K]) ranges(sel *[numCodes]bool, fn func(netipx.IPRange)) {
 	var lo, hi K
 	open := false
 	for i := range t.e {
@@ -126,12 +131,12 @@ func (t *table[K]) addTo(b *prefix.Builder, sel *[numCodes]bool) {
 				}
 				continue
 			}
-			b.AddRange(netipx.IPRangeFrom(lo.addr(), hi.addr()))
+			fn(netipx.IPRangeFrom(lo.addr(), hi.addr()))
 		}
 		lo, hi, open = e.lo, e.hi, true
 	}
 	if open {
-		b.AddRange(netipx.IPRangeFrom(lo.addr(), hi.addr()))
+		fn(netipx.IPRangeFrom(lo.addr(), hi.addr()))
 	}
 }
 
