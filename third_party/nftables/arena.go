@@ -3,7 +3,11 @@
 
 package nftables
 
-import "github.com/mdlayher/netlink"
+import (
+	"bytes"
+
+	"github.com/mdlayher/netlink"
+)
 
 // arenaChunk is the size of an arena's chunks (a variable for tests).
 var arenaChunk = 4 << 20
@@ -24,13 +28,14 @@ type arena struct {
 
 // next returns an empty buffer to write a message's data into, in place
 // in the arena, and where it is (its chunk, and the offset of the room
-// for its header). want is how much the messages still to come may take
-// in all: a new chunk is no bigger than it needs (a short list does not
-// take 4 MiB). Only one message is written at a time: commit it before
-// asking for the next.
+// for its header). want is about how much the list's messages still to
+// come take: a short list goes into what is left of the last chunk, and
+// a new chunk is no bigger than it needs (a short list does not take 4
+// MiB). A message that outgrows its room moves out (commit). Only one
+// message is written at a time: commit it before asking for the next.
 func (a *arena) next(want int) (b []byte, chunk, off int) {
 	n := len(a.chunks)
-	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < arenaRoom {
+	if n == 0 || cap(a.chunks[n-1])-len(a.chunks[n-1]) < min(arenaRoom, want) {
 		a.chunks = append(a.chunks, make([]byte, 0, max(arenaRoom, min(arenaChunk, want))))
 		n++
 	}
@@ -49,8 +54,8 @@ func (a *arena) commit(data []byte, chunk, off int) bool {
 	if len(data) == 0 || cap(c) < start+len(data) || &data[0] != &c[:cap(c)][start] {
 		return false
 	}
-	// The padding to the next message is zero: the chunk was made zero
-	// and is written once.
+	// nlmsgAlign adds nothing: attributes are padded to 4 bytes, and so
+	// is the nfgenmsg header.
 	a.chunks[chunk] = c[:off+nlmsgAlign(nlmsgHeaderLen+len(data))]
 	return true
 }
@@ -110,5 +115,28 @@ func gather(msgs []netlink.Message, queued []netlinkMessage, a *arena, seq uint3
 		region, from, to = r, start, end
 	}
 	flush()
+	return out
+}
+
+// coalesce returns bufs with each run of buffers shorter than small
+// copied into one buffer: a batch of many small sets has two buffers a
+// set (its declaration, its elements), more than one sendmsg takes.
+func coalesce(bufs [][]byte, small int) [][]byte {
+	var out [][]byte
+	for i := 0; i < len(bufs); {
+		j := i
+		for j < len(bufs) && len(bufs[j]) < small {
+			j++
+		}
+		switch {
+		case j == i:
+			out, j = append(out, bufs[i]), i+1
+		case j == i+1:
+			out = append(out, bufs[i])
+		default:
+			out = append(out, bytes.Join(bufs[i:j], nil))
+		}
+		i = j
+	}
 	return out
 }

@@ -58,9 +58,10 @@ const maxIovecs = 1024
 // marshals each message into a copy of its own and appends the copies to
 // a growing buffer: for a batch of a million set elements that holds two
 // to three times the batch at once. Here the batch goes out from where
-// its messages are (gather), or, past maxIovecs buffers, from one buffer
-// of its exact size. A connection without a file descriptor (a test's)
-// goes through conn.SendMessages.
+// its messages are (gather), with runs of small buffers copied together
+// past maxIovecs buffers (coalesce), or, past them still, from one
+// buffer of its exact size. A connection without a file descriptor (a
+// test's) goes through conn.SendMessages.
 func sendBatch(conn *netlink.Conn, msgs []netlink.Message, queued []netlinkMessage, a *arena) ([]netlink.Message, error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
@@ -72,6 +73,9 @@ func sendBatch(conn *netlink.Conn, msgs []netlink.Message, queued []netlinkMessa
 	// lasting connection sees none of this batch's.
 	seq := rand.Uint32()>>1 + 1
 	bufs := gather(msgs, queued, a, seq)
+	if len(bufs) > maxIovecs {
+		bufs = coalesce(bufs, 64<<10)
+	}
 	if len(bufs) > maxIovecs {
 		bufs = [][]byte{marshalBatch(msgs, seq)}
 	}

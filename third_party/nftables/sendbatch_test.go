@@ -5,6 +5,7 @@ package nftables
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -65,15 +66,19 @@ func TestGatherMatchesMarshalBatch(t *testing.T) {
 				queued = append(queued, netlinkMessage{Header: h, Data: random(nil, r.IntN(300))})
 				continue
 			}
-			b, chunk, off := a.next(r.IntN(2 * arenaChunk))
 			n := 4 * (1 + r.IntN(maxElemBatchSize/4))
 			if r.IntN(10) == 0 {
 				n = arenaRoom // past the room: moved out
 			}
+			want := nlmsgHeaderLen + n + r.IntN(2*arenaChunk)
+			if r.IntN(4) == 0 {
+				want = r.IntN(n) // a bad guess: may move out
+			}
+			b, chunk, off := a.next(want)
 			m := netlinkMessage{Header: h, Data: random(b, n)}
 			if a.commit(m.Data, chunk, off) {
 				m.chunk, m.off = chunk+1, off
-			} else if n != arenaRoom {
+			} else if n != arenaRoom && want >= nlmsgHeaderLen+n {
 				t.Fatalf("round %d: a message of %d bytes left the arena", round, n)
 			}
 			queued = append(queued, m)
@@ -104,5 +109,47 @@ func TestGatherMatchesMarshalBatch(t *testing.T) {
 		if len(bufs) != runs {
 			t.Errorf("round %d: %d buffers for %d runs", round, len(bufs), runs)
 		}
+	}
+}
+
+// TestArenaManySmallSets: the element lists of many small sets share the
+// arena's chunks, and their batch goes out in fewer buffers than one
+// sendmsg takes once the small ones are copied together, with the same
+// bytes.
+func TestArenaManySmallSets(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	cc := &Conn{}
+	for i := range 2000 {
+		s := &Set{Name: fmt.Sprintf("s%d", i), ID: uint32(i + 1), Table: &Table{Name: "t", Family: TableFamilyINet}, KeyType: TypeIPAddr}
+		cc.AddSet(s, nil)
+		vals := make([]SetElement, 1+r.IntN(100))
+		for k := range vals {
+			vals[k].Key = []byte{10, byte(i >> 8), byte(i), byte(k)}
+		}
+		if err := cc.SetAddElementsFunc(s, len(vals), func(k int, e *SetElement) { *e = vals[k] }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := 0
+	for _, c := range cc.arena.chunks {
+		size += cap(c)
+	}
+	if used := cc.getMessageSize(); size > 2*used+arenaRoom {
+		t.Errorf("the arena holds %d bytes in %d chunks for %d bytes of messages", size, len(cc.arena.chunks), used)
+	}
+	msgs, err := batch(cc.messages, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := gather(msgs, cc.messages, &cc.arena, 1)
+	if len(bufs) <= maxIovecs {
+		t.Fatalf("%d buffers: the test wants more than %d before coalesce", len(bufs), maxIovecs)
+	}
+	small := coalesce(bufs, 64<<10)
+	if len(small) > maxIovecs {
+		t.Errorf("coalesce left %d buffers", len(small))
+	}
+	if want := marshalBatch(slices.Clone(msgs), 1); !bytes.Equal(bytes.Join(small, nil), want) || !bytes.Equal(bytes.Join(bufs, nil), want) {
+		t.Error("the buffers are not the batch's bytes")
 	}
 }
