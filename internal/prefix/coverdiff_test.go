@@ -50,5 +50,15 @@ func TestCoverDiff(t *testing.T) {
 		if wantA, wantB := minus(sa, sb), minus(sb, sa); gotA != wantA || gotB != wantB {
 			t.Fatalf("round %d: CoverDiff = %d, %d; want %d, %d\na=%v\nb=%v", round, gotA, gotB, wantA, wantB, a, b)
 		}
+		text := func(ps []netip.Prefix) []string {
+			out := []string{"not a prefix"}
+			for _, p := range ps {
+				out = append(out, p.String())
+			}
+			return out
+		}
+		if tA, tB := CoverDiffText(text(a), text(b)); tA != gotA || tB != gotB {
+			t.Fatalf("round %d: CoverDiffText = %d, %d; CoverDiff %d, %d", round, tA, tB, gotA, gotB)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package prefix
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	"go4.org/netipx"
 )
@@ -56,6 +57,13 @@ func subtract(a, b []span) []span {
 		return a
 	}
 	out := make([]span, 0, len(a))
+	eachDifference(a, b, func(s span) { out = append(out, s) })
+	return out
+}
+
+// eachDifference calls fn, in order, with the spans of a minus b (both
+// minimal sorted lists).
+func eachDifference(a, b []span, fn func(span)) {
 	j := 0
 	for _, r := range a {
 		for j < len(b) && b[j].hi.Less(r.lo) {
@@ -64,7 +72,7 @@ func subtract(a, b []span) []span {
 		lo, done := r.lo, false
 		for k := j; k < len(b) && !r.hi.Less(b[k].lo); k++ {
 			if lo.Less(b[k].lo) {
-				out = append(out, span{lo, b[k].lo.Sub64(1)})
+				fn(span{lo, b[k].lo.Sub64(1)})
 			}
 			if !b[k].hi.Less(r.hi) {
 				done = true
@@ -73,10 +81,9 @@ func subtract(a, b []span) []span {
 			lo = b[k].hi.Add64(1)
 		}
 		if !done {
-			out = append(out, span{lo, r.hi})
+			fn(span{lo, r.hi})
 		}
 	}
-	return out
 }
 
 // complement returns the addresses from 0 to max not in ss, a minimal
@@ -178,30 +185,72 @@ func setOf(v4, v6 []span) *netipx.IPSet {
 func CoverDiff(a, b []netip.Prefix) (aOnly, bOnly int) {
 	a4, a6 := spansOfPrefixes(a)
 	b4, b6 := spansOfPrefixes(b)
-	count := func(ss []span, width int) int {
+	return coverDiff(a4, a6, b4, b6)
+}
+
+// CoverDiffText is CoverDiff of prefixes written as text (as
+// netip.Prefix.String writes them: an applied record's); text that does
+// not parse is skipped. It parses them straight into ranges.
+func CoverDiffText(a, b []string) (aOnly, bOnly int) {
+	a4, a6 := spansOfText(a)
+	b4, b6 := spansOfText(b)
+	return coverDiff(a4, a6, b4, b6)
+}
+
+// coverDiff is CoverDiff of minimal sorted lists.
+func coverDiff(a4, a6, b4, b6 []span) (aOnly, bOnly int) {
+	// Counted as the differences come: no list of them is made.
+	count := func(a, b []span, width int) int {
 		n := 0
-		for _, s := range ss {
-			n += countCIDRs(s.lo, s.hi, width)
-		}
+		eachDifference(a, b, func(s span) { n += countCIDRs(s.lo, s.hi, width) })
 		return n
 	}
-	aOnly = count(subtract(a4, b4), 32) + count(subtract(a6, b6), 128)
-	bOnly = count(subtract(b4, a4), 32) + count(subtract(b6, a6), 128)
+	aOnly = count(a4, b4, 32) + count(a6, b6, 128)
+	bOnly = count(b4, a4, 32) + count(b6, a6, 128)
 	return aOnly, bOnly
+}
+
+// spansOfText returns the minimal sorted spans of the prefixes ps holds
+// as text, per family.
+func spansOfText(ps []string) (v4, v6 []span) {
+	n6 := 0
+	for _, p := range ps {
+		if strings.IndexByte(p, ':') >= 0 {
+			n6++
+		}
+	}
+	v4, v6 = make([]span, 0, len(ps)-n6), make([]span, 0, n6)
+	for _, s := range ps {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			v4, v6 = appendSpan(v4, v6, p)
+		}
+	}
+	return merge(v4), merge(v6)
 }
 
 // spansOfPrefixes returns the minimal sorted spans of ps, per family.
 func spansOfPrefixes(ps []netip.Prefix) (v4, v6 []span) {
+	n4 := 0
 	for _, p := range ps {
-		if !p.IsValid() {
-			continue
-		}
-		a := U128From(p.Addr())
 		if p.Addr().Is4() {
-			v4 = append(v4, prefixSpan(a, p.Bits(), 32))
-		} else {
-			v6 = append(v6, prefixSpan(a, p.Bits(), 128))
+			n4++
 		}
 	}
+	v4, v6 = make([]span, 0, n4), make([]span, 0, len(ps)-n4)
+	for _, p := range ps {
+		v4, v6 = appendSpan(v4, v6, p)
+	}
 	return merge(v4), merge(v6)
+}
+
+// appendSpan appends the span of p, if valid, to the list of its family.
+func appendSpan(v4, v6 []span, p netip.Prefix) ([]span, []span) {
+	switch a := U128From(p.Addr()); {
+	case !p.IsValid():
+	case p.Addr().Is4():
+		v4 = append(v4, prefixSpan(a, p.Bits(), 32))
+	default:
+		v6 = append(v6, prefixSpan(a, p.Bits(), 128))
+	}
+	return v4, v6
 }

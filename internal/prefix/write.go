@@ -191,7 +191,8 @@ func Complement(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
 // address order (what WriteCIDRs writes); s.Prefixes() gives the same,
 // more slowly. A nil s has none.
 func Prefixes(s *netipx.IPSet) []netip.Prefix {
-	var out []netip.Prefix
+	n4, n6 := Count(s)
+	out := make([]netip.Prefix, 0, n4+n6)
 	for _, r := range rangesOf(s) {
 		width := 128
 		if r.From().Is4() {

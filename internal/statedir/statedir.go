@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,8 +205,11 @@ func Summarize(p *plan.Plan) *Applied {
 		if r.V6.Kind == plan.KindEmpty {
 			ra.PrefixesV6 = 0
 		}
-		for _, pr := range r.Set.Prefixes() {
-			ra.Prefixes = append(ra.Prefixes, pr.String())
+		if ps := prefix.Prefixes(r.Set); len(ps) > 0 {
+			ra.Prefixes = make([]string, len(ps))
+			for i, pr := range ps {
+				ra.Prefixes[i] = pr.String()
+			}
 		}
 		a.Rules = append(a.Rules, ra)
 	}
@@ -279,18 +281,7 @@ func Compare(prev, cur *Applied) []Change {
 // diff counts addresses-as-prefixes added and removed: the prefixes of
 // cur not covered by prev and of prev not covered by cur.
 func diff(prev, cur []string) (added, removed int) {
-	return prefix.CoverDiff(parsePrefixes(cur), parsePrefixes(prev))
-}
-
-// parsePrefixes parses ps, skipping what does not parse.
-func parsePrefixes(ps []string) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(ps))
-	for _, p := range ps {
-		if pr, err := netip.ParsePrefix(p); err == nil {
-			out = append(out, pr)
-		}
-	}
-	return out
+	return prefix.CoverDiffText(cur, prev)
 }
 
 // key is the name a namespace's files have in the state folder
