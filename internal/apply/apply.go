@@ -278,6 +278,9 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	cur := statedir.Summarize(c.Plan)
 	cur.Flavour = c.Flavour
 	rep := &Report{Backend: c.Plan.Backend, Changes: statedir.Compare(prev, cur), Applied: cur}
+	// Only Compare and the record on disk read the prefix lists.
+	prev.DropPrefixes()
+	cur.DropPrefixes()
 
 	main := t.main(c, prev)
 	ms, err := main.Prepare(ctx, c)
@@ -329,6 +332,7 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	// c's rules are in force: the record says so, and the backend of the
 	// last apply, if another, goes (if that fails its rules stay, and
 	// only duplicate c's).
+	statedir.FillPrefixes(cur, c.Plan)
 	t.save(cur)
 	if err := t.handOver(ctx, prev, c, main); err != nil {
 		rep.Leftover = &LeftoverError{err}

@@ -1,10 +1,15 @@
 package apply
 
 import (
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/statedir"
+	"go4.org/netipx"
 )
 
 // TestStillXDP checks the order of an apply: XDP first unless a rule that
@@ -30,6 +35,52 @@ func TestStillXDP(t *testing.T) {
 	} {
 		if got := stillXDP(tc.prev, p); got != tc.want {
 			t.Errorf("stillXDP(%v) = %v, want %v", tc.prev, got, tc.want)
+		}
+	}
+}
+
+// TestRecordPrefixes: an apply reports what changed since the last one,
+// prefix by prefix, and records its own prefixes for the next, although
+// the record's lists are let go while the kernel loads (DropPrefixes,
+// FillPrefixes). In a lab namespace.
+func TestRecordPrefixes(t *testing.T) {
+	lab := netnstest.New(t, "nft")
+	tg := &Target{NetNS: lab.FW, State: statedir.Dir{Path: t.TempDir()}}
+	compile := func(ps ...string) *Compiled {
+		var b netipx.IPSetBuilder
+		for _, p := range ps {
+			b.AddPrefix(netip.MustParsePrefix(p))
+		}
+		set, _ := b.IPSet()
+		c, err := Compile(&plan.Input{Table: "ipfence", Priority: -300, Protect: plan.Builtin(),
+			Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}, CompileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, step := range []struct {
+		prefixes []string
+		change   string
+	}{
+		{[]string{"192.0.2.0/24", "2001:db8::/48"}, "rule block: new (2 prefixes)"},
+		{[]string{"192.0.2.0/25", "198.51.100.7/32", "2001:db8::/48"}, "rule block: +1 -1 prefixes"},
+		{[]string{"192.0.2.0/25", "198.51.100.7/32", "2001:db8::/48"}, ""},
+	} {
+		rep, err := applyTo(tg, compile(step.prefixes...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var changes []string
+		for _, c := range rep.Changes {
+			changes = append(changes, c.String())
+		}
+		if got := strings.Join(changes, "; "); got != step.change {
+			t.Errorf("apply of %v: changes %q, want %q", step.prefixes, got, step.change)
+		}
+		rec := tg.Previous()
+		if rec == nil || len(rec.Rules) != 1 || !slices.Equal(rec.Rules[0].Prefixes, step.prefixes) || !slices.Equal(rep.Applied.Rules[0].Prefixes, step.prefixes) {
+			t.Errorf("apply of %v: recorded %+v, reported %+v", step.prefixes, rec, rep.Applied)
 		}
 	}
 }

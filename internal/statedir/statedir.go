@@ -205,15 +205,39 @@ func Summarize(p *plan.Plan) *Applied {
 		if r.V6.Kind == plan.KindEmpty {
 			ra.PrefixesV6 = 0
 		}
-		if ps := prefix.Prefixes(r.Set); len(ps) > 0 {
-			ra.Prefixes = make([]string, len(ps))
-			for i, pr := range ps {
-				ra.Prefixes[i] = pr.String()
-			}
-		}
 		a.Rules = append(a.Rules, ra)
 	}
+	FillPrefixes(a, p)
 	return a
+}
+
+// FillPrefixes sets the prefix lists of a, Summarize(p), from p's rules.
+// A record's lists are what Compare and the record on disk read, one
+// string a prefix: DropPrefixes lets them go in between (an apply of a
+// 400k-prefix rule held its last record's and its own, 40 MB, while the
+// kernel loaded).
+func FillPrefixes(a *Applied, p *plan.Plan) {
+	for i, r := range p.Rules {
+		ps := prefix.Prefixes(r.Set)
+		a.Rules[i].Prefixes = nil
+		if len(ps) > 0 {
+			a.Rules[i].Prefixes = make([]string, len(ps))
+			for k, pr := range ps {
+				a.Rules[i].Prefixes[k] = pr.String()
+			}
+		}
+	}
+}
+
+// DropPrefixes empties the prefix lists of a (nil: no record); the rest
+// of the record stays.
+func (a *Applied) DropPrefixes() {
+	if a == nil {
+		return
+	}
+	for i := range a.Rules {
+		a.Rules[i].Prefixes = nil
+	}
 }
 
 // Change is one difference between two applies.
