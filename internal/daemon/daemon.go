@@ -437,6 +437,10 @@ func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compil
 	if err := hostaddr.CheckPlan(ac.Plan, d.cfg.NetNS); err != nil {
 		return nil, err
 	}
+	// The sources stay (those not due are reused by the next load); the
+	// rules' input sets go as soon as the plan is made, which holds what
+	// it judges by: a refresh would keep them through the load.
+	res = &policy.Resolved{Policy: res.Policy, Sources: res.Sources}
 	return &compiled{pol: pol, res: res, plan: ac.Plan, prog: ac.NFT, ac: ac}, nil
 }
 
@@ -509,10 +513,7 @@ func (d *Daemon) xdpSwapped(p *plan.Plan, rep *xdp.Report) {
 // loaded records c as what the kernel holds: sources committed as last
 // good, state saved. Called with d.mu held.
 func (d *Daemon) loaded(c *compiled) {
-	d.pol, d.plan, d.prog, d.ac = c.pol, c.plan, c.prog, c.ac
-	// The sources stay (those not due are reused by the next load); the
-	// rules' input sets do not: the plan holds what it judges by.
-	d.res = &policy.Resolved{Policy: c.res.Policy, Sources: c.res.Sources}
+	d.pol, d.res, d.plan, d.prog, d.ac = c.pol, c.res, c.plan, c.prog, c.ac
 	d.ctl.SetGuard(d.guard(c.plan))
 	d.applied = time.Now()
 	d.lastErr = ""

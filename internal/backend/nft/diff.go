@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -225,31 +226,11 @@ func diffSet(o, s *Set) (sc SetChange, changed bool) {
 		return SetChange{}, false
 	}
 	olds, news := o.Elems.Slice(same, no), s.Elems.Slice(same, ns)
-	idx := make(map[elemKey]int32, olds.Len()) // key -> index in olds
-	seen := make([]bool, olds.Len())           // matched, not to be deleted
-	for i := range olds.Len() {
-		k := olds.keyAt(i)
-		if j, dup := idx[k]; dup { // the kernel holds one element per key
-			seen[j] = true
-		}
-		idx[k] = int32(i)
-	}
 	sc = SetChange{Set: s, After: &SetState{Len: ns}}
-	for j := range news.Len() {
-		i, ok := idx[news.keyAt(j)]
-		if ok && !seen[i] {
-			seen[i] = true
-			if olds.sameValueAt(int(i), news, j) {
-				continue
-			}
-			sc.Del = append(sc.Del, Elem{Key: news.At(j).Key.Masked()})
-		}
-		sc.Add = append(sc.Add, news.At(j))
-	}
-	for i := range olds.Len() {
-		if !seen[i] {
-			sc.Del = append(sc.Del, Elem{Key: olds.At(i).Key.Masked()})
-		}
+	if olds.sortedKeys() && news.sortedKeys() {
+		sc.Add, sc.Del = mergeDiff(olds, news)
+	} else {
+		sc.Add, sc.Del = mapDiff(olds, news)
 	}
 	if s.Interval {
 		for _, e := range s.Elems.All() {
@@ -259,12 +240,77 @@ func diffSet(o, s *Set) (sc SetChange, changed bool) {
 	return sc, len(sc.Add) > 0 || len(sc.Del) > 0
 }
 
+// mapDiff returns the elements to add and delete to turn olds into news:
+// a new element whose key is not among olds, or whose value changed
+// (then deleted first); an old one whose key is not among news.
+func mapDiff(olds, news Elems) (add, del []Elem) {
+	idx := make(map[elemKey]int32, olds.Len()) // key -> index in olds
+	seen := make([]bool, olds.Len())           // matched, not to be deleted
+	for i := range olds.Len() {
+		k := olds.keyAt(i)
+		if j, dup := idx[k]; dup { // the kernel holds one element per key
+			seen[j] = true
+		}
+		idx[k] = int32(i)
+	}
+	for j := range news.Len() {
+		i, ok := idx[news.keyAt(j)]
+		if ok && !seen[i] {
+			seen[i] = true
+			if olds.sameValueAt(int(i), news, j) {
+				continue
+			}
+			del = append(del, Elem{Key: news.At(j).Key.Masked()})
+		}
+		add = append(add, news.At(j))
+	}
+	for i := range olds.Len() {
+		if !seen[i] {
+			del = append(del, Elem{Key: olds.At(i).Key.Masked()})
+		}
+	}
+	return add, del
+}
+
+// mergeDiff is mapDiff, in the same order, for elements sorted by key
+// without repeats (a layout's maps as lowered): one pass, without the
+// map of every old key (25 MB for a 400k-line feed's 689k elements).
+func mergeDiff(olds, news Elems) (add, del []Elem) {
+	var gone []Elem // old keys not among news: mapDiff deletes them last
+	i := 0
+	for j := range news.Len() {
+		k := news.keyAt(j)
+		for ; i < olds.Len() && olds.keyAt(i).less(k); i++ {
+			gone = append(gone, Elem{Key: olds.At(i).Key.Masked()})
+		}
+		if i < olds.Len() && olds.keyAt(i) == k {
+			same := olds.sameValueAt(i, news, j)
+			i++
+			if same {
+				continue
+			}
+			del = append(del, Elem{Key: news.At(j).Key.Masked()})
+		}
+		add = append(add, news.At(j))
+	}
+	for ; i < olds.Len(); i++ {
+		gone = append(gone, Elem{Key: olds.At(i).Key.Masked()})
+	}
+	return add, append(del, gone...)
+}
+
 // elemKey is an element's key as the kernel tells elements apart: the
 // masked address, and for interval sets the prefix length. It hashes
 // faster than a netip.Prefix.
 type elemKey struct {
 	addr [16]byte
 	bits uint8
+}
+
+// less orders keys by address, then length.
+func (k elemKey) less(o elemKey) bool {
+	c := bytes.Compare(k.addr[:], o.addr[:])
+	return c < 0 || c == 0 && k.bits < o.bits
 }
 
 func keyOf(p netip.Prefix) elemKey {

@@ -175,3 +175,14 @@ func (s Elems) keyAt(i int) elemKey {
 func (s Elems) sameValueAt(i int, t Elems, j int) bool {
 	return s.verdictAt(i) == t.verdictAt(j) && s.e[i].timeout.Milliseconds() == t.e[j].timeout.Milliseconds()
 }
+
+// sortedKeys reports whether the elements' keys (keyAt) increase
+// strictly.
+func (s Elems) sortedKeys() bool {
+	for i := 1; i < s.Len(); i++ {
+		if !s.keyAt(i - 1).less(s.keyAt(i)) {
+			return false
+		}
+	}
+	return true
+}

@@ -103,3 +103,42 @@ func TestElemSize(t *testing.T) {
 		t.Errorf("a packed element takes %d bytes, want at most 32", n)
 	}
 }
+
+// TestMergeDiff: on elements sorted by key, the one-pass diff gives what
+// the map's does, in the same order; the diff takes it only then.
+func TestMergeDiff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	verdicts := []Verdict{{Kind: Accept}, {Kind: Drop}, {Kind: Goto, Chain: "a"}}
+	sorted := func(n int) Elems {
+		var es []Elem
+		for k := range n {
+			if rng.IntN(3) == 0 {
+				continue // keys apart, so that the two lists differ
+			}
+			a := netip.AddrFrom4([4]byte{10, byte(k >> 8), byte(k), 0})
+			e := Elem{Key: netip.PrefixFrom(a, 24), Verdict: verdicts[rng.IntN(len(verdicts))]}
+			if rng.IntN(2) == 0 {
+				e.Timeout = time.Duration(rng.IntN(3)) * time.Second
+			}
+			es = append(es, e)
+		}
+		return ElemsOf(es...)
+	}
+	for range 500 {
+		olds, news := sorted(rng.IntN(300)), sorted(rng.IntN(300))
+		if !olds.sortedKeys() || !news.sortedKeys() {
+			t.Fatal("sortedKeys: sorted elements are not")
+		}
+		add, del := mergeDiff(olds, news)
+		wantAdd, wantDel := mapDiff(olds, news)
+		if !slices.Equal(add, wantAdd) || !slices.Equal(del, wantDel) {
+			t.Fatalf("mergeDiff = +%v -%v\nmapDiff  = +%v -%v", add, del, wantAdd, wantDel)
+		}
+	}
+	if es := ElemsOf(Elem{Key: netip.MustParsePrefix("10.0.1.0/24")}, Elem{Key: netip.MustParsePrefix("10.0.0.0/24")}); es.sortedKeys() {
+		t.Error("sortedKeys: keys out of order count as sorted")
+	}
+	if es := ElemsOf(Elem{Key: netip.MustParsePrefix("10.0.0.0/24")}, Elem{Key: netip.MustParsePrefix("10.0.0.1/24")}); es.sortedKeys() {
+		t.Error("sortedKeys: a repeated key (after masking) counts as sorted")
+	}
+}
