@@ -74,14 +74,34 @@ func (k EntryKind) String() string {
 	return fmt.Sprintf("EntryKind(%d)", uint8(k))
 }
 
-// Entry is one element of a level's map.
+// Entry is one element of a level's map: 24 bytes and no pointers (a
+// netip.Prefix key took 40, which the garbage collector scanned; a
+// layout has an entry for every map element until it is lowered).
 type Entry struct {
-	Key  netip.Prefix // Bits long, masked
+	addr [16]byte // the key's address (As16)
+	bits uint8    // the key's length
+	is4  bool
 	Kind EntryKind
-	next uint8 // child length, while building (beside Kind: 40 bytes an entry)
+	next uint8 // child length, while building
 	// Next is the index (in Layout.Levels) of the level a Descend entry
 	// continues at: each mixed bucket picks its own.
 	Next int32
+}
+
+// NewEntry is the entry of key (Bits long, masked) with kind, continuing
+// at level next (Descend entries).
+func NewEntry(key netip.Prefix, kind EntryKind, next int32) Entry {
+	a := key.Addr()
+	return Entry{addr: a.As16(), bits: uint8(key.Bits()), is4: a.Is4(), Kind: kind, Next: next}
+}
+
+// Key is the entry's key: a prefix of its level's Bits, masked.
+func (e Entry) Key() netip.Prefix {
+	a := netip.AddrFrom16(e.addr)
+	if e.is4 {
+		a = a.Unmap()
+	}
+	return netip.PrefixFrom(a, int(e.bits))
 }
 
 // Level is one hash map of a tree layout: the buckets of length Bits that
@@ -300,7 +320,7 @@ func (l *Layout) lookup(addr netip.Addr, t *trace) (in bool, lookups int) {
 		for i, lv := range l.Levels {
 			m := make(map[netip.Addr]Entry, len(lv.Entries))
 			for _, e := range lv.Entries {
-				m[e.Key.Addr()] = e
+				m[e.Key().Addr()] = e
 			}
 			l.index[i] = m
 		}

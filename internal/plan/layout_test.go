@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"unsafe"
 
 	"go4.org/netipx"
 
@@ -458,4 +459,26 @@ func TestRelease(t *testing.T) {
 		}
 	}()
 	l.Contains(netip.MustParseAddr("192.0.2.1"))
+}
+
+// TestEntryKey: an Entry keeps its key exactly, in 24 bytes.
+func TestEntryKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for range 2000 {
+		var a [16]byte
+		for i := range a {
+			a[i] = byte(rng.Uint32())
+		}
+		p := netip.PrefixFrom(netip.AddrFrom16(a), rng.IntN(129)).Masked()
+		if rng.IntN(2) == 0 {
+			p = netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), rng.IntN(33)).Masked()
+		}
+		e := NewEntry(p, DescendIn, int32(rng.IntN(12)))
+		if e.Key() != p || e.Kind != DescendIn {
+			t.Fatalf("NewEntry(%v).Key() = %v", p, e.Key())
+		}
+	}
+	if n := unsafe.Sizeof(Entry{}); n > 24 {
+		t.Errorf("an Entry takes %d bytes, want at most 24", n)
+	}
 }

@@ -630,7 +630,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 				}
 				for k := uint64(0); k < n; k++ {
 					a := p.addr.Add(prefix.U128{Lo: k}.Shl(c.w - o))
-					lv.Entries = append(lv.Entries, Entry{Key: netip.PrefixFrom(a.Addr(c.w), o), Kind: kind})
+					lv.Entries = append(lv.Entries, NewEntry(netip.PrefixFrom(a.Addr(c.w), o), kind, 0))
 				}
 			}
 			i++
@@ -646,7 +646,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 		if depth+1 >= MaxDepth {
 			// No room for more levels: the rest of this bucket goes
 			// into the interval set.
-			lv.Entries = append(lv.Entries, Entry{Key: key, Kind: DescendRest})
+			lv.Entries = append(lv.Entries, NewEntry(key, DescendRest, 0))
 			for k := ch.start; k < ch.end; k++ {
 				if c.pieces[k].in {
 					t.rest = append(t.rest, c.pieces[k].prefix(c.w))
@@ -663,7 +663,9 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 			t.share[kind] += c.wsum[ch.end] - c.wsum[ch.start]
 			t.present[kind] = true
 		}
-		lv.Entries = append(lv.Entries, Entry{Key: key, Kind: kind, next: ch.child})
+		e := NewEntry(key, kind, 0)
+		e.next = ch.child
+		lv.Entries = append(lv.Entries, e)
 		t.build(ch, depth+1)
 		i = int(ch.end)
 	}

@@ -120,10 +120,10 @@ func TestBitmapRulesFollowOrder(t *testing.T) {
 	for _, order := range [][]plan.EntryKind{{plan.In, plan.DescendOut}, {plan.DescendOut, plan.In}} {
 		l := &plan.Layout{Is4: true, Kind: plan.KindTree, Levels: []plan.Level{
 			{Bits: 16, Depth: 1, Bitmap: true, Order: order, Entries: []plan.Entry{
-				{Key: p16("20.0.0.0/16"), Kind: plan.In},
-				{Key: p16("30.0.0.0/16"), Kind: plan.DescendOut, Next: 1},
+				plan.NewEntry(p16("20.0.0.0/16"), plan.In, 0),
+				plan.NewEntry(p16("30.0.0.0/16"), plan.DescendOut, 1),
 			}},
-			{Bits: 24, Depth: 2, Entries: []plan.Entry{{Key: p16("30.0.7.0/24"), Kind: plan.In}}},
+			{Bits: 24, Depth: 2, Entries: []plan.Entry{plan.NewEntry(p16("30.0.7.0/24"), plan.In, 0)}},
 		}}
 		prog := &Program{}
 		lowerLayout(prog, l, IPv4, "r", plan.AllowOnly, "hit")

@@ -544,7 +544,7 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 			case plan.DescendRest:
 				v = Verdict{Kind: Goto, Chain: name + "_rest"}
 			}
-			m.Elems.Append(Elem{Key: e.Key, Verdict: v})
+			m.Elems.Append(Elem{Key: e.Key(), Verdict: v})
 		}
 		var rules []Rule
 		if lv.Bitmap {
