@@ -12,8 +12,7 @@ import (
 // barriers: for the 395k-range set of a 400k-line feed, compiling one
 // rule through IPSetBuilder allocated about 560 MB. The sets are
 // immutable, so a result that equals an operand is that operand. A nil
-// set counts as empty; the
-// results are never nil.
+// set counts as empty; the results are never nil.
 
 // Union returns the addresses in a or in b.
 func Union(a, b *netipx.IPSet) *netipx.IPSet {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 )
 
@@ -311,16 +310,6 @@ type elemKey struct {
 func (k elemKey) less(o elemKey) bool {
 	c := bytes.Compare(k.addr[:], o.addr[:])
 	return c < 0 || c == 0 && k.bits < o.bits
-}
-
-func keyOf(p netip.Prefix) elemKey {
-	return elemKey{p.Masked().Addr().As16(), uint8(p.Bits())}
-}
-
-// sameValue reports whether two elements with the same key hold the same
-// verdict and timeout (in milliseconds, as the kernel keeps it).
-func sameValue(a, b Elem) bool {
-	return a.Verdict == b.Verdict && a.Timeout.Milliseconds() == b.Timeout.Milliseconds()
 }
 
 // ruleEqual reports whether two rules are the same.

@@ -146,7 +146,7 @@ func (s Elems) equalAt(i int, t Elems, j int) bool {
 		s.verdictAt(i) == t.verdictAt(j)
 }
 
-// keyAt is keyOf(s.At(i).Key), without unpacking it.
+// keyAt is the i-th element's key (elemKey), without unpacking it.
 func (s Elems) keyAt(i int) elemKey {
 	p := &s.e[i]
 	k := elemKey{addr: p.addr, bits: uint8(p.bits)}
@@ -170,8 +170,9 @@ func (s Elems) keyAt(i int) elemKey {
 	return k
 }
 
-// sameValueAt is sameValue(s.At(i), t.At(j)) for two elements of the same
-// key.
+// sameValueAt reports whether s's i-th element and t's j-th, of the same
+// key, hold the same verdict and timeout (in milliseconds, as the kernel
+// keeps it).
 func (s Elems) sameValueAt(i int, t Elems, j int) bool {
 	return s.verdictAt(i) == t.verdictAt(j) && s.e[i].timeout.Milliseconds() == t.e[j].timeout.Milliseconds()
 }

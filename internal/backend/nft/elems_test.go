@@ -97,6 +97,16 @@ func TestElemsModel(t *testing.T) {
 	}
 }
 
+// keyOf and sameValue are keyAt and sameValueAt on unpacked elements:
+// the reference the packed ones are checked against.
+func keyOf(p netip.Prefix) elemKey {
+	return elemKey{p.Masked().Addr().As16(), uint8(p.Bits())}
+}
+
+func sameValue(a, b Elem) bool {
+	return a.Verdict == b.Verdict && a.Timeout.Milliseconds() == b.Timeout.Milliseconds()
+}
+
 // TestElemSize: the point of Elems.
 func TestElemSize(t *testing.T) {
 	if n := unsafe.Sizeof(packedElem{}); n > 32 {

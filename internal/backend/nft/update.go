@@ -408,13 +408,15 @@ func (u *Update) validate() error {
 			return invalidf("a set change names no set")
 		}
 		s := *sc.Set
-		for _, es := range [][]Elem{sc.Add, sc.Del} {
-			s.Elems = ElemsOf(es...)
-			if err := checkSet(&s); err != nil {
+		// Each list checked as the set's elements, packed once.
+		add, del := s, s
+		add.Elems, del.Elems = ElemsOf(sc.Add...), ElemsOf(sc.Del...)
+		for _, x := range []*Set{&add, &del} {
+			if err := checkSet(x); err != nil {
 				return err
 			}
 		}
-		if err := checkMap(&s, ElemsOf(sc.Add...)); err != nil {
+		if err := checkMap(&s, add.Elems); err != nil {
 			return err
 		}
 		if sc.After != nil && (sc.After.Len < 0 || sc.After.Len < len(sc.Add)) {
