@@ -344,6 +344,11 @@ func TestFleet(t *testing.T) {
 		if want := map[bool]string{true: "ipset", false: "nftables"}[h.Host == "host3"]; h.Backend != want {
 			t.Errorf("%s reports backend %q, want %s", h.Host, h.Backend, want)
 		}
+		// The nftables hosts run the layouts the publisher chose; the
+		// ipset host has no use for them, and says so.
+		if want := map[bool]string{true: "searched here: the rule runs in ipset here, which builds its own tables", false: "replayed"}[h.Host == "host3"]; h.Layout != want {
+			t.Errorf("%s reports layout %q, want %q", h.Host, h.Layout, want)
+		}
 	}
 	t0 := time.Now()
 	p2, plan2 := r.published(2)

@@ -226,12 +226,17 @@ publish again without --canary to send everyone.`,
 				return err
 			}
 			defer h.Close()
+			pf.record = true // the bundle carries the layouts chosen here
 			c, err := pf.compile(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
 			pol := c.res.Policy
-			data, err := fleet.NewBundle(c.res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now()).Encode()
+			b := fleet.NewBundle(c.res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now())
+			if err := b.AddLayouts(c.Plan); err != nil {
+				return err
+			}
+			data, err := b.Encode()
 			if err != nil {
 				return err
 			}
@@ -477,6 +482,9 @@ func printDrift(w io.Writer, r fleet.Report) {
 			h.Backend, h.Kernel, h.Silence.Round(time.Second))
 		if h.LastError != "" {
 			fmt.Fprintf(w, "      last error (revision %d): %s\n", h.FailedSeq, h.LastError)
+		}
+		if strings.HasPrefix(h.Layout, "searched") {
+			fmt.Fprintf(w, "      layout %s\n", h.Layout)
 		}
 	}
 }

@@ -35,6 +35,7 @@ type policyFlags struct {
 	probe    bool   // backend auto probes the host (apply only: the others touch no kernel)
 	backend  string // overrides the policy's backend
 	iptables string // the iptables flavour: legacy, nft or "" (the one `iptables` is)
+	record   bool   // keep the layout chooser's choices (publish)
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
@@ -66,7 +67,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
-	o := apply.CompileOptions{Host: assumeNFTables, IPTables: f.iptables, Logger: g.logger}
+	o := apply.CompileOptions{Host: assumeNFTables, IPTables: f.iptables, Logger: g.logger, Record: f.record}
 	if f.probe {
 		o.Host = probeBackend
 	}

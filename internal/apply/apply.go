@@ -42,6 +42,9 @@ type CompileOptions struct {
 	IPTables string
 	// Logger gets the plan's warnings (slog.Default when nil).
 	Logger *slog.Logger
+	// Record keeps the layout chooser's choices in the plan (a fleet
+	// publisher ships them: plan.Options.Record).
+	Record bool
 }
 
 // Compiled is a policy compiled for one backend, not loaded: pure data.
@@ -79,7 +82,7 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 		cp.Backend = b
 		in, c.BackendWhy = &cp, why
 	}
-	p, err := plan.Compile(in, plan.Options{})
+	p, err := plan.Compile(in, plan.Options{Record: o.Record})
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +92,11 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 	}
 	for _, w := range p.Warnings {
 		log.Warn(w)
+	}
+	for _, r := range p.Rules {
+		if r.ReplayNote != "" {
+			log.Info("the rule's layout was chosen here, not replayed from the bundle", "rule", r.Name, "why", r.ReplayNote)
+		}
 	}
 	c.Plan = p
 	if !p.Backend.IPTables() {

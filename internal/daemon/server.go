@@ -192,6 +192,12 @@ func (d *Daemon) Status() api.Status {
 		Applied: d.applied, Bans: c, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
 	for _, r := range d.plan.Rules {
 		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend)}
+		switch {
+		case r.ReplayNote != "":
+			rs.Layout = "searched here: " + r.ReplayNote
+		case r.Replayed:
+			rs.Layout = "replayed"
+		}
 		if r.V4.Kind != plan.KindEmpty {
 			rs.PrefixesV4 = r.V4.Prefixes
 		}

@@ -28,8 +28,10 @@ import (
 // outbound rule would load as an inbound one, and could block every
 // service). A bundle whose rules are all inbound is written as version
 // 1, which older agents read as this build does (they run every rule
-// stateless, as they always did).
-const BundleVersion = 2
+// stateless, as they always did). 3 added the layouts the publisher
+// chose (BundleRule.Layout4/6), which older agents refuse: upgrade the
+// agents before the publisher.
+const BundleVersion = 3
 
 // Bundle is one revision of a group's policy: the policy file, for the
 // record, and what it resolved to on the publisher, so that every agent
@@ -66,6 +68,13 @@ type BundleRule struct {
 	IPv6      bool           `json:"ipv6"`
 	Where     string         `json:"where,omitempty"`
 	Prefixes  string         `json:"prefixes"`
+	// Layout4 and Layout6 are the tree layouts the publisher chose for
+	// the rule's set, as plan.Choices text: agents on nftables replay
+	// them instead of searching (the search is most of a compile's CPU).
+	// A layout made for another set, or that an agent's backend cannot
+	// use, is searched there again; it can never make a layout wrong.
+	Layout4 string `json:"layout_v4,omitempty"`
+	Layout6 string `json:"layout_v6,omitempty"`
 }
 
 // NewBundle records in, resolved from the policy file name holding text
@@ -81,12 +90,41 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 	b.Version = 1
 	for _, r := range in.Rules {
 		if r.Direction.Out() {
-			b.Version = BundleVersion
+			b.Version = 2
 		}
 		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
 			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set)})
 	}
 	return b
+}
+
+// AddLayouts records in b the layouts p chose (compiled from the input b
+// was made of, with plan.Options.Record): the bundle becomes version 3.
+func (b *Bundle) AddLayouts(p *plan.Plan) error {
+	if len(p.Rules) != len(b.Rules) {
+		return fmt.Errorf("the plan has %d rules, the bundle %d", len(p.Rules), len(b.Rules))
+	}
+	for i, r := range p.Rules {
+		br := &b.Rules[i]
+		if r.Name != br.Name {
+			return fmt.Errorf("the plan's rule %d is %q, the bundle's %q", i, r.Name, br.Name)
+		}
+		for _, f := range []struct {
+			l   *plan.Layout
+			out *string
+		}{{r.V4, &br.Layout4}, {r.V6, &br.Layout6}} {
+			if f.l == nil || f.l.Choices == nil {
+				continue
+			}
+			text, err := f.l.Choices.MarshalText()
+			if err != nil {
+				return fmt.Errorf("rule %s: %w", r.Name, err)
+			}
+			*f.out = string(text)
+			b.Version = BundleVersion
+		}
+	}
+	return nil
 }
 
 func prefixLines(s *netipx.IPSet) string {
@@ -119,8 +157,22 @@ func (b *Bundle) Input() (*plan.Input, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
 		}
-		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
-			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set})
+		ri := plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
+			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set}
+		for _, f := range []struct {
+			text string
+			out  **plan.Choices
+		}{{r.Layout4, &ri.Chosen4}, {r.Layout6, &ri.Chosen6}} {
+			if f.text == "" {
+				continue
+			}
+			ch := new(plan.Choices)
+			if err := ch.UnmarshalText([]byte(f.text)); err != nil {
+				return nil, fmt.Errorf("%w: rule %s's layout: %v", ErrBundle, r.Name, err)
+			}
+			*f.out = ch
+		}
+		in.Rules = append(in.Rules, ri)
 	}
 	return in, nil
 }

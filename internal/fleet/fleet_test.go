@@ -85,6 +85,41 @@ func TestBundleRoundTrip(t *testing.T) {
 		}
 	}
 	t.Logf("%d prefixes in %d bytes", len(in.Rules[0].Set.Prefixes()), len(data))
+
+	// With the layouts the publisher chose, the agent replays them: the
+	// same plan again, without the search.
+	pub, err := plan.Compile(in, plan.Options{Record: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddLayouts(pub); err != nil || b.Version != fleet.BundleVersion || b.Rules[0].Layout4 == "" {
+		t.Fatalf("layouts: %v, version %d, %d and %d bytes", err, b.Version, len(b.Rules[0].Layout4), len(b.Rules[0].Layout6))
+	}
+	if data, err = b.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	if back, err = fleet.DecodeBundle(data); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = back.Input(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Compile(got, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Rules[0].Replayed || p.Rules[0].ReplayNote != "" {
+		t.Errorf("the agent did not replay the layouts: %q", p.Rules[0].ReplayNote)
+	}
+	pj, _ := json.Marshal(p)
+	if !bytes.Equal(bytes.ReplaceAll(pj, []byte(`,"replayed":true`), nil), plans[0]) {
+		t.Errorf("the replayed plan differs from the publisher's:\n%s\n%s", pj, plans[0])
+	}
+	t.Logf("with layouts: %d bytes", len(data))
+	back.Rules[0].Layout4 = "tree IPv4 root=99 in maps set=sha256-00\n"
+	if _, err := back.Input(); !errors.Is(err, fleet.ErrBundle) {
+		t.Errorf("a malformed layout: %v", err)
+	}
 	b.Version = 99
 	if _, err := b.Input(); !errors.Is(err, fleet.ErrBundle) {
 		t.Errorf("format 99: %v", err)

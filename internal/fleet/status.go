@@ -24,6 +24,11 @@ type Status struct {
 	// it loaded: "full", "update" or "none".
 	ApplyMillis int64  `json:"apply_ms"`
 	Mode        string `json:"mode,omitempty"`
+	// Layout is "replayed" when every rule runs the layout the bundle
+	// chose, "searched here: WHY" when this host chose one itself for a
+	// rule whose bundle had one (another backend, another set), and ""
+	// for a bundle without layouts.
+	Layout string `json:"layout,omitempty"`
 	Rules       int    `json:"rules"`
 	PrefixesV4  int    `json:"prefixes_ipv4"`
 	PrefixesV6  int    `json:"prefixes_ipv6"`

@@ -39,3 +39,25 @@ func feedSet() *netipx.IPSet {
 	s, _ := sb.IPSet()
 	return s
 }
+
+// BenchmarkReplayFeed replays the layouts BenchmarkBuildFeed chooses:
+// what a fleet agent spends when its bundle carries the publisher's
+// choices.
+func BenchmarkReplayFeed(b *testing.B) {
+	s := feedSet()
+	var chosen []*Choices
+	for _, is4 := range []bool{true, false} {
+		l, err := Build(s, is4, Options{Record: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		chosen = append(chosen, l.Choices)
+	}
+	for b.Loop() {
+		for _, ch := range chosen {
+			if _, err := Replay(s, ch.Is4, Options{}, ch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

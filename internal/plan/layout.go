@@ -151,6 +151,9 @@ type Layout struct {
 	// Cost is the model's expected number of map lookups per packet for
 	// traffic that passes the rule and for random traffic (tree only).
 	Cost CostEstimate
+	// Choices are what the chooser decided (tree only, with
+	// Options.Record): Release keeps them.
+	Choices *Choices
 
 	index []map[netip.Addr]Entry // built on first Contains
 	// objective is the chooser's total: lookups per packet + price ×
@@ -380,6 +383,9 @@ type Options struct {
 	// Model is the traffic the chooser minimises lookups for; the zero
 	// value means DefaultModel.
 	Model TrafficModel
+	// Record keeps what the chooser decided for each tree layout
+	// (Layout.Choices), for Replay elsewhere: a fleet's publisher.
+	Record bool
 }
 
 // TrafficModel is the traffic the layout chooser expects, as shares of
@@ -495,6 +501,9 @@ func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 	l.Kind = KindTree
 	if !buildTree(l, seq, f, maxEntries, price) {
 		return nil, fmt.Errorf("building %d %s prefixes: %w (%d elements)", l.Prefixes, familyName(is4), ErrTooLarge, maxEntries)
+	}
+	if opt.Record {
+		l.Choices = record(l, s)
 	}
 	return l, nil
 }

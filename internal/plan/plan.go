@@ -123,6 +123,10 @@ type RuleInput struct {
 	// Where names the rule's place in the policy ("policy.yaml:12") for
 	// error messages.
 	Where string
+	// Chosen4 and Chosen6 are the layouts another host chose for this
+	// rule's set (a fleet bundle's): Compile replays them if they fit
+	// the set as compiled here, and searches itself otherwise.
+	Chosen4, Chosen6 *Choices
 }
 
 // Input is everything Compile needs.
@@ -196,6 +200,11 @@ type Rule struct {
 	// BackendNote says why a rule that asked for XDP does not.
 	Backend     Backend `json:"backend"`
 	BackendNote string  `json:"backend_note,omitempty"`
+	// Replayed says the rule's tree layouts are the ones its input
+	// chose (RuleInput.Chosen4/6); ReplayNote why chosen layouts were
+	// not used (and the layout search ran here).
+	Replayed   bool   `json:"replayed,omitempty"`
+	ReplayNote string `json:"replay_note,omitempty"`
 
 	// Set is what the rule matches after protection (blocking rules:
 	// minus protected prefixes; allow-only: plus them).
@@ -487,12 +496,17 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 	var own4, own6 *Layout
 	if r.Backend != NFTables {
 		own4, own6 = BuildCounts(r.Set, Kind(r.Backend))
+		if ri.Chosen4 != nil || ri.Chosen6 != nil {
+			r.ReplayNote = fmt.Sprintf("the rule runs in %s here, which builds its own tables", r.Backend)
+		}
 	}
+	var notes []string
 	for _, f := range []struct {
 		l       **Layout
 		own     *Layout
+		chosen  *Choices
 		is4, on bool
-	}{{&r.V4, own4, true, ri.IPv4}, {&r.V6, own6, false, ri.IPv6}} {
+	}{{&r.V4, own4, ri.Chosen4, true, ri.IPv4}, {&r.V6, own6, ri.Chosen6, false, ri.IPv6}} {
 		switch {
 		case !f.on:
 			// A family the rule does not apply to must not be
@@ -502,12 +516,23 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 		case f.own != nil:
 			*f.l = f.own
 		default:
+			if f.chosen != nil {
+				l, err := Replay(r.Set, f.is4, o, f.chosen)
+				if err == nil {
+					*f.l, r.Replayed = l, true
+					break
+				}
+				notes = append(notes, fmt.Sprintf("%s: %v", familyName(f.is4), err))
+			}
 			l, err := Build(r.Set, f.is4, o)
 			if err != nil {
 				return fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
 			}
 			*f.l = l
 		}
+	}
+	if len(notes) > 0 {
+		r.ReplayNote = strings.Join(notes, "; ")
 	}
 	return nil
 }

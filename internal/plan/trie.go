@@ -333,14 +333,21 @@ func (c *chooser) mixedBuckets(l int, out []dpBucket) []dpBucket {
 			i++
 			continue
 		}
-		j := i + 1
-		for j < n && int(c.plen[j]) > l && int(c.cpl[j]) >= l {
-			j++
-		}
+		j := c.bucketEnd(l, i)
 		out = append(out, dpBucket{start: int32(i), end: int32(j)})
 		i = j
 	}
 	return out
+}
+
+// bucketEnd is the end of the mixed bucket at length l that starts at
+// piece i (a piece longer than l): the first piece outside it.
+func (c *chooser) bucketEnd(l, i int) int {
+	j := i + 1
+	for j < len(c.pieces) && int(c.plen[j]) > l && int(c.cpl[j]) >= l {
+		j++
+	}
+	return j
 }
 
 // solve runs the dynamic programme over the chooser's pieces as a whole
@@ -592,6 +599,9 @@ type treeBuilder struct {
 	// entries, by kind.
 	share   [DescendRest + 1]float64
 	present [DescendRest + 1]bool
+	// replay, when set, makes the choices instead of the programme
+	// (Replay).
+	replay *replay
 }
 
 // build emits bucket b's elements (at length b.child) and recurses into
@@ -636,8 +646,20 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 			i++
 			continue
 		}
-		ch := c.bucketAt(o, i)
 		key := netip.PrefixFrom(p.addr.Addr(c.w), o).Masked()
+		var ch dpBucket
+		switch {
+		case t.replay == nil:
+			ch = c.bucketAt(o, i)
+		case depth+1 >= MaxDepth: // no choice: the rest below
+			ch = dpBucket{start: int32(i), end: int32(c.bucketEnd(o, i))}
+		default:
+			var ok bool
+			if ch, ok = t.replay.next(c, key, i, depth); !ok {
+				t.left = -1
+				return
+			}
+		}
 		if !free {
 			t.left--
 		}
@@ -726,48 +748,53 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 		if t.left < 0 {
 			return false
 		}
-		keys := make([][2]int, 0, len(t.levels))
-		for k := range t.levels {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, func(a, b [2]int) int {
-			if a[0] != b[0] {
-				return a[0] - b[0]
-			}
-			return a[1] - b[1]
-		})
-		index := map[[2]int]int{}
-		for i, k := range keys {
-			index[k] = i
-			// The entries keep the room appending left: they live
-			// only until the plan is lowered (Plan.Release), and a
-			// copy would cost more on the way.
-			l.Levels = append(l.Levels, *t.levels[k])
-		}
-		for i := range l.Levels {
-			for k := range l.Levels[i].Entries {
-				e := &l.Levels[i].Entries[k]
-				if e.Kind == DescendIn || e.Kind == DescendOut {
-					e.Next = int32(index[[2]int{l.Levels[i].Depth + 1, int(e.next)}])
-				}
-			}
-		}
-		l.Rest = t.rest
-		l.Root = index[[2]int{1, int(root.child)}]
-		if bitmap {
-			l.Levels[l.Root].Bitmap = true
-			l.Levels[l.Root].Order = t.order()
-		}
-		l.RootIn = root.def
+		t.finish(l, root, bitmap)
 		l.objective = cost
-		root0 := 1.0 // the root's lookup; a bitmap is none
-		if bitmap {
-			root0 = 0
-		}
-		l.Cost = CostEstimate{LookupsPass: root0 + t.pass, LookupsRandom: root0 + t.random}
 		return true
 	}
 	return false
+}
+
+// finish makes the levels t emitted, from root, l's.
+func (t *treeBuilder) finish(l *Layout, root dpBucket, bitmap bool) {
+	keys := make([][2]int, 0, len(t.levels))
+	for k := range t.levels {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return a[1] - b[1]
+	})
+	index := map[[2]int]int{}
+	for i, k := range keys {
+		index[k] = i
+		// The entries keep the room appending left: they live
+		// only until the plan is lowered (Plan.Release), and a
+		// copy would cost more on the way.
+		l.Levels = append(l.Levels, *t.levels[k])
+	}
+	for i := range l.Levels {
+		for k := range l.Levels[i].Entries {
+			e := &l.Levels[i].Entries[k]
+			if e.Kind == DescendIn || e.Kind == DescendOut {
+				e.Next = int32(index[[2]int{l.Levels[i].Depth + 1, int(e.next)}])
+			}
+		}
+	}
+	l.Rest = t.rest
+	l.Root = index[[2]int{1, int(root.child)}]
+	if bitmap {
+		l.Levels[l.Root].Bitmap = true
+		l.Levels[l.Root].Order = t.order()
+	}
+	l.RootIn = root.def
+	root0 := 1.0 // the root's lookup; a bitmap is none
+	if bitmap {
+		root0 = 0
+	}
+	l.Cost = CostEstimate{LookupsPass: root0 + t.pass, LookupsRandom: root0 + t.random}
 }
 
 // cpl is the common prefix length of a and b as addresses of width w.

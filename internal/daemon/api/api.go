@@ -101,6 +101,10 @@ type RuleStatus struct {
 	Backend    string `json:"backend"` // nftables or xdp
 	PrefixesV4 int    `json:"prefixes_ipv4"`
 	PrefixesV6 int    `json:"prefixes_ipv6"`
+	// Layout is "replayed" when the rule runs the layout its fleet
+	// bundle chose, "searched here: WHY" when the bundle chose one this
+	// host could not use, and "" otherwise.
+	Layout string `json:"layout,omitempty"`
 }
 
 // Source is one source of the policy and how fresh it is.

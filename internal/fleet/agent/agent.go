@@ -450,6 +450,9 @@ func (a *Agent) Status() fleet.Status {
 	if ds != nil {
 		s.Backend, s.Elements, s.Bans, s.Rules = string(a.cfg.Backend), ds.Elements, ds.Bans.Total, len(ds.Rules)
 		for _, r := range ds.Rules {
+			if r.Layout != "" && (s.Layout == "" || s.Layout == "replayed") {
+				s.Layout = r.Layout // the first rule searched here says why
+			}
 			s.PrefixesV4 += r.PrefixesV4
 			s.PrefixesV6 += r.PrefixesV6
 			if r.Backend == string(plan.XDP) {
