@@ -28,15 +28,15 @@ type Status struct {
 	// chose, "searched here: WHY" when this host chose one itself for a
 	// rule whose bundle had one (another backend, another set), and ""
 	// for a bundle without layouts.
-	Layout string `json:"layout,omitempty"`
-	Rules       int    `json:"rules"`
-	PrefixesV4  int    `json:"prefixes_ipv4"`
-	PrefixesV6  int    `json:"prefixes_ipv6"`
-	Elements    int    `json:"elements"`
-	Bans        int    `json:"bans"`
-	Backend     string `json:"backend"`
-	Kernel      string `json:"kernel"`
-	Version     string `json:"version"`
+	Layout     string `json:"layout,omitempty"`
+	Rules      int    `json:"rules"`
+	PrefixesV4 int    `json:"prefixes_ipv4"`
+	PrefixesV6 int    `json:"prefixes_ipv6"`
+	Elements   int    `json:"elements"`
+	Bans       int    `json:"bans"`
+	Backend    string `json:"backend"`
+	Kernel     string `json:"kernel"`
+	Version    string `json:"version"`
 	// LastError is why the host is not on the revision it should run
 	// (FailedSeq, the pointer that named it); "" once it is.
 	LastError string `json:"last_error,omitempty"`

@@ -40,10 +40,13 @@ type Choices struct {
 }
 
 // Choice is a mixed bucket's: look up its children at length Child,
-// absent keys meaning In (else out).
+// absent keys meaning In (else out). Top marks the buckets at the root's
+// child length: each starts the choices of its part of the tree, which a
+// fleet's difference bundle copies or replaces whole.
 type Choice struct {
 	Child uint8
 	In    bool
+	Top   bool
 }
 
 // ErrChoices is returned for choices that do not fit the set.
@@ -68,7 +71,7 @@ func record(l *Layout, s *netipx.IPSet) *Choices {
 	})
 	ch.Descend = make([]Choice, len(ds))
 	for i, e := range ds {
-		ch.Descend[i] = Choice{Child: e.next, In: e.Kind == DescendIn}
+		ch.Descend[i] = Choice{Child: e.next, In: e.Kind == DescendIn, Top: int(e.bits) == ch.Root}
 	}
 	return ch
 }
@@ -91,6 +94,10 @@ func (r *replay) next(c *chooser, key netip.Prefix, i, depth int) (dpBucket, boo
 	}
 	e := r.choices[r.k]
 	r.k++
+	if e.Top != (depth == 1) {
+		r.err = fmt.Errorf("%w: choice %d is for a bucket at depth 1 or not (%v), mixed bucket %s is at depth %d", ErrChoices, r.k, e.Top, key, depth)
+		return dpBucket{}, false
+	}
 	if child := int(e.Child); child <= key.Bits() || child > c.w {
 		r.err = fmt.Errorf("%w: mixed bucket %s would look up its children at /%d", ErrChoices, key, child)
 		return dpBucket{}, false
@@ -170,14 +177,18 @@ func short(digest string) string {
 }
 
 // MarshalText writes ch as text: a header line, then the choices on one
-// line, each its child length and "i" (in) or "o" (out):
+// line, each its child length and "i" (in) or "o" (out), a space before
+// each Top one (after the first):
 //
 //	tree IPv4 root=16 in bitmap set=sha256-…
-//	24o20i28o…
+//	24o20i28o 24i…
 func (ch *Choices) MarshalText() ([]byte, error) {
-	b := make([]byte, 0, 128+3*len(ch.Descend))
+	b := make([]byte, 0, 128+4*len(ch.Descend))
 	b = fmt.Appendf(b, "tree %s root=%d %s %s set=%s\n", familyName(ch.Is4), ch.Root, inOut(ch.RootIn), map[bool]string{true: "bitmap", false: "maps"}[ch.Bitmap], ch.Set)
-	for _, c := range ch.Descend {
+	for i, c := range ch.Descend {
+		if c.Top && i > 0 {
+			b = append(b, ' ')
+		}
 		b = strconv.AppendInt(b, int64(c.Child), 10)
 		b = append(b, "oi"[b2i(c.In)])
 	}
@@ -221,6 +232,11 @@ func (ch *Choices) UnmarshalText(text []byte) error {
 	ch.Root = root
 	ch.Descend = make([]Choice, 0, len(rest)/3)
 	for i := 0; i < len(rest); {
+		top := i == 0
+		if rest[i] == ' ' && i > 0 && i+1 < len(rest) && rest[i+1] != ' ' {
+			top = true
+			i++
+		}
 		n, j := 0, i
 		for ; j < len(rest) && j-i < 3 && rest[j] >= '0' && rest[j] <= '9'; j++ {
 			n = 10*n + int(rest[j]-'0')
@@ -231,7 +247,7 @@ func (ch *Choices) UnmarshalText(text []byte) error {
 		if len(ch.Descend) == DefaultMaxEntries {
 			return fmt.Errorf("%w: more than %d choices", ErrChoices, DefaultMaxEntries)
 		}
-		ch.Descend = append(ch.Descend, Choice{Child: uint8(n), In: rest[j] == 'i'})
+		ch.Descend = append(ch.Descend, Choice{Child: uint8(n), In: rest[j] == 'i', Top: top})
 		i = j + 1
 	}
 	return nil

@@ -125,6 +125,14 @@ func TestReplayRefuses(t *testing.T) {
 	refused("the last choice missing", s, clone(func(c *Choices) { c.Descend = c.Descend[:len(c.Descend)-1] }))
 	refused("a choice too many", s, clone(func(c *Choices) { c.Descend = append(c.Descend, Choice{Child: 32}) }))
 	refused("a choice not deeper", s, clone(func(c *Choices) { c.Descend[10].Child = 1 }))
+	refused("a top choice below", s, clone(func(c *Choices) {
+		for i := range c.Descend {
+			if !c.Descend[i].Top {
+				c.Descend[i].Top = true
+				return
+			}
+		}
+	}))
 	// The first choice is a /16 bucket's under the bitmap root, which
 	// every other /16 bucket shares.
 	refused("bitmap children apart", s, clone(func(c *Choices) { c.Descend[0].Child++ }))
@@ -172,6 +180,9 @@ func TestChoicesText(t *testing.T) {
 		{"no verdict", head + "24i24\n", "choice 2"},
 		{"verdict", head + "24x\n", "choice 1"},
 		{"long number", head + "0024i\n", "choice 1"},
+		{"leading space", head + " 24i\n", "choice 1"},
+		{"two spaces", head + "24i  24i\n", "choice 2"},
+		{"trailing space", head + "24i \n", "choice 2"},
 	} {
 		var ch Choices
 		err := ch.UnmarshalText([]byte(c.text))
@@ -180,7 +191,7 @@ func TestChoicesText(t *testing.T) {
 		}
 	}
 	var ch Choices
-	if err := ch.UnmarshalText([]byte(head + "24i28o20o\n")); err != nil || !reflect.DeepEqual(ch.Descend, []Choice{{24, true}, {28, false}, {20, false}}) {
+	if err := ch.UnmarshalText([]byte(head + "24i28o 20o\n")); err != nil || !reflect.DeepEqual(ch.Descend, []Choice{{24, true, true}, {28, false, false}, {20, false, true}}) {
 		t.Fatalf("%v, %v", err, ch.Descend)
 	}
 	if err := ch.UnmarshalText([]byte("tree IPv6 root=32 out maps set=sha256-00\n\n")); err != nil || ch.Is4 || ch.Root != 32 || ch.RootIn || len(ch.Descend) != 0 {
