@@ -29,16 +29,33 @@ import (
 	"github.com/ipfence/ipfence/internal/plan"
 )
 
-// fleetFeed is revision k's feed: random /24s of 198.18.0.0/15 and /64s
-// of 2001:2::/48, about half of each, never the lab's own subnets.
+// fleetFeed is revision k's feed: random /24s and addresses of
+// 198.18.0.0/15 and /64s of 2001:2::/48, a third of each, never the lab's
+// own subnets. Each revision replaces a twentieth of the lines of the one
+// before.
 func fleetFeed(k int) string {
-	r := rand.New(rand.NewPCG(uint64(k), 7))
-	var b strings.Builder
-	for range 300 {
-		fmt.Fprintf(&b, "198.%d.%d.0/24\n", 18+r.IntN(2), 1+r.IntN(255))
-		fmt.Fprintf(&b, "2001:2:0:%x::/64\n", 1+r.IntN(255))
+	base := rand.New(rand.NewPCG(0, 7))
+	lines := make([]string, 900)
+	pick := func(r *rand.Rand, i int) string {
+		switch i % 3 {
+		case 0:
+			return fmt.Sprintf("198.%d.%d.0/24", 18+r.IntN(2), 1+r.IntN(255))
+		case 1:
+			return fmt.Sprintf("198.%d.%d.%d", 18+r.IntN(2), 1+r.IntN(255), 1+r.IntN(254))
+		}
+		return fmt.Sprintf("2001:2:0:%x::/64", 1+r.IntN(255))
 	}
-	return b.String()
+	for i := range lines {
+		lines[i] = pick(base, i)
+	}
+	for rev := 1; rev <= k; rev++ {
+		r := rand.New(rand.NewPCG(uint64(rev), 7))
+		for range len(lines) / 20 {
+			i := r.IntN(len(lines))
+			lines[i] = pick(r, i)
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // fleetSources are sources in the feeds' ranges.
@@ -352,7 +369,16 @@ func TestFleet(t *testing.T) {
 	}
 	t0 := time.Now()
 	p2, plan2 := r.published(2)
-	r.waitLatest(p2.Seq)
+	rep := r.waitLatest(p2.Seq)
+	// Every host ran revision 1: each fetched only the difference.
+	if len(p2.Deltas) != 1 || p2.Deltas[0].Base != p1.Digest {
+		t.Fatalf("revision 2's deltas: %+v, want one from revision 1", p2.Deltas)
+	}
+	for _, h := range rep.Hosts {
+		if h.Via != "delta" || h.Fetched != p2.Deltas[0].Size {
+			t.Errorf("%s fetched revision 2 as %q, %d bytes; want the %d-byte delta (the bundle is %d)", h.Host, h.Via, h.Fetched, p2.Deltas[0].Size, p2.Size)
+		}
+	}
 	t.Logf("revision 2: publish to all %d agents applied in %v (jitter up to 300ms)", len(r.labs), time.Since(t0).Round(time.Millisecond))
 	for _, lab := range r.labs {
 		if n := r.mismatches(lab, plan2); n > 0 {
@@ -642,20 +668,22 @@ func BenchmarkFleetRollout(b *testing.B) {
 	// when the last agent had applied it (from the publish's start), the
 	// median agent's own apply time (from seeing the pointer to the
 	// kernel's commit, its jitter included) and how the agents loaded it.
-	rollout := func(k int) (publish, all, agent time.Duration, bytes int64, mode string) {
+	rollout := func(k int) (publish, all, agent time.Duration, bytes, fetched int64, mode string) {
 		t0 := time.Now()
 		p := r.publish(k)
 		publish = time.Since(t0)
 		rep := r.waitLatest(p.Seq)
 		modes := map[string]int{}
-		var own []int64
+		var own, got []int64
 		for _, h := range rep.Hosts {
 			all = max(all, h.Applied.Sub(t0))
-			modes[h.Mode]++
+			modes[h.Mode+"/"+h.Via+"/"+h.Layout]++
 			own = append(own, h.ApplyMillis)
+			got = append(got, h.Fetched)
 		}
 		slices.Sort(own)
-		return publish, all, time.Duration(own[len(own)/2]) * time.Millisecond, p.Size, fmt.Sprint(modes)
+		slices.Sort(got)
+		return publish, all, time.Duration(own[len(own)/2]) * time.Millisecond, p.Size, got[len(got)/2], fmt.Sprint(modes)
 	}
 	p1 := r.publish(0)
 	for i := range r.labs {
@@ -669,14 +697,17 @@ func BenchmarkFleetRollout(b *testing.B) {
 	}
 	b.Logf("first revision, %d agents starting: all applied %v after start; bundle %d bytes", n, first.Round(time.Millisecond), p1.Size)
 	var alls []time.Duration
+	var fetches []int64
 	for k := 1; k <= 5; k++ {
-		pub, all, own, size, modes := rollout(k)
-		alls = append(alls, all)
-		b.Logf("revision %d (1%% changed): publish %v, all %d applied %v after publish started (median agent %v from pointer to kernel); bundle %d bytes; modes %s",
-			k+1, pub.Round(time.Millisecond), n, all.Round(time.Millisecond), own, size, modes)
+		pub, all, own, size, fetched, modes := rollout(k)
+		alls, fetches = append(alls, all), append(fetches, fetched)
+		b.Logf("revision %d (1%% changed): publish %v, all %d applied %v after publish started (median agent %v from pointer to kernel); bundle %d bytes, median agent fetched %d (1/%.0f); mode/fetch/layout %s",
+			k+1, pub.Round(time.Millisecond), n, all.Round(time.Millisecond), own, size, fetched, float64(size)/float64(max(fetched, 1)), modes)
 	}
 	slices.Sort(alls)
+	slices.Sort(fetches)
 	b.ReportMetric(float64(alls[len(alls)/2].Milliseconds()), "ms-publish-to-all")
+	b.ReportMetric(float64(fetches[len(fetches)/2]), "fetched-bytes/agent")
 	b.ReportMetric(float64(p1.Size), "bundle-bytes")
 	b.ReportMetric(float64(first.Milliseconds()), "ms-first-all")
 }

@@ -243,7 +243,12 @@ publish again without --canary to send everyone.`,
 			if err := h.Setup(cmd.Context(), 1); err != nil {
 				return err
 			}
-			m, err := h.Publish(cmd.Context(), group, data, priv, pct, time.Now())
+			// Hosts on the revisions in force fetch only the difference.
+			deltas, errs := h.Deltas(cmd.Context(), group, priv.Public().(ed25519.PublicKey), b, c.Plan.Sets(), len(data))
+			for _, err := range errs {
+				g.logger.Info("no difference bundle: the hosts on that revision fetch the whole bundle", "err", err)
+			}
+			m, err := h.Publish(cmd.Context(), group, data, priv, pct, time.Now(), deltas...)
 			if err != nil {
 				return err
 			}

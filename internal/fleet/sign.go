@@ -122,6 +122,33 @@ type Pointer struct {
 	// 0 is every host.
 	Canary int     `json:"canary,omitempty"`
 	Stable *Target `json:"stable,omitempty"`
+	// Deltas are difference bundles (Delta) that make Digest's bundle
+	// of the bundles hosts ran before it: a host that runs one's Base
+	// may fetch it instead of the whole bundle. Older agents ignore
+	// them.
+	Deltas []DeltaRef `json:"deltas,omitempty"`
+}
+
+// DeltaRef names a stored Delta: the bundle it applies to, and its own
+// digest and size.
+type DeltaRef struct {
+	Base   string `json:"base"`
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// DeltaFrom is the pointer's delta that turns base into target's bundle
+// (nil: none). Deltas make the pointer's Digest only.
+func (p *Pointer) DeltaFrom(base string, target Target) *DeltaRef {
+	if target.Digest != p.Digest {
+		return nil
+	}
+	for i := range p.Deltas {
+		if p.Deltas[i].Base == base {
+			return &p.Deltas[i]
+		}
+	}
+	return nil
 }
 
 // Target is a bundle a pointer leads to.
@@ -235,6 +262,14 @@ func (p *Pointer) For(host string) Target {
 		return cur
 	}
 	return *p.Stable
+}
+
+// CheckDelta returns the delta data holds if it is r's.
+func (r *DeltaRef) CheckDelta(data []byte) (*Delta, error) {
+	if d := Digest(data); d != r.Digest || int64(len(data)) != r.Size {
+		return nil, fmt.Errorf("%w: got %s (%d bytes), the pointer names %s (%d bytes)", ErrDigest, d, len(data), r.Digest, r.Size)
+	}
+	return DecodeDelta(data)
 }
 
 // Check returns the bundle data holds if it is t's.

@@ -28,7 +28,13 @@ type Status struct {
 	// chose, "searched here: WHY" when this host chose one itself for a
 	// rule whose bundle had one (another backend, another set), and ""
 	// for a bundle without layouts.
-	Layout     string `json:"layout,omitempty"`
+	Layout string `json:"layout,omitempty"`
+	// Fetched is how many bytes the revision in force took to fetch,
+	// and Via how: "bundle", or "delta" (a difference from the one
+	// before); 0 and "" when it needed no fetch (the same bundle, or
+	// the last good one at start).
+	Fetched    int64  `json:"fetched,omitempty"`
+	Via        string `json:"via,omitempty"`
 	Rules      int    `json:"rules"`
 	PrefixesV4 int    `json:"prefixes_ipv4"`
 	PrefixesV6 int    `json:"prefixes_ipv6"`

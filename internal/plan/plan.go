@@ -250,12 +250,42 @@ var ErrBlocksEverything = errors.New("rule would block every address of a family
 // policy sets one: raw, before conntrack.
 const DefaultPriority = -300
 
-// Compile builds the plan: protection applied, layouts chosen.
-func Compile(in *Input, opt Options) (*Plan, error) {
+// Sets are the sets p's rules match, by name.
+func (p *Plan) Sets() map[string]*netipx.IPSet {
+	out := make(map[string]*netipx.IPSet, len(p.Rules))
+	for _, r := range p.Rules {
+		out[r.Name] = r.Set
+	}
+	return out
+}
+
+// Sets are the sets the rules of in match, by name, as Compile makes
+// them (protection applied): what their layouts are chosen for. No
+// layout is built.
+func Sets(in *Input) (map[string]*netipx.IPSet, error) {
+	prot := protection(in)
+	out := make(map[string]*netipx.IPSet, len(in.Rules))
+	for i := range in.Rules {
+		r, _, err := compileRule(&in.Rules[i], prot)
+		if err != nil {
+			return nil, err
+		}
+		out[r.Name] = r.Set
+	}
+	return out, nil
+}
+
+func protection(in *Input) *netipx.IPSet {
 	prot := Builtin()
 	if in.Protect != nil {
 		prot = prefix.Union(prot, in.Protect)
 	}
+	return prot
+}
+
+// Compile builds the plan: protection applied, layouts chosen.
+func Compile(in *Input, opt Options) (*Plan, error) {
+	prot := protection(in)
 	p := &Plan{Table: in.Table, Priority: in.Priority, protect: prot}
 	if p.Table == "" {
 		p.Table = "ipfence"

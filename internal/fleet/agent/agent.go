@@ -103,7 +103,22 @@ type revision struct {
 	Seq     uint64    `json:"seq"` // the pointer's
 	Digest  string    `json:"digest"`
 	Applied time.Time `json:"applied"`
-	in      *plan.Input
+	// File is the digest of the bundle as kept on disk when it is not
+	// Digest: rebuilt from a difference bundle, and encoded here.
+	File string `json:"file,omitempty"`
+	in   *plan.Input
+	// Fetched is how many bytes the revision took to fetch, and Via
+	// whether as the bundle or as a difference.
+	Fetched int64  `json:"-"`
+	Via     string `json:"-"`
+}
+
+// file is the digest of rev's bundle as kept on disk.
+func (rev *revision) file() string {
+	if rev.File != "" {
+		return rev.File
+	}
+	return rev.Digest
 }
 
 // New returns an agent for cfg (nothing is started).
@@ -295,7 +310,7 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	}
 	t := p.For(a.cfg.Name)
 	if cur != nil && t.Digest == cur.Digest {
-		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: cur.in}, p.Seq, nil
+		return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, File: cur.File, in: cur.in}, p.Seq, nil
 	}
 	if a.cfg.Jitter > 0 {
 		select {
@@ -303,6 +318,14 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 			return nil, p.Seq, ctx.Err()
 		case <-time.After(rand.N(a.cfg.Jitter)):
 		}
+	}
+	rev := &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest}
+	if ref := p.DeltaFrom(curDigest(cur), t); ref != nil {
+		err := a.fetchDelta(ctx, ref, cur, rev)
+		if err == nil {
+			return rev, p.Seq, nil
+		}
+		a.log.Warn("the difference bundle did not apply; fetching the whole bundle", "seq", p.Seq, "err", err)
 	}
 	raw, err := a.broker.Bundle(ctx, t.Digest, t.Size)
 	if err != nil {
@@ -312,14 +335,58 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	if err != nil {
 		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
 	}
-	in, err := b.Input()
-	if err != nil {
+	if rev.in, err = b.Input(); err != nil {
 		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
 	}
-	if err := a.save(raw, &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest}, "candidate"); err != nil {
+	if err := a.save(raw, rev, "candidate"); err != nil {
 		return nil, p.Seq, err
 	}
-	return &revision{Group: p.Group, Seq: p.Seq, Digest: t.Digest, in: in}, p.Seq, nil
+	rev.Fetched, rev.Via = int64(len(raw)), "bundle"
+	return rev, p.Seq, nil
+}
+
+func curDigest(cur *revision) string {
+	if cur == nil {
+		return ""
+	}
+	return cur.Digest
+}
+
+// fetchDelta makes rev's bundle of the one in force, cur, and the
+// difference bundle ref names: fetched, checked against the signed
+// pointer, applied to the bundle kept on disk (checked against its
+// digest), and the result against the digest the delta names.
+func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, rev *revision) error {
+	raw, err := a.broker.Bundle(ctx, ref.Digest, ref.Size)
+	if err != nil {
+		return err
+	}
+	d, err := ref.CheckDelta(raw)
+	if err != nil {
+		return err
+	}
+	base, err := a.readBundle("good", cur)
+	if err != nil {
+		return err
+	}
+	b, err := d.Apply(base)
+	if err != nil {
+		return err
+	}
+	if rev.in, err = b.Input(); err != nil {
+		return err
+	}
+	data, err := b.Encode()
+	if err != nil {
+		return err
+	}
+	// Kept as encoded here: its digest is the file's, not the pointer's.
+	rev.File = fleet.Digest(data)
+	if err := a.save(data, rev, "candidate"); err != nil {
+		return err
+	}
+	rev.Fetched, rev.Via = int64(len(raw)), "delta"
+	return nil
 }
 
 // followPointer applies every new pointer of the group: on the watch's
@@ -446,6 +513,7 @@ func (a *Agent) Status() fleet.Status {
 	s.LastError, s.FailedSeq, s.Watermark, s.Mode, s.ApplyMillis = a.lastErr, a.failed, a.seq, a.mode, a.took.Milliseconds()
 	if a.cur != nil {
 		s.Seq, s.Digest, s.Applied = a.cur.Seq, a.cur.Digest, a.cur.Applied
+		s.Fetched, s.Via = a.cur.Fetched, a.cur.Via
 	}
 	if ds != nil {
 		s.Backend, s.Elements, s.Bans, s.Rules = string(a.cfg.Backend), ds.Elements, ds.Bans.Total, len(ds.Rules)
@@ -614,14 +682,7 @@ func (a *Agent) loadSaved() (*revision, error) {
 	if rev.Group != a.cfg.Group {
 		return nil, fmt.Errorf("the last good revision is group %s's, this agent runs group %s", rev.Group, a.cfg.Group)
 	}
-	raw, err := os.ReadFile(filepath.Join(a.dir, "good.bundle"))
-	if err != nil {
-		return nil, err
-	}
-	if fleet.Digest(raw) != rev.Digest {
-		return nil, fmt.Errorf("%w: the last good bundle on disk changed", fleet.ErrDigest)
-	}
-	b, err := fleet.DecodeBundle(raw)
+	b, err := a.readBundle("good", &rev)
 	if err != nil {
 		return nil, err
 	}
@@ -629,6 +690,18 @@ func (a *Agent) loadSaved() (*revision, error) {
 		return nil, err
 	}
 	return &rev, nil
+}
+
+// readBundle reads rev's bundle as kept on disk under name, if it is.
+func (a *Agent) readBundle(name string, rev *revision) (*fleet.Bundle, error) {
+	raw, err := os.ReadFile(filepath.Join(a.dir, name+".bundle"))
+	if err != nil {
+		return nil, err
+	}
+	if fleet.Digest(raw) != rev.file() {
+		return nil, fmt.Errorf("%w: the %s bundle on disk changed", fleet.ErrDigest, name)
+	}
+	return fleet.DecodeBundle(raw)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/plan"
 )
 
 // ErrConflict is returned when another publisher moved a group's pointer
@@ -31,7 +33,10 @@ var ErrNoRevision = errors.New("no such revision")
 // is not the group's latest revision signed with priv is replaced
 // (Moved.Replaced says why); with no such revision left at all, the new
 // one's seq follows what the group's hosts report (see nextSeq).
-func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed25519.PrivateKey, canary int, now time.Time) (*Moved, error) {
+//
+// deltas are difference bundles of data (fleet.Delta) from the bundles
+// the group's hosts run now: stored too, and named in the pointer.
+func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed25519.PrivateKey, canary int, now time.Time, deltas ...Delta) (*Moved, error) {
 	if err := CheckName("group", group); err != nil {
 		return nil, err
 	}
@@ -39,8 +44,16 @@ func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed255
 	if err := h.putBundle(ctx, digest, data); err != nil {
 		return nil, err
 	}
+	var refs []fleet.DeltaRef
+	for _, d := range deltas {
+		ref := fleet.DeltaRef{Base: d.Base, Digest: fleet.Digest(d.Data), Size: int64(len(d.Data))}
+		if err := h.putBundle(ctx, ref.Digest, d.Data); err != nil {
+			return nil, err
+		}
+		refs = append(refs, ref)
+	}
 	return h.move(ctx, group, priv, func(prev *fleet.Pointer) (*fleet.Pointer, error) {
-		p := &fleet.Pointer{Group: group, Digest: digest, Size: int64(len(data)), Created: now.UTC()}
+		p := &fleet.Pointer{Group: group, Digest: digest, Size: int64(len(data)), Created: now.UTC(), Deltas: refs}
 		if canary > 0 && canary < 100 {
 			if prev == nil {
 				return nil, fmt.Errorf("%w: a canary needs a revision signed with this key that the other hosts keep, group %s has none; publish to the whole group first", ErrNoRevision, group)
@@ -53,6 +66,13 @@ func (h *Hub) Publish(ctx context.Context, group string, data []byte, priv ed255
 		}
 		return p, nil
 	})
+}
+
+// Delta is a difference bundle to store with a publish: the digest of
+// the bundle it applies to, and its bytes (fleet.Delta.Encode).
+type Delta struct {
+	Base string
+	Data []byte
 }
 
 // Rollback moves group's pointer back to the bundle of revision to (0:
@@ -416,4 +436,67 @@ func (h *Hub) each(ctx context.Context, bucket, filter string, fn func(key strin
 			}
 		}
 	}
+}
+
+// Deltas makes difference bundles of next (compiled into plans whose rule
+// sets are nextSets, by name) from the bundles the hosts of group run
+// now: its pointer's, signed with pub, and a canary's other one. A delta
+// no smaller than half of full bytes is left out. It is best effort: the
+// errors say which bases have no delta, whose hosts then fetch the whole
+// bundle.
+func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, next *fleet.Bundle, nextSets map[string]*netipx.IPSet, full int) ([]Delta, []error) {
+	raw, err := h.Pointer(ctx, group)
+	switch {
+	case err != nil:
+		return nil, []error{err}
+	case raw == nil: // a first publish
+		return nil, nil
+	}
+	p, err := fleet.Verify(raw, group, pub)
+	if err != nil {
+		return nil, []error{err}
+	}
+	bases := []fleet.Target{{Seq: p.Seq, Digest: p.Digest, Size: p.Size}}
+	if p.Stable != nil && p.Stable.Digest != p.Digest {
+		bases = append(bases, *p.Stable)
+	}
+	var out []Delta
+	var errs []error
+	for _, t := range bases {
+		data, err := h.delta(ctx, t, next, nextSets)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("from revision %d: %w", t.Seq, err))
+		case len(data)*2 >= full:
+			errs = append(errs, fmt.Errorf("from revision %d: the difference (%d bytes) is not under half the bundle (%d)", t.Seq, len(data), full))
+		default:
+			out = append(out, Delta{Base: t.Digest, Data: data})
+		}
+	}
+	return out, errs
+}
+
+// delta is the encoded delta of next from base's bundle.
+func (h *Hub) delta(ctx context.Context, base fleet.Target, next *fleet.Bundle, nextSets map[string]*netipx.IPSet) ([]byte, error) {
+	raw, err := h.Bundle(ctx, base.Digest, base.Size)
+	if err != nil {
+		return nil, err
+	}
+	b, err := base.Check(raw)
+	if err != nil {
+		return nil, err
+	}
+	in, err := b.Input()
+	if err != nil {
+		return nil, err
+	}
+	sets, err := plan.Sets(in)
+	if err != nil {
+		return nil, err
+	}
+	d, err := fleet.MakeDelta(b, base.Digest, next, sets, nextSets)
+	if err != nil {
+		return nil, err
+	}
+	return d.Encode()
 }
