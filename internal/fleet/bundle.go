@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // BundleVersion is the newest bundle format this build writes and reads:
@@ -132,10 +132,7 @@ func prefixLines(s *netipx.IPSet) string {
 		return ""
 	}
 	var b strings.Builder
-	for _, p := range s.Prefixes() {
-		b.WriteString(p.String())
-		b.WriteByte('\n')
-	}
+	_ = prefix.WriteCIDRs(&b, s) // a strings.Builder does not fail
 	return b.String()
 }
 
@@ -177,25 +174,21 @@ func (b *Bundle) Input() (*plan.Input, error) {
 	return in, nil
 }
 
+// parseLines reads prefixLines' text (and any other prefix.Read text).
 func parseLines(text string) (*netipx.IPSet, error) {
-	var b netipx.IPSetBuilder
-	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", i+1, err)
-		}
-		b.AddPrefix(p)
-	}
-	return b.IPSet()
+	return prefix.ReadSet(strings.NewReader(text), "the bundle")
 }
 
 // Encode is b as stored: gzipped JSON.
-func (b *Bundle) Encode() ([]byte, error) {
+func (b *Bundle) Encode() ([]byte, error) { return b.encode(gzip.DefaultCompression) }
+
+// EncodeLocal is Encode for a copy kept on this host's disk: compressed
+// four times as fast, half again as large.
+func (b *Bundle) EncodeLocal() ([]byte, error) { return b.encode(gzip.BestSpeed) }
+
+func (b *Bundle) encode(level int) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	zw, _ := gzip.NewWriterLevel(&buf, level) // a valid level
 	if err := json.NewEncoder(zw).Encode(b); err != nil {
 		return nil, fmt.Errorf("encoding the bundle: %w", err)
 	}

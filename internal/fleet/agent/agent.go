@@ -376,7 +376,7 @@ func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, rev *r
 	if rev.in, err = b.Input(); err != nil {
 		return err
 	}
-	data, err := b.Encode()
+	data, err := b.EncodeLocal()
 	if err != nil {
 		return err
 	}
