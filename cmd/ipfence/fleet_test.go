@@ -363,7 +363,7 @@ func TestFleet(t *testing.T) {
 		}
 		// The nftables hosts run the layouts the publisher chose; the
 		// ipset host has no use for them, and says so.
-		if want := map[bool]string{true: "searched here: the rule runs in ipset here, which builds its own tables", false: "replayed"}[h.Host == "host3"]; h.Layout != want {
+		if want := map[bool]string{true: "not replayed: the rule runs in ipset here, which builds its own tables", false: "replayed"}[h.Host == "host3"]; h.Layout != want {
 			t.Errorf("%s reports layout %q, want %q", h.Host, h.Layout, want)
 		}
 	}

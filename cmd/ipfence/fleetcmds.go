@@ -204,6 +204,7 @@ func newPublishCmd(g *globals) *cobra.Command {
 	var pf policyFlags
 	var nf natsFlags
 	var keyPath, group, canary string
+	layouts := true
 	c := &cobra.Command{
 		Use:   "publish --policy FILE --key FILE [--group NAME] [--canary N%] [--nats URL]",
 		Short: "Compile a policy and roll it out to a host group",
@@ -226,14 +227,14 @@ publish again without --canary to send everyone.`,
 				return err
 			}
 			defer h.Close()
-			pf.record = true // the bundle carries the layouts chosen here
+			pf.record = layouts // the bundle carries the layouts chosen here
 			c, err := pf.compile(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
 			pol := c.res.Policy
 			b := fleet.NewBundle(c.res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now())
-			if err := b.AddLayouts(c.Plan); err != nil {
+			if err := b.AddLayouts(c.Plan); layouts && err != nil {
 				return err
 			}
 			data, err := b.Encode()
@@ -261,6 +262,7 @@ publish again without --canary to send everyone.`,
 	c.Flags().StringVar(&keyPath, "key", "", "private key (ipfence keygen's ipfence.key)")
 	c.Flags().StringVar(&group, "group", "default", "host group to publish to")
 	c.Flags().StringVar(&canary, "canary", "", "send only this share of the group's hosts, e.g. 10%")
+	c.Flags().BoolVar(&layouts, "layouts", true, "carry the layouts chosen here, which agents replay (bundle format 3); --layouts=false for agents older than this build")
 	_ = c.MarkFlagRequired("key")
 	return c
 }
@@ -488,7 +490,7 @@ func printDrift(w io.Writer, r fleet.Report) {
 		if h.LastError != "" {
 			fmt.Fprintf(w, "      last error (revision %d): %s\n", h.FailedSeq, h.LastError)
 		}
-		if strings.HasPrefix(h.Layout, "searched") {
+		if strings.HasPrefix(h.Layout, "not replayed") {
 			fmt.Fprintf(w, "      layout %s\n", h.Layout)
 		}
 	}

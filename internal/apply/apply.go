@@ -95,7 +95,7 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 	}
 	for _, r := range p.Rules {
 		if r.ReplayNote != "" {
-			log.Info("the rule's layout was chosen here, not replayed from the bundle", "rule", r.Name, "why", r.ReplayNote)
+			log.Info("the rule's layout is not the one the bundle chose", "rule", r.Name, "why", r.ReplayNote)
 		}
 	}
 	c.Plan = p

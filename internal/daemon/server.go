@@ -194,7 +194,7 @@ func (d *Daemon) Status() api.Status {
 		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend)}
 		switch {
 		case r.ReplayNote != "":
-			rs.Layout = "searched here: " + r.ReplayNote
+			rs.Layout = "not replayed: " + r.ReplayNote
 		case r.Replayed:
 			rs.Layout = "replayed"
 		}

@@ -165,7 +165,9 @@ func (b *Bundle) Input() (*plan.Input, error) {
 			}
 			ch := new(plan.Choices)
 			if err := ch.UnmarshalText([]byte(f.text)); err != nil {
-				return nil, fmt.Errorf("%w: rule %s's layout: %v", ErrBundle, r.Name, err)
+				// Searched here instead: the prefixes are what counts.
+				ri.ChosenNote = fmt.Sprintf("the bundle's layout does not read: %v", err)
+				continue
 			}
 			*f.out = ch
 		}
@@ -186,14 +188,14 @@ func (b *Bundle) Encode() ([]byte, error) { return b.encode(gzip.DefaultCompress
 // four times as fast, half again as large.
 func (b *Bundle) EncodeLocal() ([]byte, error) { return b.encode(gzip.BestSpeed) }
 
-func (b *Bundle) encode(level int) ([]byte, error) {
+func (b *Bundle) encode(level int) ([]byte, error) { return encodeGzip(b, "bundle", level) }
+
+// encodeGzip is v as gzipped JSON (what names it in errors).
+func encodeGzip(v any, what string, level int) ([]byte, error) {
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, level) // a valid level
-	if err := json.NewEncoder(zw).Encode(b); err != nil {
-		return nil, fmt.Errorf("encoding the bundle: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("encoding the bundle: %w", err)
+	if err := errors.Join(json.NewEncoder(zw).Encode(v), zw.Close()); err != nil {
+		return nil, fmt.Errorf("encoding the %s: %w", what, err)
 	}
 	return buf.Bytes(), nil
 }
@@ -204,18 +206,22 @@ const MaxBundle = 256 << 20
 
 // DecodeBundle reads a bundle Encode wrote. Check its digest against a
 // verified Pointer first: the bytes are only as good as their source.
-func DecodeBundle(data []byte) (*Bundle, error) {
+func DecodeBundle(data []byte) (*Bundle, error) { return decodeGzip[Bundle](data, ErrBundle) }
+
+// decodeGzip reads what encodeGzip wrote, at most MaxBundle bytes of
+// JSON, every field known; errors wrap bad.
+func decodeGzip[T any](data []byte, bad error) (*T, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBundle, err)
+		return nil, fmt.Errorf("%w: %v", bad, err)
 	}
-	var b Bundle
+	var v T
 	dec := json.NewDecoder(io.LimitReader(zr, MaxBundle))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBundle, err)
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %v", bad, err)
 	}
-	return &b, nil
+	return &v, nil
 }
 
 // Digest is the name a bundle's bytes are stored under: "sha256-" and

@@ -1,14 +1,12 @@
 package fleet
 
 import (
-	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -65,14 +63,21 @@ var ErrDelta = errors.New("delta does not apply")
 // Canonical is the digest of b's canonical form, its JSON: what a delta
 // must rebuild (the stored bundle's gzip bytes may differ between
 // builds).
+// A bundle larger than MaxBundle has none: no host would read it back.
 func (b *Bundle) Canonical() (string, error) {
 	data, err := json.Marshal(b)
 	if err != nil {
 		return "", fmt.Errorf("encoding the bundle: %w", err)
 	}
+	if len(data) > MaxBundle {
+		return "", fmt.Errorf("%w: %d bytes, more than %d", ErrBundleSize, len(data), MaxBundle)
+	}
 	sum := sha256.Sum256(data)
 	return "sha256-" + hex.EncodeToString(sum[:]), nil
 }
+
+// ErrBundleSize is returned for a bundle too large to read back.
+var ErrBundleSize = errors.New("bundle too large")
 
 // A field is a long text field of a bundle: how it splits into items (the
 // units a patch copies or replaces) and how they join again.
@@ -362,7 +367,7 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 	}
 	got, err := b.Canonical()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrDelta, err)
 	}
 	if got != d.Result {
 		return nil, fmt.Errorf("%w: it makes %s, not %s (another base?)", ErrDelta, got, d.Result)
@@ -379,27 +384,8 @@ func patchLayout(base, p string) (string, error) {
 }
 
 // Encode is d as stored: gzipped JSON.
-func (d *Delta) Encode() ([]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := errors.Join(json.NewEncoder(zw).Encode(d), zw.Close()); err != nil {
-		return nil, fmt.Errorf("encoding the delta: %w", err)
-	}
-	return buf.Bytes(), nil
-}
+func (d *Delta) Encode() ([]byte, error) { return encodeGzip(d, "delta", gzip.DefaultCompression) }
 
 // DecodeDelta reads a delta Encode wrote. Check its digest against a
 // verified Pointer first.
-func DecodeDelta(data []byte) (*Delta, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDelta, err)
-	}
-	var d Delta
-	dec := json.NewDecoder(io.LimitReader(zr, MaxBundle))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDelta, err)
-	}
-	return &d, nil
-}
+func DecodeDelta(data []byte) (*Delta, error) { return decodeGzip[Delta](data, ErrDelta) }

@@ -116,9 +116,13 @@ func TestBundleRoundTrip(t *testing.T) {
 		t.Errorf("the replayed plan differs from the publisher's:\n%s\n%s", pj, plans[0])
 	}
 	t.Logf("with layouts: %d bytes", len(data))
+	// A layout that does not read is searched here, and said so.
 	back.Rules[0].Layout4 = "tree IPv4 root=99 in maps set=sha256-00\n"
-	if _, err := back.Input(); !errors.Is(err, fleet.ErrBundle) {
-		t.Errorf("a malformed layout: %v", err)
+	if got, err = back.Input(); err != nil || got.Rules[0].Chosen4 != nil {
+		t.Fatalf("a malformed layout: %v", err)
+	}
+	if p, err = plan.Compile(got, plan.Options{}); err != nil || !strings.Contains(p.Rules[0].ReplayNote, "does not read") {
+		t.Errorf("a malformed layout: %v, note %q", err, p.Rules[0].ReplayNote)
 	}
 	b.Version = 99
 	if _, err := b.Input(); !errors.Is(err, fleet.ErrBundle) {

@@ -24,10 +24,11 @@ type Status struct {
 	// it loaded: "full", "update" or "none".
 	ApplyMillis int64  `json:"apply_ms"`
 	Mode        string `json:"mode,omitempty"`
-	// Layout is "replayed" when every rule runs the layout the bundle
-	// chose, "searched here: WHY" when this host chose one itself for a
-	// rule whose bundle had one (another backend, another set), and ""
-	// for a bundle without layouts.
+	// Layout is "replayed" when the rules run the layouts the bundle
+	// chose, "not replayed: WHY" when a rule whose bundle had one does
+	// not (another backend, another set: the layout was chosen here, or
+	// the backend builds its own tables), and "" for a bundle without
+	// layouts.
 	Layout string `json:"layout,omitempty"`
 	// Fetched is how many bytes the revision in force took to fetch,
 	// and Via how: "bundle", or "delta" (a difference from the one

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -224,6 +225,9 @@ func (ch *Choices) UnmarshalText(text []byte) error {
 		return fmt.Errorf("%w: header %q: want \"tree IPv4|IPv6 root=N in|out bitmap|maps set=sha256-…\"", ErrChoices, prefix.Clip(string(head)))
 	}
 	ch.Is4, ch.RootIn, ch.Bitmap, ch.Set = f[1] == "IPv4", f[3] == "in", f[4] == "bitmap", strings.TrimPrefix(f[5], "set=")
+	if sum, err := hex.DecodeString(strings.TrimPrefix(ch.Set, "sha256-")); err != nil || len(sum) != 32 {
+		return fmt.Errorf("%w: header: set digest %q", ErrChoices, prefix.Clip(ch.Set))
+	}
 	w := familyBits(ch.Is4)
 	root, err := strconv.Atoi(strings.TrimPrefix(f[2], "root="))
 	if err != nil || root < 1 || root > w {
@@ -249,6 +253,9 @@ func (ch *Choices) UnmarshalText(text []byte) error {
 		}
 		ch.Descend = append(ch.Descend, Choice{Child: uint8(n), In: rest[j] == 'i', Top: top})
 		i = j + 1
+	}
+	if again, _ := ch.MarshalText(); !bytes.Equal(again, text) {
+		return fmt.Errorf("%w: not in the form MarshalText writes (leading zeros, signs, other spaces)", ErrChoices)
 	}
 	return nil
 }

@@ -168,13 +168,13 @@ func prefixSetPlus(s *netipx.IPSet, p string) *netipx.IPSet {
 
 // TestChoicesText: malformed text is refused with the line at fault.
 func TestChoicesText(t *testing.T) {
-	head := "tree IPv4 root=16 in bitmap set=sha256-00\n"
+	head := "tree IPv4 root=16 in bitmap set=sha256-" + strings.Repeat("ab", 32) + "\n"
 	for _, c := range []struct{ name, text, want string }{
 		{"empty", "", "want a header line"},
 		{"no choices line", head, "want a header line"},
 		{"two lines", head + "24i\n24i\n", "want a header line"},
 		{"header", "tree IPv4 root=16 in\n\n", "header"},
-		{"root", "tree IPv4 root=33 in maps set=sha256-00\n\n", "root length"},
+		{"root", strings.Replace(head, "root=16", "root=33", 1) + "\n", "root length"},
 		{"too deep", head + "24i33o\n", "choice 2 (byte 4)"},
 		{"zero", head + "0i\n", "choice 1"},
 		{"no verdict", head + "24i24\n", "choice 2"},
@@ -183,6 +183,10 @@ func TestChoicesText(t *testing.T) {
 		{"leading space", head + " 24i\n", "choice 1"},
 		{"two spaces", head + "24i  24i\n", "choice 2"},
 		{"trailing space", head + "24i \n", "choice 2"},
+		{"root sign", strings.Replace(head, "root=16", "root=+16", 1) + "24i\n", "not in the form"},
+		{"root zero", strings.Replace(head, "root=16", "root=016", 1) + "24i\n", "not in the form"},
+		{"header spaces", strings.Replace(head, " in ", "  in ", 1) + "24i\n", "not in the form"},
+		{"digest", "tree IPv4 root=16 in bitmap set=sha256-zz\n24i\n", "set digest"},
 	} {
 		var ch Choices
 		err := ch.UnmarshalText([]byte(c.text))
@@ -194,7 +198,7 @@ func TestChoicesText(t *testing.T) {
 	if err := ch.UnmarshalText([]byte(head + "24i28o 20o\n")); err != nil || !reflect.DeepEqual(ch.Descend, []Choice{{24, true, true}, {28, false, false}, {20, false, true}}) {
 		t.Fatalf("%v, %v", err, ch.Descend)
 	}
-	if err := ch.UnmarshalText([]byte("tree IPv6 root=32 out maps set=sha256-00\n\n")); err != nil || ch.Is4 || ch.Root != 32 || ch.RootIn || len(ch.Descend) != 0 {
+	if err := ch.UnmarshalText([]byte("tree IPv6 root=32 out maps set=sha256-" + strings.Repeat("cd", 32) + "\n\n")); err != nil || ch.Is4 || ch.Root != 32 || ch.RootIn || len(ch.Descend) != 0 {
 		t.Fatalf("%v, %+v", err, ch)
 	}
 }

@@ -127,6 +127,9 @@ type RuleInput struct {
 	// rule's set (a fleet bundle's): Compile replays them if they fit
 	// the set as compiled here, and searches itself otherwise.
 	Chosen4, Chosen6 *Choices
+	// ChosenNote says why a layout chosen elsewhere is not there (it
+	// did not read): Compile reports it with the rule (Rule.ReplayNote).
+	ChosenNote string
 }
 
 // Input is everything Compile needs.
@@ -531,6 +534,9 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 		}
 	}
 	var notes []string
+	if ri.ChosenNote != "" {
+		notes = append(notes, ri.ChosenNote)
+	}
 	for _, f := range []struct {
 		l       **Layout
 		own     *Layout

@@ -101,7 +101,8 @@ func TestPack(t *testing.T) {
 		}
 	}
 	// Touching or overlapping ranges, and IPv4 values past 32 bits.
-	for _, bad := range [][]byte{{2, 0, 0, 0, 0, 0}, {1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0}, {1, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0}} {
+	// Values in more bytes than they need, too.
+	for _, bad := range [][]byte{{2, 0, 0, 0, 0, 0}, {1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0}, {1, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0}, {1, 0x80, 0x00, 0, 0}} {
 		if _, err := Unpack(bad); err == nil {
 			t.Errorf("%v read", bad)
 		}

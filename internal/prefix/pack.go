@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,11 +44,18 @@ var ErrPacked = errors.New("malformed packed ranges")
 
 // Unpack reads what Pack wrote: ranges in order, apart (not touching),
 // within their family, every byte used.
-func Unpack(b []byte) (*netipx.IPSet, error) {
+// Like Pack, it writes every value in the fewest bytes: any other
+// encoding of the same ranges is refused.
+func Unpack(data []byte) (*netipx.IPSet, error) {
+	b := data
 	var v [2][]span
 	for k, w := range []int{32, 128} {
 		n, err := uvarint(&b)
-		if err != nil || n > uint64(len(b)) { // every range takes 2 bytes at least
+		least := uint64(2) // bytes a range takes at least
+		if w == 128 {
+			least = 4
+		}
+		if err != nil || n > uint64(len(b))/least {
 			return nil, fmt.Errorf("%w: %s count", ErrPacked, map[int]string{32: "IPv4", 128: "IPv6"}[w])
 		}
 		top := max6
@@ -76,7 +84,11 @@ func Unpack(b []byte) (*netipx.IPSet, error) {
 	if len(b) > 0 {
 		return nil, fmt.Errorf("%w: %d bytes left over", ErrPacked, len(b))
 	}
-	return setOf(v[0], v[1]), nil
+	s := setOf(v[0], v[1])
+	if !bytes.Equal(Pack(s), data) {
+		return nil, fmt.Errorf("%w: values not in their shortest form", ErrPacked)
+	}
+	return s, nil
 }
 
 func uvarint(b *[]byte) (uint64, error) {

@@ -102,7 +102,7 @@ type RuleStatus struct {
 	PrefixesV4 int    `json:"prefixes_ipv4"`
 	PrefixesV6 int    `json:"prefixes_ipv6"`
 	// Layout is "replayed" when the rule runs the layout its fleet
-	// bundle chose, "searched here: WHY" when the bundle chose one this
+	// bundle chose, "not replayed: WHY" when the bundle chose one this
 	// host could not use, and "" otherwise.
 	Layout string `json:"layout,omitempty"`
 }

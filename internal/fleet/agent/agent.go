@@ -355,8 +355,10 @@ func curDigest(cur *revision) string {
 // fetchDelta makes rev's bundle of the one in force, cur, and the
 // difference bundle ref names: fetched, checked against the signed
 // pointer, applied to the bundle kept on disk (checked against its
-// digest), and the result against the digest the delta names.
-func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, rev *revision) error {
+// digest), and the result against the digest the delta names. rev is
+// changed only when all of it worked.
+func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, out *revision) error {
+	rev := *out
 	raw, err := a.broker.Bundle(ctx, ref.Digest, ref.Size)
 	if err != nil {
 		return err
@@ -382,10 +384,11 @@ func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, rev *r
 	}
 	// Kept as encoded here: its digest is the file's, not the pointer's.
 	rev.File = fleet.Digest(data)
-	if err := a.save(data, rev, "candidate"); err != nil {
+	if err := a.save(data, &rev, "candidate"); err != nil {
 		return err
 	}
 	rev.Fetched, rev.Via = int64(len(raw)), "delta"
+	*out = rev
 	return nil
 }
 
@@ -519,7 +522,7 @@ func (a *Agent) Status() fleet.Status {
 		s.Backend, s.Elements, s.Bans, s.Rules = string(a.cfg.Backend), ds.Elements, ds.Bans.Total, len(ds.Rules)
 		for _, r := range ds.Rules {
 			if r.Layout != "" && (s.Layout == "" || s.Layout == "replayed") {
-				s.Layout = r.Layout // the first rule searched here says why
+				s.Layout = r.Layout // the first rule not replayed says why
 			}
 			s.PrefixesV4 += r.PrefixesV4
 			s.PrefixesV6 += r.PrefixesV6
