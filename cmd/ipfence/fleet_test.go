@@ -668,7 +668,26 @@ func BenchmarkFleetRollout(b *testing.B) {
 	// when the last agent had applied it (from the publish's start), the
 	// median agent's own apply time (from seeing the pointer to the
 	// kernel's commit, its jitter included) and how the agents loaded it.
+	// cpu is the CPU time the agents' processes have used.
+	cpu := func() time.Duration {
+		var sum time.Duration
+		for _, a := range r.agents {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.Process.Pid))
+			if err != nil {
+				b.Fatal(err)
+			}
+			f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+			var ut, st int64
+			fmt.Sscan(f[11], &ut)
+			fmt.Sscan(f[12], &st)
+			sum += time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100
+		}
+		return sum
+	}
+	var agentCPU []time.Duration
 	rollout := func(k int) (publish, all, agent time.Duration, bytes, fetched int64, mode string) {
+		c0 := cpu()
+		defer func() { agentCPU = append(agentCPU, (cpu()-c0)/time.Duration(n)) }()
 		t0 := time.Now()
 		p := r.publish(k)
 		publish = time.Since(t0)
@@ -701,8 +720,8 @@ func BenchmarkFleetRollout(b *testing.B) {
 	for k := 1; k <= 5; k++ {
 		pub, all, own, size, fetched, modes := rollout(k)
 		alls, fetches = append(alls, all), append(fetches, fetched)
-		b.Logf("revision %d (1%% changed): publish %v, all %d applied %v after publish started (median agent %v from pointer to kernel); bundle %d bytes, median agent fetched %d (1/%.0f); mode/fetch/layout %s",
-			k+1, pub.Round(time.Millisecond), n, all.Round(time.Millisecond), own, size, fetched, float64(size)/float64(max(fetched, 1)), modes)
+		b.Logf("revision %d (1%% changed): publish %v, all %d applied %v after publish started (median agent %v from pointer to kernel, %v of CPU per agent); bundle %d bytes, median agent fetched %d (1/%.0f); mode/fetch/layout %s",
+			k+1, pub.Round(time.Millisecond), n, all.Round(time.Millisecond), own, agentCPU[len(agentCPU)-1], size, fetched, float64(size)/float64(max(fetched, 1)), modes)
 	}
 	slices.Sort(alls)
 	slices.Sort(fetches)
