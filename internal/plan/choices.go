@@ -34,6 +34,11 @@ type Choices struct {
 	Root   int // the root's child length
 	RootIn bool
 	Bitmap bool
+	// Cost is the chooser's estimate (Layout.Cost), and Order a Bitmap
+	// root's rule order (Level.Order): both come from the traffic model,
+	// which the replay does not evaluate.
+	Cost  CostEstimate
+	Order []EntryKind
 	// Descend are the mixed buckets' choices in the order Replay meets
 	// them: address order, a bucket before the buckets within it. The
 	// set says which buckets are mixed, so the choices need no keys.
@@ -55,7 +60,8 @@ var ErrChoices = errors.New("layout choices do not fit the set")
 
 // record is what l, a tree just built from s, chose.
 func record(l *Layout, s *netipx.IPSet) *Choices {
-	ch := &Choices{Is4: l.Is4, Set: prefix.Digest(s, l.Is4), Root: l.Levels[l.Root].Bits, RootIn: l.RootIn, Bitmap: l.BitmapRoot()}
+	ch := &Choices{Is4: l.Is4, Set: prefix.Digest(s, l.Is4), Root: l.Levels[l.Root].Bits, RootIn: l.RootIn, Bitmap: l.BitmapRoot(),
+		Cost: l.Cost, Order: slices.Clone(l.Levels[l.Root].Order)}
 	var ds []Entry
 	for _, lv := range l.Levels {
 		for _, e := range lv.Entries {
@@ -127,15 +133,15 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	if d := prefix.Digest(s, is4); d != ch.Set {
 		return nil, fmt.Errorf("%w: they were made for another set (%s, this one is %s)", ErrChoices, short(ch.Set), short(d))
 	}
-	model := opt.Model
-	if model == (TrafficModel{}) {
-		model = DefaultModel
-	}
-	seq := setPieces(s, is4)
-	f := survey(seq, is4, opt.PassIsIn, nil, model)
-	if f.nIn == 0 || f.n == 1 {
+	// No survey: the traffic model's totals only weigh the estimate and
+	// the bitmap's order, which ch carries.
+	n4, n6 := prefix.Count(s)
+	nIn := map[bool]int{true: n4, false: n6}[is4]
+	if nIn == 0 || s.ContainsPrefix(fullPrefix(is4)) {
 		return nil, fmt.Errorf("%w: the set is empty or everything", ErrChoices)
 	}
+	f := &family{w: familyBits(is4)}
+	seq := setPieces(s, is4)
 	if ch.Root < 1 || ch.Root > f.w || ch.Bitmap && (!is4 || ch.Root != BitmapBits) {
 		return nil, fmt.Errorf("%w: a root at /%d (bitmap %v)", ErrChoices, ch.Root, ch.Bitmap)
 	}
@@ -144,7 +150,7 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 		maxEntries = DefaultMaxEntries
 	}
 	root := dpBucket{child: uint8(ch.Root), def: ch.RootIn}
-	c := &chooser{family: f}
+	c := &chooser{family: f, shape: true}
 	t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries, replay: &replay{choices: ch.Descend}}
 	// Every level lies within one bucket of the root.
 	chunks(seq, f.w, min(chunkBits, ch.Root), func(ps []piece, cs pieceSeq) {
@@ -161,13 +167,34 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	case t.replay.err != nil:
 		return nil, t.replay.err
 	case t.left < 0:
-		return nil, fmt.Errorf("replaying %d %s prefixes: %w (%d elements)", f.nIn, familyName(is4), ErrTooLarge, maxEntries)
+		return nil, fmt.Errorf("replaying %d %s prefixes: %w (%d elements)", nIn, familyName(is4), ErrTooLarge, maxEntries)
 	case t.replay.k != len(ch.Descend):
 		return nil, fmt.Errorf("%w: %d choices for buckets the set does not have", ErrChoices, len(ch.Descend)-t.replay.k)
 	}
-	l := &Layout{Is4: is4, Kind: KindTree, Prefixes: f.nIn}
+	l := &Layout{Is4: is4, Kind: KindTree, Prefixes: nIn}
 	t.finish(l, root, ch.Bitmap)
+	l.Cost = ch.Cost
+	if ch.Bitmap {
+		// The order is the kernel's rules: each kind present, once.
+		present := t.order()
+		if len(ch.Order) != len(present) || !sameKinds(ch.Order, present) {
+			return nil, fmt.Errorf("%w: bitmap order %v, the layout has %v", ErrChoices, ch.Order, present)
+		}
+		l.Levels[l.Root].Order = slices.Clone(ch.Order)
+	}
 	return l, nil
+}
+
+// sameKinds reports whether a holds the kinds of b, each once.
+func sameKinds(a, b []EntryKind) bool {
+	var seen [DescendRest + 1]bool
+	for _, k := range a {
+		if k > DescendRest || seen[k] || !slices.Contains(b, k) {
+			return false
+		}
+		seen[k] = true
+	}
+	return true
 }
 
 func short(digest string) string {
@@ -185,7 +212,9 @@ func short(digest string) string {
 //	24o20i28o 24i…
 func (ch *Choices) MarshalText() ([]byte, error) {
 	b := make([]byte, 0, 128+4*len(ch.Descend))
-	b = fmt.Appendf(b, "tree %s root=%d %s %s set=%s\n", familyName(ch.Is4), ch.Root, inOut(ch.RootIn), map[bool]string{true: "bitmap", false: "maps"}[ch.Bitmap], ch.Set)
+	b = fmt.Appendf(b, "tree %s root=%d %s %s set=%s cost=%s,%s order=%s\n", familyName(ch.Is4), ch.Root, inOut(ch.RootIn),
+		map[bool]string{true: "bitmap", false: "maps"}[ch.Bitmap], ch.Set,
+		strconv.FormatFloat(ch.Cost.LookupsPass, 'g', -1, 64), strconv.FormatFloat(ch.Cost.LookupsRandom, 'g', -1, 64), kindList(ch.Order))
 	for i, c := range ch.Descend {
 		if c.Top && i > 0 {
 			b = append(b, ' ')
@@ -194,6 +223,37 @@ func (ch *Choices) MarshalText() ([]byte, error) {
 		b = append(b, "oi"[b2i(c.In)])
 	}
 	return append(b, '\n'), nil
+}
+
+// kindList is ks as "in,descend-out", or "-" for none.
+func kindList(ks []EntryKind) string {
+	if len(ks) == 0 {
+		return "-"
+	}
+	var s []string
+	for _, k := range ks {
+		s = append(s, k.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// parseKinds reads kindList's text.
+func parseKinds(s string) ([]EntryKind, bool) {
+	if s == "-" {
+		return nil, true
+	}
+	var out []EntryKind
+	for _, name := range strings.Split(s, ",") {
+		k := In
+		for k <= DescendRest && k.String() != name {
+			k++
+		}
+		if k > DescendRest {
+			return nil, false
+		}
+		out = append(out, k)
+	}
+	return out, true
 }
 
 func b2i(b bool) int {
@@ -220,9 +280,20 @@ func (ch *Choices) UnmarshalText(text []byte) error {
 		return fmt.Errorf("%w: want a header line and a line of choices", ErrChoices)
 	}
 	f := strings.Fields(string(head))
-	if len(f) != 6 || f[0] != "tree" || (f[1] != "IPv4" && f[1] != "IPv6") || !strings.HasPrefix(f[2], "root=") ||
-		(f[3] != "in" && f[3] != "out") || (f[4] != "bitmap" && f[4] != "maps") || !strings.HasPrefix(f[5], "set=sha256-") {
-		return fmt.Errorf("%w: header %q: want \"tree IPv4|IPv6 root=N in|out bitmap|maps set=sha256-…\"", ErrChoices, prefix.Clip(string(head)))
+	if len(f) != 8 || f[0] != "tree" || (f[1] != "IPv4" && f[1] != "IPv6") || !strings.HasPrefix(f[2], "root=") ||
+		(f[3] != "in" && f[3] != "out") || (f[4] != "bitmap" && f[4] != "maps") || !strings.HasPrefix(f[5], "set=sha256-") ||
+		!strings.HasPrefix(f[6], "cost=") || !strings.HasPrefix(f[7], "order=") {
+		return fmt.Errorf("%w: header %q: want \"tree IPv4|IPv6 root=N in|out bitmap|maps set=sha256-… cost=P,R order=KINDS\"", ErrChoices, prefix.Clip(string(head)))
+	}
+	pass, random, _ := strings.Cut(strings.TrimPrefix(f[6], "cost="), ",")
+	var err1, err2 error
+	ch.Cost.LookupsPass, err1 = strconv.ParseFloat(pass, 64)
+	ch.Cost.LookupsRandom, err2 = strconv.ParseFloat(random, 64)
+	if errors.Join(err1, err2) != nil || !(ch.Cost.LookupsPass >= 0 && ch.Cost.LookupsPass <= MaxDepth+1 && ch.Cost.LookupsRandom >= 0 && ch.Cost.LookupsRandom <= MaxDepth+1) {
+		return fmt.Errorf("%w: header: cost %q", ErrChoices, prefix.Clip(f[6]))
+	}
+	if ch.Order, ok = parseKinds(strings.TrimPrefix(f[7], "order=")); !ok {
+		return fmt.Errorf("%w: header: order %q", ErrChoices, prefix.Clip(f[7]))
 	}
 	ch.Is4, ch.RootIn, ch.Bitmap, ch.Set = f[1] == "IPv4", f[3] == "in", f[4] == "bitmap", strings.TrimPrefix(f[5], "set=")
 	if sum, err := hex.DecodeString(strings.TrimPrefix(ch.Set, "sha256-")); err != nil || len(sum) != 32 {

@@ -137,20 +137,32 @@ func TestReplayRefuses(t *testing.T) {
 	// every other /16 bucket shares.
 	refused("bitmap children apart", s, clone(func(c *Choices) { c.Descend[0].Child++ }))
 	refused("a bitmap root elsewhere", s, clone(func(c *Choices) { c.Root = 20 }))
+	// The bitmap's order is the kernel's rules: a kind left out would
+	// lose its packets.
+	refused("a bitmap kind left out", s, clone(func(c *Choices) { c.Order = c.Order[1:] }))
+	refused("a bitmap kind twice", s, clone(func(c *Choices) { c.Order = append(c.Order[1:], c.Order[0], c.Order[0]) }))
+	refused("a bitmap kind absent", s, clone(func(c *Choices) { c.Order = append(slices.Clone(c.Order[:len(c.Order)-1]), DescendRest) }))
 	// A set that differs by one address changes the digest: refused even
 	// if every bucket's choice would still do.
 	refused("one address more", prefixSetPlus(s, "1.0.0.0/32"), ch)
 
+	// Other defaults below the root (without a bitmap root, whose order
+	// names the kinds present) give another layout of exactly the set.
+	noBitmap := DefaultModel
+	noBitmap.BitmapLookup = 0
+	plain, err := Build(s, true, Options{Record: true, Model: noBitmap})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 20 {
-		c := clone(func(c *Choices) {
-			c.RootIn = r.IntN(2) == 0
-			for k := range c.Descend {
-				if r.IntN(3) == 0 {
-					c.Descend[k].In = r.IntN(2) == 0
-				}
+		c := *plain.Choices
+		c.Descend = slices.Clone(c.Descend)
+		for k := range c.Descend {
+			if r.IntN(3) == 0 {
+				c.Descend[k].In = r.IntN(2) == 0
 			}
-		})
-		got, err := Replay(s, true, Options{}, c)
+		}
+		got, err := Replay(s, true, Options{}, &c)
 		if err != nil {
 			t.Fatalf("defaults flipped %d: %v", i, err)
 		}
@@ -168,12 +180,16 @@ func prefixSetPlus(s *netipx.IPSet, p string) *netipx.IPSet {
 
 // TestChoicesText: malformed text is refused with the line at fault.
 func TestChoicesText(t *testing.T) {
-	head := "tree IPv4 root=16 in bitmap set=sha256-" + strings.Repeat("ab", 32) + "\n"
+	head := "tree IPv4 root=16 in bitmap set=sha256-" + strings.Repeat("ab", 32) + " cost=0.5,1 order=in,descend-out\n"
 	for _, c := range []struct{ name, text, want string }{
 		{"empty", "", "want a header line"},
 		{"no choices line", head, "want a header line"},
 		{"two lines", head + "24i\n24i\n", "want a header line"},
 		{"header", "tree IPv4 root=16 in\n\n", "header"},
+		{"cost", strings.Replace(head, "cost=0.5,1", "cost=NaN,1", 1) + "24i\n", "cost"},
+		{"cost too high", strings.Replace(head, "cost=0.5,1", "cost=0.5,99", 1) + "24i\n", "cost"},
+		{"cost form", strings.Replace(head, "cost=0.5,1", "cost=0.50,1", 1) + "24i\n", "not in the form"},
+		{"order", strings.Replace(head, "order=in,descend-out", "order=in,sideways", 1) + "24i\n", "order"},
 		{"root", strings.Replace(head, "root=16", "root=33", 1) + "\n", "root length"},
 		{"too deep", head + "24i33o\n", "choice 2 (byte 4)"},
 		{"zero", head + "0i\n", "choice 1"},
@@ -186,7 +202,7 @@ func TestChoicesText(t *testing.T) {
 		{"root sign", strings.Replace(head, "root=16", "root=+16", 1) + "24i\n", "not in the form"},
 		{"root zero", strings.Replace(head, "root=16", "root=016", 1) + "24i\n", "not in the form"},
 		{"header spaces", strings.Replace(head, " in ", "  in ", 1) + "24i\n", "not in the form"},
-		{"digest", "tree IPv4 root=16 in bitmap set=sha256-zz\n24i\n", "set digest"},
+		{"digest", "tree IPv4 root=16 in bitmap set=sha256-zz cost=0,0 order=-\n24i\n", "set digest"},
 	} {
 		var ch Choices
 		err := ch.UnmarshalText([]byte(c.text))
@@ -198,7 +214,7 @@ func TestChoicesText(t *testing.T) {
 	if err := ch.UnmarshalText([]byte(head + "24i28o 20o\n")); err != nil || !reflect.DeepEqual(ch.Descend, []Choice{{24, true, true}, {28, false, false}, {20, false, true}}) {
 		t.Fatalf("%v, %v", err, ch.Descend)
 	}
-	if err := ch.UnmarshalText([]byte("tree IPv6 root=32 out maps set=sha256-" + strings.Repeat("cd", 32) + "\n\n")); err != nil || ch.Is4 || ch.Root != 32 || ch.RootIn || len(ch.Descend) != 0 {
+	if err := ch.UnmarshalText([]byte("tree IPv6 root=32 out maps set=sha256-" + strings.Repeat("cd", 32) + " cost=1,1.25 order=-\n\n")); err != nil || ch.Is4 || ch.Root != 32 || ch.RootIn || len(ch.Descend) != 0 {
 		t.Fatalf("%v, %+v", err, ch)
 	}
 }

@@ -186,6 +186,9 @@ type chooser struct {
 	*family
 	// bitmap: this solve prices the root as a Bitmap level (canBitmap).
 	bitmap bool
+	// shape: load only the pieces' lengths and common prefixes, not the
+	// traffic's weights (a replay, whose estimate its choices carry).
+	shape  bool
 	pieces []piece
 	plen   []uint8
 	cpl    []uint8
@@ -242,6 +245,10 @@ func (c *chooser) load(pieces []piece, seq pieceSeq) {
 		c.cpl[i] = 0
 		if i > 0 {
 			c.cpl[i] = uint8(cpl(pieces[i-1].addr, p.addr, c.w))
+		}
+		if c.shape {
+			i++
+			continue
 		}
 		size := pow2[c.w-int(p.bits)]
 		var pass float64
