@@ -75,6 +75,8 @@ type BundleRule struct {
 	// use, is searched there again; it can never make a layout wrong.
 	Layout4 string `json:"layout_v4,omitempty"`
 	Layout6 string `json:"layout_v6,omitempty"`
+
+	set *netipx.IPSet // Prefixes read, when a Delta made them
 }
 
 // NewBundle records in, resolved from the policy file name holding text
@@ -150,9 +152,12 @@ func (b *Bundle) Input() (*plan.Input, error) {
 	}
 	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect, RejectMark: b.RejectMark}
 	for _, r := range b.Rules {
-		set, err := parseLines(r.Prefixes)
-		if err != nil {
-			return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
+		set := r.set
+		if set == nil {
+			var err error
+			if set, err = parseLines(r.Prefixes); err != nil {
+				return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
+			}
 		}
 		ri := plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
 			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set}

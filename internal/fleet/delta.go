@@ -254,14 +254,15 @@ func packNonEmpty(s *netipx.IPSet) []byte {
 	return prefix.Pack(s)
 }
 
-// apply is the prefix field old with p's changes.
-func (p SetPatch) apply(old string) (string, error) {
+// apply is the prefix field old with p's changes, and their set (nil
+// when nothing changed).
+func (p SetPatch) apply(old string) (string, *netipx.IPSet, error) {
 	if p.Removed == nil && p.Added == nil {
-		return old, nil
+		return old, nil, nil
 	}
 	s, err := parseLines(old)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, f := range []struct {
 		data []byte
@@ -272,11 +273,11 @@ func (p SetPatch) apply(old string) (string, error) {
 		}
 		x, err := prefix.Unpack(f.data)
 		if err != nil {
-			return "", fmt.Errorf("%w: %v", ErrDelta, err)
+			return "", nil, fmt.Errorf("%w: %v", ErrDelta, err)
 		}
 		s = f.op(s, x)
 	}
-	return prefixLines(s), nil
+	return prefixLines(s), s, nil
 }
 
 // diffLayout is the patch of a rule's layout text: the choices of each
@@ -343,7 +344,7 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 	b := d.Bundle
 	b.Rules = append([]BundleRule(nil), d.Bundle.Rules...)
 	var err error
-	if b.Protect, err = d.Protect.apply(base.Protect); err != nil {
+	if b.Protect, _, err = d.Protect.apply(base.Protect); err != nil {
 		return nil, fmt.Errorf("protected prefixes: %w", err)
 	}
 	byName := map[string]*BundleRule{}
@@ -356,7 +357,8 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 		if old == nil {
 			old = &BundleRule{}
 		}
-		if r.Prefixes, err = rp.Prefixes.apply(old.Prefixes); err == nil {
+		// The set is kept for Input, which need not read the text again.
+		if r.Prefixes, r.set, err = rp.Prefixes.apply(old.Prefixes); err == nil {
 			if r.Layout4, err = patchLayout(old.Layout4, rp.Layout4); err == nil {
 				r.Layout6, err = patchLayout(old.Layout6, rp.Layout6)
 			}
