@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -302,14 +301,19 @@ func mergeDiff(olds, news Elems) (add, del []Elem) {
 // masked address, and for interval sets the prefix length. It hashes
 // faster than a netip.Prefix.
 type elemKey struct {
-	addr [16]byte
-	bits uint8
+	hi, lo uint64 // the 16-byte address, big-endian halves
+	bits   uint8
 }
 
 // less orders keys by address, then length.
 func (k elemKey) less(o elemKey) bool {
-	c := bytes.Compare(k.addr[:], o.addr[:])
-	return c < 0 || c == 0 && k.bits < o.bits
+	if k.hi != o.hi {
+		return k.hi < o.hi
+	}
+	if k.lo != o.lo {
+		return k.lo < o.lo
+	}
+	return k.bits < o.bits
 }
 
 // ruleEqual reports whether two rules are the same.

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"encoding/binary"
 	"iter"
 	"net/netip"
 	"time"
@@ -149,23 +150,22 @@ func (s Elems) equalAt(i int, t Elems, j int) bool {
 // keyAt is the i-th element's key (elemKey), without unpacking it.
 func (s Elems) keyAt(i int) elemKey {
 	p := &s.e[i]
-	k := elemKey{addr: p.addr, bits: uint8(p.bits)}
 	// Masked: clear the bits past the length (the 16-byte form of an
 	// IPv4 address has 96 bits before it). An invalid prefix masks to
 	// the zero Prefix, whose address is all zeros too.
+	if p.fam == 0 || p.bits < 0 {
+		return elemKey{bits: uint8(p.bits)}
+	}
 	bits := int(p.bits)
 	if p.fam == 4 {
 		bits += 96
 	}
-	if p.fam == 0 || p.bits < 0 {
-		return elemKey{bits: uint8(p.bits)}
-	}
-	for b := bits; b < 128; b++ {
-		if b%8 == 0 {
-			clear(k.addr[b/8:])
-			break
-		}
-		k.addr[b/8] &^= 0x80 >> (b % 8)
+	k := elemKey{hi: binary.BigEndian.Uint64(p.addr[:8]), lo: binary.BigEndian.Uint64(p.addr[8:]), bits: uint8(p.bits)}
+	if bits <= 64 {
+		k.hi &= ^uint64(0) << (64 - bits) // all of it at 64, none at 0
+		k.lo = 0
+	} else {
+		k.lo &= ^uint64(0) << (128 - bits)
 	}
 	return k
 }

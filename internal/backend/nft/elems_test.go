@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -100,7 +101,8 @@ func TestElemsModel(t *testing.T) {
 // keyOf and sameValue are keyAt and sameValueAt on unpacked elements:
 // the reference the packed ones are checked against.
 func keyOf(p netip.Prefix) elemKey {
-	return elemKey{p.Masked().Addr().As16(), uint8(p.Bits())}
+	a := p.Masked().Addr().As16()
+	return elemKey{binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:]), uint8(p.Bits())}
 }
 
 func sameValue(a, b Elem) bool {
