@@ -234,8 +234,10 @@ publish again without --canary to send everyone.`,
 			}
 			pol := c.res.Policy
 			b := fleet.NewBundle(c.res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now())
-			if err := b.AddLayouts(c.Plan); layouts && err != nil {
-				return err
+			if layouts {
+				if err := b.AddLayouts(c.Plan); err != nil {
+					return err
+				}
 			}
 			data, err := b.Encode()
 			if err != nil {

@@ -76,7 +76,19 @@ type BundleRule struct {
 	Layout4 string `json:"layout_v4,omitempty"`
 	Layout6 string `json:"layout_v6,omitempty"`
 
-	set *netipx.IPSet // Prefixes read, when a Delta made them
+	set *netipx.IPSet // Prefixes as a set, once read or when known
+}
+
+// prefixSet is r's Prefixes as a set, read once.
+func (r *BundleRule) prefixSet() (*netipx.IPSet, error) {
+	if r.set == nil {
+		set, err := parseLines(r.Prefixes)
+		if err != nil {
+			return nil, err
+		}
+		r.set = set
+	}
+	return r.set, nil
 }
 
 // NewBundle records in, resolved from the policy file name holding text
@@ -95,7 +107,7 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 			b.Version = 2
 		}
 		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
-			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set)})
+			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set), set: r.Set})
 	}
 	return b
 }
@@ -151,13 +163,11 @@ func (b *Bundle) Input() (*plan.Input, error) {
 		return nil, fmt.Errorf("%w: protected prefixes: %v", ErrBundle, err)
 	}
 	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect, RejectMark: b.RejectMark}
-	for _, r := range b.Rules {
-		set := r.set
-		if set == nil {
-			var err error
-			if set, err = parseLines(r.Prefixes); err != nil {
-				return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
-			}
+	for i := range b.Rules {
+		r := &b.Rules[i]
+		set, err := r.prefixSet()
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
 		}
 		ri := plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
 			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set}

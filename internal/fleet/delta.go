@@ -62,8 +62,8 @@ var ErrDelta = errors.New("delta does not apply")
 
 // Canonical is the digest of b's canonical form, its JSON: what a delta
 // must rebuild (the stored bundle's gzip bytes may differ between
-// builds).
-// A bundle larger than MaxBundle has none: no host would read it back.
+// builds). A bundle larger than MaxBundle has none: no host would read
+// it back.
 func (b *Bundle) Canonical() (string, error) {
 	data, err := json.Marshal(b)
 	if err != nil {
@@ -79,29 +79,23 @@ func (b *Bundle) Canonical() (string, error) {
 // ErrBundleSize is returned for a bundle too large to read back.
 var ErrBundleSize = errors.New("bundle too large")
 
-// A field is a long text field of a bundle: how it splits into items (the
-// units a patch copies or replaces) and how they join again.
-type field struct {
-	split func(string) []string
-	join  func([]string) string
+// splitLayout cuts plan.Choices text into the items a patch copies or
+// replaces: its header line, then the choices of each bucket at the
+// root's child length (a space apart).
+func splitLayout(s string) []string {
+	head, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return nil
+	}
+	return append([]string{head}, strings.Fields(rest)...)
 }
 
-// layout is plan.Choices text: its header line, then the choices of each
-// bucket at the root's child length (a space apart).
-var layout = field{
-	split: func(s string) []string {
-		head, rest, ok := strings.Cut(s, "\n")
-		if !ok {
-			return nil
-		}
-		return append([]string{head}, strings.Fields(rest)...)
-	},
-	join: func(items []string) string {
-		if len(items) == 0 {
-			return ""
-		}
-		return items[0] + "\n" + strings.Join(items[1:], " ") + "\n"
-	},
+// joinLayout is the text splitLayout cut.
+func joinLayout(items []string) string {
+	if len(items) == 0 {
+		return ""
+	}
+	return items[0] + "\n" + strings.Join(items[1:], " ") + "\n"
 }
 
 // A patch rewrites the items of a base field, one operation per line:
@@ -209,42 +203,52 @@ func MakeDelta(base *Bundle, baseDigest string, next *Bundle, baseSets, nextSets
 	}
 	d := &Delta{Version: DeltaVersion, Base: baseDigest, Result: result, Bundle: *next}
 	d.Bundle.Protect, d.Bundle.Rules = "", append([]BundleRule(nil), next.Rules...)
-	if d.Protect, err = diffSet(base.Protect, next.Protect); err != nil {
+	a, err := parseLines(base.Protect)
+	if err != nil {
 		return nil, fmt.Errorf("protected prefixes: %w", err)
 	}
-	byName := map[string]*BundleRule{}
-	for i := range base.Rules {
-		byName[base.Rules[i].Name] = &base.Rules[i]
+	b, err := parseLines(next.Protect)
+	if err != nil {
+		return nil, fmt.Errorf("protected prefixes: %w", err)
 	}
+	d.Protect = diffSet(a, b)
+	baseRule := rulesByName(base)
 	for i := range d.Bundle.Rules {
-		r := &d.Bundle.Rules[i]
-		old := byName[r.Name]
-		if old == nil {
-			old = &BundleRule{}
-		}
+		r, old := &next.Rules[i], baseRule(next.Rules[i].Name)
 		var rp RulePatch
-		if rp.Prefixes, err = diffSet(old.Prefixes, r.Prefixes); err != nil {
+		if a, err = old.prefixSet(); err == nil {
+			b, err = r.prefixSet()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
+		rp.Prefixes = diffSet(a, b)
 		rp.Layout4 = diffLayout(old.Layout4, r.Layout4, baseSets[r.Name], nextSets[r.Name], true)
 		rp.Layout6 = diffLayout(old.Layout6, r.Layout6, baseSets[r.Name], nextSets[r.Name], false)
-		r.Prefixes, r.Layout4, r.Layout6 = "", "", ""
+		dr := &d.Bundle.Rules[i]
+		dr.Prefixes, dr.Layout4, dr.Layout6, dr.set = "", "", "", nil
 		d.Rules = append(d.Rules, rp)
 	}
 	return d, nil
 }
 
-// diffSet is the patch from one prefix field to another.
-func diffSet(old, next string) (SetPatch, error) {
-	a, err := parseLines(old)
-	if err != nil {
-		return SetPatch{}, err
+// rulesByName finds b's rule of a name: an empty one when b has none.
+func rulesByName(b *Bundle) func(name string) *BundleRule {
+	m := make(map[string]*BundleRule, len(b.Rules))
+	for i := range b.Rules {
+		m[b.Rules[i].Name] = &b.Rules[i]
 	}
-	b, err := parseLines(next)
-	if err != nil {
-		return SetPatch{}, err
+	return func(name string) *BundleRule {
+		if r := m[name]; r != nil {
+			return r
+		}
+		return &BundleRule{}
 	}
-	return SetPatch{Removed: packNonEmpty(prefix.Subtract(a, b)), Added: packNonEmpty(prefix.Subtract(b, a))}, nil
+}
+
+// diffSet is the patch from set a to set b.
+func diffSet(a, b *netipx.IPSet) SetPatch {
+	return SetPatch{Removed: packNonEmpty(prefix.Subtract(a, b)), Added: packNonEmpty(prefix.Subtract(b, a))}
 }
 
 func packNonEmpty(s *netipx.IPSet) []byte {
@@ -284,7 +288,7 @@ func (p SetPatch) apply(old string) (string, *netipx.IPSet, error) {
 // bucket at the root's child length copied where the base made the same
 // ones for the same bucket (both sets give the buckets), else sent.
 func diffLayout(old, next string, oldSet, nextSet *netipx.IPSet, is4 bool) string {
-	base, items := layout.split(old), layout.split(next)
+	base, items := splitLayout(old), splitLayout(next)
 	bk, nk := layoutKeys(base, oldSet, is4), layoutKeys(items, nextSet, is4)
 	if bk == nil || nk == nil || layoutRoot(base) != layoutRoot(items) {
 		return replaceAll(base, items)
@@ -347,16 +351,9 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 	if b.Protect, _, err = d.Protect.apply(base.Protect); err != nil {
 		return nil, fmt.Errorf("protected prefixes: %w", err)
 	}
-	byName := map[string]*BundleRule{}
-	for i := range base.Rules {
-		byName[base.Rules[i].Name] = &base.Rules[i]
-	}
+	baseRule := rulesByName(base)
 	for i := range b.Rules {
-		r, rp := &b.Rules[i], d.Rules[i]
-		old := byName[r.Name]
-		if old == nil {
-			old = &BundleRule{}
-		}
+		r, rp, old := &b.Rules[i], d.Rules[i], baseRule(b.Rules[i].Name)
 		// The set is kept for Input, which need not read the text again.
 		if r.Prefixes, r.set, err = rp.Prefixes.apply(old.Prefixes); err == nil {
 			if r.Layout4, err = patchLayout(old.Layout4, rp.Layout4); err == nil {
@@ -378,11 +375,11 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 }
 
 func patchLayout(base, p string) (string, error) {
-	items, err := patch(layout.split(base), p)
+	items, err := patch(splitLayout(base), p)
 	if err != nil {
 		return "", err
 	}
-	return layout.join(items), nil
+	return joinLayout(items), nil
 }
 
 // Encode is d as stored: gzipped JSON.

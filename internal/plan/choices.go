@@ -135,8 +135,10 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	}
 	// No survey: the traffic model's totals only weigh the estimate and
 	// the bitmap's order, which ch carries.
-	n4, n6 := prefix.Count(s)
-	nIn := map[bool]int{true: n4, false: n6}[is4]
+	nIn, n6 := prefix.Count(s)
+	if !is4 {
+		nIn = n6
+	}
 	if nIn == 0 || s.ContainsPrefix(fullPrefix(is4)) {
 		return nil, fmt.Errorf("%w: the set is empty or everything", ErrChoices)
 	}
@@ -208,7 +210,7 @@ func short(digest string) string {
 // line, each its child length and "i" (in) or "o" (out), a space before
 // each Top one (after the first):
 //
-//	tree IPv4 root=16 in bitmap set=sha256-…
+//	tree IPv4 root=16 in bitmap set=sha256-… cost=0.64,0.17 order=out,descend-in
 //	24o20i28o 24i…
 func (ch *Choices) MarshalText() ([]byte, error) {
 	b := make([]byte, 0, 128+4*len(ch.Descend))
