@@ -49,7 +49,7 @@ func run(t testing.TB, args ...string) (string, error) {
 func compileFor(t testing.TB, policyFile, stateDir string) *compiled {
 	t.Helper()
 	g := &globals{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	c, err := (&policyFlags{policy: policyFile, stateDir: stateDir}).compile(context.Background(), g)
+	c, err := (&policyFlags{policy: policyFile, stateDir: stateDir, keepInput: true}).compile(context.Background(), g)
 	if err != nil {
 		t.Fatal(err)
 	}

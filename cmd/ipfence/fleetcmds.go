@@ -228,6 +228,7 @@ publish again without --canary to send everyone.`,
 			}
 			defer h.Close()
 			pf.record = layouts // the bundle carries the layouts chosen here
+			pf.keepInput = true // and the rules' sets
 			c, err := pf.compile(cmd.Context(), g)
 			if err != nil {
 				return err

@@ -45,6 +45,9 @@ type CompileOptions struct {
 	// Record keeps the layout chooser's choices in the plan (a fleet
 	// publisher ships them: plan.Options.Record).
 	Record bool
+	// Consume lets Compile drop the input's rule sets as it goes
+	// (plan.Options.Consume): for callers that do not read them after.
+	Consume bool
 }
 
 // Compiled is a policy compiled for one backend, not loaded: pure data.
@@ -82,7 +85,7 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 		cp.Backend = b
 		in, c.BackendWhy = &cp, why
 	}
-	p, err := plan.Compile(in, plan.Options{Record: o.Record})
+	p, err := plan.Compile(in, plan.Options{Record: o.Record, Consume: o.Consume})
 	if err != nil {
 		return nil, err
 	}

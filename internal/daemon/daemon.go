@@ -430,7 +430,7 @@ func (d *Daemon) reuser(now time.Time) func(source.Spec) *source.Source {
 
 // compileInput compiles what pol resolved to.
 func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compiled, error) {
-	ac, err := apply.Compile(res.Input, apply.CompileOptions{Backend: d.cfg.Backend, Host: d.cfg.Host, IPTables: d.cfg.IPTables, Logger: d.log})
+	ac, err := apply.Compile(res.Input, apply.CompileOptions{Backend: d.cfg.Backend, Host: d.cfg.Host, IPTables: d.cfg.IPTables, Logger: d.log, Consume: true})
 	if err != nil {
 		return nil, err
 	}
@@ -438,8 +438,8 @@ func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compil
 		return nil, err
 	}
 	// The sources stay (those not due are reused by the next load); the
-	// rules' input sets go as soon as the plan is made, which holds what
-	// it judges by: a refresh would keep them through the load.
+	// rules' input sets went as the plan was made (Consume), which holds
+	// what it judges by: a refresh would keep them through the load.
 	res = &policy.Resolved{Policy: res.Policy, Sources: res.Sources}
 	return &compiled{pol: pol, res: res, plan: ac.Plan, prog: ac.NFT, ac: ac}, nil
 }

@@ -482,3 +482,52 @@ func TestEntryKey(t *testing.T) {
 		t.Errorf("an Entry takes %d bytes, want at most 24", n)
 	}
 }
+
+// TestDeriveLevels checks the mixed buckets the chooser derives level from
+// level against a scan of the pieces at each length (a bucket at l: a run
+// of consecutive pieces longer than l within one /l), with every length a
+// candidate, IPv6's sparse candidates, and forced strides.
+func TestDeriveLevels(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 25))
+	for iter := range 60 {
+		is4 := iter%2 == 0
+		s := randomSet(r, is4, 1+r.IntN(800))
+		pieces := partition(s, is4)
+		if len(pieces) < 2 {
+			continue
+		}
+		var forced []int
+		if iter%3 == 0 {
+			maxLen := 0
+			for _, p := range pieces {
+				maxLen = max(maxLen, int(p.bits))
+			}
+			forced = []int{1 + r.IntN(max(1, maxLen-1)), maxLen + r.IntN(familyBits(is4)-maxLen+1)}
+			if forced[0] >= forced[1] {
+				forced = forced[1:]
+			}
+		}
+		c := newChooser(pieces, is4, false, forced, DefaultModel)
+		c.sortByLen()
+		for k := len(c.cands) - 1; k >= 0; k-- {
+			c.deriveLevel(k)
+			l := c.cands[k]
+			var want []dpBucket
+			for i := 0; i < len(pieces); {
+				if int(pieces[i].bits) <= l {
+					i++
+					continue
+				}
+				j := i + 1
+				for j < len(pieces) && int(pieces[j].bits) > l && cpl(pieces[j-1].addr, pieces[j].addr, c.w) >= l {
+					j++
+				}
+				want = append(want, dpBucket{start: int32(i), end: int32(j)})
+				i = j
+			}
+			if !slices.Equal(c.buckets[l], want) {
+				t.Fatalf("iter %d (cands %v): /%d buckets %v, the scan finds %v", iter, c.cands, l, c.buckets[l], want)
+			}
+		}
+	}
+}

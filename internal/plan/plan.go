@@ -320,6 +320,9 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 		}
 		p.Warnings = append(p.Warnings, warn...)
 		p.Rules = append(p.Rules, r)
+		if opt.Consume {
+			ri.Set = nil
+		}
 	}
 	if err := p.assignBackends(in); err != nil {
 		return nil, err

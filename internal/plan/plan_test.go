@@ -151,3 +151,34 @@ func TestAssignBackends(t *testing.T) {
 		t.Errorf("XDP rules without interfaces: %v, want ErrNoInterfaces", err)
 	}
 }
+
+// TestCompileConsume: with Consume, Compile drops the input's rule sets
+// and makes the same plan as without.
+func TestCompileConsume(t *testing.T) {
+	mk := func() *Input {
+		return &Input{
+			Protect: set("203.0.113.7/32"),
+			Rules: []RuleInput{
+				{Name: "feeds", Action: Drop, IPv4: true, IPv6: true, Set: set("10.0.0.0/8", "203.0.113.0/24", "2001:db8::/32")},
+				{Name: "web", Action: AllowOnly, IPv4: true, Set: set("192.0.2.0/24")},
+			},
+		}
+	}
+	kept, consumed := mk(), mk()
+	want, err := Compile(kept, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Compile(consumed, Options{Consume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range kept.Rules {
+		if kept.Rules[i].Set == nil || consumed.Rules[i].Set != nil {
+			t.Fatalf("rule %d: input set kept %v, consumed %v", i, kept.Rules[i].Set != nil, consumed.Rules[i].Set != nil)
+		}
+		if !got.Rules[i].Set.Equal(want.Rules[i].Set) {
+			t.Errorf("rule %d: the consuming compile's set differs", i)
+		}
+	}
+}

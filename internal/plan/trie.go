@@ -46,10 +46,13 @@ import (
 // a gigabyte (issue 25). Every level but the root lies within one
 // /chunkBits, so the programme runs one chunk at a time (the pieces of one
 // /8, or one piece shorter than that), keeps only each chunk's sums for
-// the root's options, chooses the root from those, and runs the chunks
-// again to emit the chosen tree. A survey of every piece first gives what
+// the root's options and a byte for each bucket's choice, chooses the
+// root from those, and reads the chunks again to emit the chosen tree
+// with the recorded choices. A survey of every piece first gives what
 // the traffic model needs of the whole family (its totals, the longest
-// prefix, the candidate lengths).
+// prefix, the candidate lengths). Each level's mixed buckets are derived
+// from the next longer level's and the pieces in between (deriveLevel),
+// not found by a scan of every piece at every length.
 var chunkBits = 8 // a variable for TestChunkedChooser, which sets 0: one chunk
 
 // dpBucket is a mixed bucket at some length: pieces[start:end]. Its
@@ -197,11 +200,26 @@ type chooser struct {
 	wrand  []float64 // prefix sums of random-traffic weight
 	// inU are prefix sums of the in pieces' sizes (addresses, modulo
 	// 2**128): with sums they count a bucket's uniform children in O(1).
-	inU     []prefix.U128
+	inU []prefix.U128
+	// byLen is the pieces' indexes ordered by length (in address order
+	// within a length), lenAt[l] where length l starts in it: the
+	// pieces a level adds to the buckets of the next longer one.
+	byLen   []int32
+	lenAt   [130]int32
+	singles []int32
 	buckets [129][]dpBucket
 	// sums[l][k] sums over buckets[l][:k], for evaluate to take a range
 	// of children at once.
 	sums [129][]childSum
+	// rec holds, with recording, every mixed bucket's choice as the
+	// programme makes them (levels longest first, buckets in address
+	// order, chunk after chunk): the emit pass takes them back
+	// (replayLevels) instead of running the programme again. One byte
+	// a bucket: the child's length above the bucket's (1 to 127: cands
+	// start at /1 at least), and the default.
+	rec       []byte
+	recAt     int
+	recording bool
 }
 
 // childSum is a sum over consecutive mixed buckets of one length: what
@@ -330,21 +348,68 @@ func (c *chooser) options(l int) []int {
 	return c.cands[i:j]
 }
 
-// mixedBuckets lists the mixed buckets at length l, in address order,
-// into out's array.
-func (c *chooser) mixedBuckets(l int, out []dpBucket) []dpBucket {
-	out = out[:0]
-	n := len(c.pieces)
-	for i := 0; i < n; {
-		if int(c.plen[i]) <= l {
+// sortByLen orders the pieces' indexes by length into byLen (a
+// counting sort: stable, so address order within a length).
+func (c *chooser) sortByLen() {
+	var count [130]int32
+	for _, l := range c.plen {
+		count[l+1]++
+	}
+	for l := 1; l < len(count); l++ {
+		count[l] += count[l-1]
+	}
+	c.lenAt = count
+	c.byLen = resize(c.byLen, len(c.plen))
+	for i, l := range c.plen {
+		c.byLen[count[l]] = int32(i)
+		count[l]++
+	}
+}
+
+// deriveLevel lists the mixed buckets at cands[k], in address order, into
+// c.buckets, from those at the next longer candidate (already listed) and
+// the pieces of the lengths in between: a mixed bucket at l is a run of
+// consecutive pieces longer than l within one /l, and every such piece
+// lies in a mixed bucket at the next length or has a length up to it.
+// Each piece is thus met once as a single, and the levels cost what their
+// buckets number, not what the pieces do (sortByLen first).
+func (c *chooser) deriveLevel(k int) {
+	l := c.cands[k]
+	out := c.buckets[l][:0]
+	if l >= c.maxLen {
+		c.buckets[l] = out
+		return
+	}
+	next := c.cands[k+1]
+	var longer []dpBucket
+	if next < c.maxLen {
+		longer = c.buckets[next]
+	}
+	singles := c.byLen[c.lenAt[l+1]:c.lenAt[next+1]]
+	if next > l+1 {
+		// Several lengths: merge them into address order.
+		c.singles = append(c.singles[:0], singles...)
+		slices.Sort(c.singles)
+		singles = c.singles
+	}
+	add := func(start, end int32) {
+		if n := len(out); n > 0 && out[n-1].end == start && int(c.cpl[start]) >= l {
+			out[n-1].end = end
+			return
+		}
+		out = append(out, dpBucket{start: start, end: end})
+	}
+	i, j := 0, 0
+	for i < len(longer) || j < len(singles) {
+		if j == len(singles) || i < len(longer) && longer[i].start < singles[j] {
+			add(longer[i].start, longer[i].end)
 			i++
 			continue
 		}
-		j := c.bucketEnd(l, i)
-		out = append(out, dpBucket{start: int32(i), end: int32(j)})
-		i = j
+		add(singles[j], singles[j]+1)
+		j++
 	}
-	return out
+	c.buckets[l] = out
 }
 
 // bucketEnd is the end of the mixed bucket at length l that starts at
@@ -372,8 +437,31 @@ func (c *chooser) solve(price float64) (root dpBucket, cost, elems float64) {
 // solveLevels runs the programme for every candidate length, longest
 // first: every level but the root.
 func (c *chooser) solveLevels(price float64) {
+	c.sortByLen()
 	for k := len(c.cands) - 1; k >= 0; k-- {
+		c.deriveLevel(k)
 		c.solveLevel(c.cands[k], price)
+	}
+}
+
+// replayLevels lists the mixed buckets of every candidate length as
+// solveLevels does, with the choices it recorded (rec, from recAt), and
+// their sums of in addresses (what sharedAt needs of them; no costs).
+func (c *chooser) replayLevels() {
+	c.sortByLen()
+	for k := len(c.cands) - 1; k >= 0; k-- {
+		l := c.cands[k]
+		c.deriveLevel(k)
+		bs := c.buckets[l]
+		sums := append(c.sums[l][:0], childSum{})
+		for bi := range bs {
+			b := &bs[bi]
+			r := c.rec[c.recAt]
+			c.recAt++
+			b.child, b.def = uint8(l)+r&0x7f, r&0x80 != 0
+			sums = append(sums, c.add(sums[bi], *b, 0, 0))
+		}
+		c.sums[l] = sums
 	}
 }
 
@@ -384,7 +472,7 @@ func (c *chooser) solveLevel(l int, price float64) {
 		c.buckets[l], c.sums[l] = c.buckets[l][:0], append(c.sums[l][:0], childSum{})
 		return
 	}
-	bs := c.mixedBuckets(l, c.buckets[l])
+	bs := c.buckets[l]
 	if c.bitmap && l == BitmapBits {
 		// Every longer length: one map holds them all.
 		c.buckets[l], c.sums[l] = c.shared(bs, c.cands[c.after(l):], price)
@@ -410,8 +498,11 @@ func (c *chooser) solveLevel(l int, price float64) {
 			}
 		}
 		sums = append(sums, c.add(sums[bi], *b, cost, elems))
+		if c.recording {
+			c.rec = append(c.rec, byte(int(b.child)-l)|byte(b2i(b.def))<<7)
+		}
 	}
-	c.buckets[l], c.sums[l] = bs, sums
+	c.sums[l] = sums
 }
 
 // after is the index in cands of the first length above l.
@@ -700,6 +791,28 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 	}
 }
 
+// reserve grows the levels' entries ahead of the appends to a tenth
+// more than the pieces emitted so far (done of total) project, when a
+// level holds less than that: the entries of a 400k-line feed's layout
+// took five times their size in allocations growing by append, and kept
+// an eighth spare. Early on (the first sixteenth) append's own growth
+// stands.
+func (t *treeBuilder) reserve(done, total int) {
+	if done*16 < total {
+		return
+	}
+	for _, lv := range t.levels {
+		n := len(lv.Entries)
+		proj := int(float64(n)*float64(total)/float64(done)) + 64
+		if cap(lv.Entries) >= proj {
+			continue
+		}
+		grown := make([]Entry, n, proj+proj/10) // slices.Grow would round up to a quarter more
+		copy(grown, lv.Entries)
+		lv.Entries = grown
+	}
+}
+
 // order is the kinds of a Bitmap root's entries, busiest first (ties in
 // kind order).
 func (t *treeBuilder) order() []EntryKind {
@@ -719,7 +832,9 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 	c := &chooser{family: f}
 	for ; price < 1e3; price *= 4 {
 		p := price / 1e6
+		c.rec, c.recording = c.rec[:0], true
 		r := c.rootSums(seq, p)
+		c.recording = false
 		root, cost, elems, _ := f.root(r, p, false)
 		// A Bitmap root only where the model says it pays.
 		bitmap, sharedLen := false, 0
@@ -738,13 +853,17 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 			continue
 		}
 		t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries}
+		c.recAt = 0
+		done := 0
 		chunks(seq, f.w, f.chunkLen(), func(ps []piece, cs pieceSeq) {
 			if t.left < 0 {
 				return
 			}
+			t.reserve(done, f.n)
+			done += len(ps)
 			c.load(ps, cs)
 			c.bitmap = false
-			c.solveLevels(p)
+			c.replayLevels()
 			if bitmap {
 				c.buckets[BitmapBits], c.sums[BitmapBits], _ = c.sharedAt(c.buckets[BitmapBits], sharedLen, p, true)
 				c.bitmap = true

@@ -219,20 +219,21 @@ func Partition(s *netipx.IPSet, is4 bool, fn func(p netip.Prefix, in bool)) {
 // Pieces calls fn for each prefix of Partition(s, is4), in the same order,
 // as its address and length, its side, and the first and last address of
 // the run it belongs to: the range of s, or the gap between two, that the
-// prefix is part of. It allocates only the list of s's ranges, however
-// many prefixes it calls fn for.
+// prefix is part of. It allocates nothing, however many prefixes it
+// calls fn for: it reads s's ranges in place.
 func Pieces(s *netipx.IPSet, is4 bool, fn func(a U128, bits int, in bool, runLo, runHi U128)) {
-	s4, s6 := spansOf(s)
-	ss, top, width := s6, max6, 128
+	all, n4 := split(s)
+	rr, top, width := all[n4:], max6, 128
 	if is4 {
-		ss, top, width = s4, max4, 32
+		rr, top, width = all[:n4], max4, 32
 	}
 	emit := func(sp span, in bool) {
 		forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(a, bits, in, sp.lo, sp.hi) })
 	}
 	// The gaps are walked as they come (complement's, without its list).
 	next, more := U128{}, true // first address not yet emitted
-	for _, sp := range ss {
+	for _, r := range rr {
+		sp := span{U128From(r.From()), U128From(r.To())}
 		if next.Less(sp.lo) {
 			emit(span{next, sp.lo.Sub64(1)}, false)
 		}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/ipfence/ipfence/internal/prefix"
+	"github.com/ipfence/ipfence/internal/radixsort"
 	"go4.org/netipx"
 )
 
@@ -108,21 +109,36 @@ func (c *chunks[K]) add(lo, hi K, cc, file uint16, line int) {
 	// Compacting again once as many rows came in as it kept keeps the
 	// work at O(n log n) when no row is redundant.
 	if c.n++; c.n >= max(compactAt, len(c.done)) {
-		c.done = compact(c.all(nil))
+		c.done = c.compacted()
 		c.cur, c.n = nil, 0
 	}
 }
 
-// all appends every row of c to out.
-func (c *chunks[K]) all(out []entry[K]) []entry[K] {
-	if out == nil {
-		out = make([]entry[K], 0, len(c.done)+c.n)
-	}
-	out = append(out, c.done...)
+// compacted is every row of c, sorted and compacted: the rows read since
+// the last compaction are sorted on their own and merged with the ones
+// it kept.
+func (c *chunks[K]) compacted() []entry[K] {
+	fresh := make([]entry[K], 0, c.n)
 	for _, ch := range c.cur {
-		out = append(out, ch...)
+		fresh = append(fresh, ch...)
 	}
-	return out
+	sortRows(fresh)
+	if len(c.done) == 0 {
+		return compact(fresh)
+	}
+	out := make([]entry[K], 0, len(c.done)+len(fresh))
+	i, j := 0, 0
+	for i < len(c.done) && j < len(fresh) {
+		if byFirst(fresh[j], c.done[i]) < 0 {
+			out = append(out, fresh[j])
+			j++
+		} else {
+			out = append(out, c.done[i])
+			i++
+		}
+	}
+	out = append(append(out, c.done[i:]...), fresh[j:]...)
+	return compact(out)
 }
 
 // len is the number of rows c holds.
@@ -143,11 +159,23 @@ func byFirst[K key[K]](a, b entry[K]) int {
 	return cmp.Compare(a.line, b.line)
 }
 
-// compact sorts es by first address, widest first, then by where they
-// were read, and drops every row within an earlier row of the same
-// country (so of equal rows the first read stays, for explain).
-func compact[K key[K]](es []entry[K]) []entry[K] {
+// sortRows sorts es by byFirst. IPv4 rows (16 bytes, keys of 32 bits)
+// take a radix sort: a tenth of the time of the comparisons for a 400k-row
+// feed.
+func sortRows[K key[K]](es []entry[K]) {
+	if e4, ok := any(es).([]entry[k4]); ok {
+		radixsort.Func(e4, 0, func(e *entry[k4]) uint64 { return uint64(e.file)<<32 | uint64(e.line) })
+		radixsort.Func(e4, 0, func(e *entry[k4]) uint64 { return uint64(e.lo)<<32 | uint64(^e.hi) })
+		return
+	}
 	slices.SortFunc(es, byFirst)
+}
+
+// compact drops from es, sorted by byFirst (by first address, widest
+// first, then by where they were read), every row within an earlier row
+// of the same country (so of equal rows the first read stays, for
+// explain).
+func compact[K key[K]](es []entry[K]) []entry[K] {
 	// reach[c] is the highest last address of the rows of country slot
 	// c so far; every one of them starts at or before the current row.
 	var reach [numCodes + 1]K

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"net/netip"
-	"slices"
 
 	"github.com/ipfence/ipfence/internal/prefix"
 	"go4.org/netipx"
@@ -91,20 +90,20 @@ type table[K key[K]] struct {
 // restores the file order from (file, line).)
 func (t *table[K]) join(parts []chunks[K]) {
 	if len(parts) == 1 {
-		t.e = compact(parts[0].all(nil))
+		t.e = parts[0].compacted()
 		return
 	}
 	n := 0
 	kept := make([][]entry[K], len(parts))
 	for i := range parts {
-		kept[i] = compact(parts[i].all(nil))
+		kept[i] = parts[i].compacted()
 		n += len(kept[i])
 	}
 	t.e = make([]entry[K], 0, n)
 	for _, k := range kept {
 		t.e = append(t.e, k...)
 	}
-	slices.SortFunc(t.e, byFirst)
+	sortRows(t.e)
 }
 
 // addTo adds to b the union of the entries whose country is selected by
