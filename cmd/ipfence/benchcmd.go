@@ -62,9 +62,25 @@ var benchScenarios = []benchScenario{
 // one); tests set the binary they built.
 var footprintBinary string
 
+// footprintLines, footprintBans and footprintRounds, when set, narrow
+// the footprint scenario.
+var (
+	footprintLines, footprintBans []int
+	footprintRounds               int
+)
+
 func footprintOptions(quick bool) bench.FootprintOptions {
 	o := pick(quick, bench.QuickFootprint, bench.FullFootprint)
 	o.Binary = footprintBinary
+	if footprintLines != nil {
+		o.Lines = footprintLines
+	}
+	if footprintBans != nil {
+		o.Bans = footprintBans
+	}
+	if footprintRounds > 0 {
+		o.Rounds = footprintRounds
+	}
 	return o
 }
 
@@ -197,6 +213,9 @@ scenario); full runs take tens of minutes and are for humans.`,
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "small sizes and few rounds: a smoke run")
 	c.Flags().StringVar(&out, "out", "ipfence-bench", "folder for each scenario's results, report and plots")
+	c.Flags().IntSliceVar(&footprintLines, "footprint-lines", nil, "footprint: only these feed sizes, in lines (e.g. 400000)")
+	c.Flags().IntSliceVar(&footprintBans, "footprint-bans", nil, "footprint: these ban counts (0 first: the daemon without bans; 0 alone: no ban step)")
+	c.Flags().IntVar(&footprintRounds, "footprint-rounds", 0, "footprint: runs of each row (medians are reported)")
 	c.Flags().StringSliceVar(&geoConfigs, "geo-configs", nil, "geo: only these configs (e.g. ipfence,ipfence-ipset,ipset-hash-net)")
 	c.Flags().StringArrayVar(&geoSets, "geo-sets", nil, "geo: only this country set, by name; repeat for more (e.g. --geo-sets \"8 in Europe\" --geo-sets \"6 countries, IPv6\")")
 	return c

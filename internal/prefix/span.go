@@ -197,6 +197,14 @@ func CoverDiffText(a, b []string) (aOnly, bOnly int) {
 	return coverDiff(a4, a6, b4, b6)
 }
 
+// CoverDiffSet is CoverDiffText with a given as a set (its minimal
+// cover): an apply's new rule set against the text of its last record.
+func CoverDiffSet(a *netipx.IPSet, b []string) (aOnly, bOnly int) {
+	a4, a6 := spansOf(a)
+	b4, b6 := spansOfText(b)
+	return coverDiff(a4, a6, b4, b6)
+}
+
 // coverDiff is CoverDiff of minimal sorted lists.
 func coverDiff(a4, a6, b4, b6 []span) (aOnly, bOnly int) {
 	// Counted as the differences come: no list of them is made.

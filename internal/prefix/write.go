@@ -18,7 +18,7 @@ import (
 // `iprange --print-suffix-ips /32`. A nil s writes nothing. It returns the
 // first error writing w.
 func WriteCIDRs(w io.Writer, s *netipx.IPSet) error {
-	return write(w, s, appendCIDRs, false)
+	return write(w, s, appendCIDRs, lines)
 }
 
 // WriteRanges writes the maximal ranges of s, one per line, IPv4 before
@@ -26,7 +26,7 @@ func WriteCIDRs(w io.Writer, s *netipx.IPSet) error {
 // range of one address. A nil s writes nothing. It returns the first
 // error writing w.
 func WriteRanges(w io.Writer, s *netipx.IPSet) error {
-	return write(w, s, appendRange, false)
+	return write(w, s, appendRange, lines)
 }
 
 // WriteJSON writes s as one line of JSON,
@@ -38,37 +38,61 @@ func WriteJSON(w io.Writer, s *netipx.IPSet, ranges bool) error {
 	if ranges {
 		f = appendRange
 	}
-	return write(w, s, f, true)
+	return write(w, s, f, jsonObject)
 }
 
-// write writes the ranges of s, each formatted by f: one item a line, or
-// as JSON.
-func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, before, after string) []byte, json bool) error {
+// WriteJSONArray writes the prefixes WriteCIDRs writes as one JSON array
+// of strings, ["192.0.2.0/24","2001:db8::/32"], without a newline: what
+// json.Marshal writes of them as a []string, without the list. It
+// returns the first error writing w.
+func WriteJSONArray(w io.Writer, s *netipx.IPSet) error {
+	return write(w, s, appendCIDRs, jsonArray)
+}
+
+// frame is how write frames its items.
+type frame int
+
+const (
+	lines      frame = iota // one a line
+	jsonObject              // {"ipv4":[...],"ipv6":[...]}
+	jsonArray               // [...]
+)
+
+// write writes the ranges of s, each formatted by f, framed by fr.
+func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, before, after string) []byte, fr frame) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	before, after := "", "\n"
-	if json {
-		before, after = `,"`, `"`
+	switch fr {
+	case jsonObject:
 		bw.WriteString(`{"ipv4":[`)
+	case jsonArray:
+		bw.WriteString(`[`)
+	}
+	if fr != lines {
+		before, after = `,"`, `"`
 	}
 	first, v6 := true, false // first: no item yet in this JSON array
 	var b []byte
 	for _, r := range rangesOf(s) {
-		if json && !v6 && r.From().Is6() {
+		if fr == jsonObject && !v6 && r.From().Is6() {
 			first, v6 = true, true
 			bw.WriteString(`],"ipv6":[`)
 		}
 		b = f(b[:0], r, before, after)
 		out := b
-		if json && first {
+		if fr != lines && first {
 			out, first = b[1:], false // no comma before the first item
 		}
 		bw.Write(out)
 	}
-	if json {
+	switch fr {
+	case jsonObject:
 		if !v6 {
 			bw.WriteString(`],"ipv6":[`)
 		}
 		bw.WriteString("]}\n")
+	case jsonArray:
+		bw.WriteString("]")
 	}
 	return bw.Flush()
 }

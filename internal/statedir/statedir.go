@@ -21,14 +21,17 @@
 package statedir
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
@@ -173,7 +176,11 @@ type RuleApplied struct {
 	Backend    plan.Backend `json:"backend,omitempty"`
 	PrefixesV4 int          `json:"prefixes_ipv4"`
 	PrefixesV6 int          `json:"prefixes_ipv6"`
-	Prefixes   []string     `json:"prefixes"`
+	// Prefixes are a record's prefixes as read from disk; a record made
+	// here (Summarize) holds its plan's set instead (set), written
+	// straight from it (PrefixList gives both as text).
+	Prefixes []string `json:"prefixes"`
+	set      *netipx.IPSet
 	// Direction and Stateless are the rule's (see plan.Rule).
 	Direction plan.Direction `json:"direction,omitempty"`
 	Stateless bool           `json:"stateless,omitempty"`
@@ -207,30 +214,17 @@ func Summarize(p *plan.Plan) *Applied {
 		}
 		a.Rules = append(a.Rules, ra)
 	}
-	FillPrefixes(a, p)
+	for i, r := range p.Rules {
+		// The plan's set, not its text: 400k strings took 40 MB beside
+		// the loaded program, and as much again in the JSON.
+		a.Rules[i].set = r.Set
+	}
 	return a
 }
 
-// FillPrefixes sets the prefix lists of a, Summarize(p), from p's rules.
-// A record's lists are what Compare and the record on disk read, one
-// string a prefix: DropPrefixes lets them go in between (an apply of a
-// 400k-prefix rule held its last record's and its own, 40 MB, while the
-// kernel loaded).
-func FillPrefixes(a *Applied, p *plan.Plan) {
-	for i, r := range p.Rules {
-		ps := prefix.Prefixes(r.Set)
-		a.Rules[i].Prefixes = nil
-		if len(ps) > 0 {
-			a.Rules[i].Prefixes = make([]string, len(ps))
-			for k, pr := range ps {
-				a.Rules[i].Prefixes[k] = pr.String()
-			}
-		}
-	}
-}
-
-// DropPrefixes empties the prefix lists of a (nil: no record); the rest
-// of the record stays.
+// DropPrefixes empties the prefix lists a read from disk (nil: no
+// record); the rest of the record stays. Compare is what reads them: an
+// apply lets its last record's go before the kernel loads.
 func (a *Applied) DropPrefixes() {
 	if a == nil {
 		return
@@ -238,6 +232,28 @@ func (a *Applied) DropPrefixes() {
 	for i := range a.Rules {
 		a.Rules[i].Prefixes = nil
 	}
+}
+
+// PrefixList is the rule's prefixes as text: the minimal cover, IPv4
+// then IPv6, each in address order.
+func (r RuleApplied) PrefixList() []string {
+	if r.set == nil {
+		return r.Prefixes
+	}
+	var out []string
+	for _, p := range prefix.Prefixes(r.set) {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// count is the number of the rule's prefixes.
+func (r RuleApplied) count() int {
+	if r.set == nil {
+		return len(r.Prefixes)
+	}
+	n4, n6 := prefix.Count(r.set)
+	return n4 + n6
 }
 
 // Change is one difference between two applies.
@@ -275,11 +291,11 @@ func Compare(prev, cur *Applied) []Change {
 	for _, r := range cur.Rules {
 		o, ok := old[r.Name]
 		if !ok {
-			out = append(out, Change{Rule: r.Name, Kind: "added", Added: len(r.Prefixes)})
+			out = append(out, Change{Rule: r.Name, Kind: "added", Added: r.count()})
 			continue
 		}
 		delete(old, r.Name)
-		added, removed := diff(o.Prefixes, r.Prefixes)
+		added, removed := diff(o, r)
 		var note string
 		if o.Action != r.Action {
 			note = fmt.Sprintf("action %s → %s", o.Action, r.Action)
@@ -295,7 +311,7 @@ func Compare(prev, cur *Applied) []Change {
 	if prev != nil {
 		for _, r := range prev.Rules {
 			if _, gone := old[r.Name]; gone {
-				out = append(out, Change{Rule: r.Name, Kind: "removed", Removed: len(r.Prefixes)})
+				out = append(out, Change{Rule: r.Name, Kind: "removed", Removed: r.count()})
 			}
 		}
 	}
@@ -303,9 +319,17 @@ func Compare(prev, cur *Applied) []Change {
 }
 
 // diff counts addresses-as-prefixes added and removed: the prefixes of
-// cur not covered by prev and of prev not covered by cur.
-func diff(prev, cur []string) (added, removed int) {
-	return prefix.CoverDiffText(cur, prev)
+// cur not covered by prev and of prev not covered by cur. A set is read
+// as it is; text (a record from disk) is parsed into ranges.
+func diff(prev, cur RuleApplied) (added, removed int) {
+	switch {
+	case cur.set != nil && prev.set == nil:
+		return prefix.CoverDiffSet(cur.set, prev.Prefixes)
+	case cur.set == nil && prev.set != nil:
+		removed, added = prefix.CoverDiffSet(prev.set, cur.Prefixes)
+		return added, removed
+	}
+	return prefix.CoverDiffText(cur.PrefixList(), prev.PrefixList())
 }
 
 // key is the name a namespace's files have in the state folder
@@ -350,11 +374,54 @@ func (d Dir) LoadApplied(netns string) (*Applied, error) {
 
 // SaveApplied records what was applied in netns.
 func (d Dir) SaveApplied(netns string, a *Applied) error {
-	data, err := json.Marshal(a)
+	return WriteFileAtomicFunc(d.appliedPath(netns), func(w io.Writer) error { return writeApplied(w, a) })
+}
+
+// writeApplied writes a as JSON, what json.Marshal writes of it, with each
+// rule's prefixes written as they come from its set: no list of them,
+// and no copy of the whole text in memory.
+func writeApplied(w io.Writer, a *Applied) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	// The record and each rule without their lists (an outer field of
+	// the same name, left out, hides the embedded one), their closing
+	// brace then replaced by the list.
+	head, err := json.Marshal(struct {
+		*Applied
+		Rules *struct{} `json:"rules,omitempty"`
+	}{Applied: a})
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(d.appliedPath(netns), data)
+	bw.Write(head[:len(head)-1])
+	bw.WriteString(`,"rules":[`)
+	for i := range a.Rules {
+		r := &a.Rules[i]
+		rb, err := json.Marshal(struct {
+			*RuleApplied
+			Prefixes *struct{} `json:"prefixes,omitempty"`
+		}{RuleApplied: r})
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(rb[:len(rb)-1])
+		bw.WriteString(`,"prefixes":`)
+		if r.set != nil {
+			err = prefix.WriteJSONArray(bw, r.set)
+		} else {
+			var pb []byte
+			pb, err = json.Marshal(r.Prefixes)
+			bw.Write(pb)
+		}
+		if err != nil {
+			return err
+		}
+		bw.WriteByte('}')
+	}
+	bw.WriteString("]}")
+	return bw.Flush()
 }
 
 // ForgetApplied removes the record (after a flush).
@@ -393,6 +460,14 @@ func (d Dir) Lock() (unlock func(), err error) {
 // WriteFileAtomic writes data to path via a synced temporary file and a
 // rename, creating the folder.
 func WriteFileAtomic(path string, data []byte) error {
+	return WriteFileAtomicFunc(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFileAtomicFunc is WriteFileAtomic of what write writes.
+func WriteFileAtomicFunc(path string, write func(io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return fmt.Errorf("creating state folder: %w", err)
 	}
@@ -401,7 +476,7 @@ func WriteFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

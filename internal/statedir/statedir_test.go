@@ -3,6 +3,8 @@ package statedir
 import (
 	"errors"
 	"net/netip"
+	"reflect"
+	"slices"
 	"testing"
 
 	"go4.org/netipx"
@@ -59,6 +61,27 @@ func TestCompareAndSave(t *testing.T) {
 	got, err := d.LoadApplied("ns1")
 	if err != nil || len(Compare(got, a)) != 0 {
 		t.Errorf("round trip: %v %+v", err, got)
+	}
+	// Written from the set, the record reads as json.Marshal's of the
+	// same record with its text; and one read from disk (text) writes
+	// the same again.
+	withText := *a
+	withText.Rules = slices.Clone(a.Rules)
+	withText.Rules[0].Prefixes, withText.Rules[0].set = a.Rules[0].PrefixList(), nil
+	if !reflect.DeepEqual(*got, withText) {
+		t.Errorf("read back %+v, want %+v", *got, withText)
+	}
+	if err := d.SaveApplied("ns2", got); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := d.LoadApplied("ns2"); err != nil || !reflect.DeepEqual(*again, withText) {
+		t.Errorf("a record read and written again: %v %+v, want %+v", err, again, withText)
+	}
+	if ch := Compare(got, b); len(ch) != 1 || ch[0].Added != 1 || ch[0].Removed != 2 {
+		t.Errorf("text to set: changes %+v, want +1 -2", ch)
+	}
+	if ch := Compare(b, got); len(ch) != 1 || ch[0].Added != 2 || ch[0].Removed != 1 {
+		t.Errorf("set to text: changes %+v, want +2 -1", ch)
 	}
 	if err := d.ForgetApplied("ns1"); err != nil {
 		t.Fatal(err)
