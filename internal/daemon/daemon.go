@@ -474,6 +474,9 @@ func (d *Daemon) loadFull(ctx context.Context, c *compiled) error {
 // XDP again). kind is for the apply metric ("" : not observed). Called
 // with d.mu held.
 func (d *Daemon) load(ctx context.Context, c *compiled, kind string, t0 time.Time, o apply.Options) (*apply.Report, error) {
+	if d.plan != nil {
+		o.Previous = d.plan // what the record holds, in memory already
+	}
 	rep, err := d.target.Apply(ctx, c.ac, d.ctl, o)
 	if rep != nil && rep.Leftover != nil {
 		d.log.Warn("the policy is loaded, but the last load's other backend could not be emptied", "err", rep.Leftover)

@@ -62,6 +62,9 @@ func TestCoverDiff(t *testing.T) {
 		if tA, tB := CoverDiffText(text(a), text(b)); tA != gotA || tB != gotB {
 			t.Fatalf("round %d: CoverDiffText = %d, %d; CoverDiff %d, %d", round, tA, tB, gotA, gotB)
 		}
+		if sA, sB := CoverDiffSets(sa, sb); sA != gotA || sB != gotB {
+			t.Fatalf("round %d: CoverDiffSets = %d, %d; CoverDiff %d, %d", round, sA, sB, gotA, gotB)
+		}
 		if sA, sB := CoverDiffSet(sa, text(b)); sA != gotA || sB != gotB {
 			t.Fatalf("round %d: CoverDiffSet = %d, %d; CoverDiff %d, %d", round, sA, sB, gotA, gotB)
 		}

@@ -197,6 +197,13 @@ func CoverDiffText(a, b []string) (aOnly, bOnly int) {
 	return coverDiff(a4, a6, b4, b6)
 }
 
+// CoverDiffSets is CoverDiff of two sets (their minimal covers).
+func CoverDiffSets(a, b *netipx.IPSet) (aOnly, bOnly int) {
+	a4, a6 := spansOf(a)
+	b4, b6 := spansOf(b)
+	return coverDiff(a4, a6, b4, b6)
+}
+
 // CoverDiffSet is CoverDiffText with a given as a set (its minimal
 // cover): an apply's new rule set against the text of its last record.
 func CoverDiffSet(a *netipx.IPSet, b []string) (aOnly, bOnly int) {

@@ -83,6 +83,24 @@ func TestCompareAndSave(t *testing.T) {
 	if ch := Compare(b, got); len(ch) != 1 || ch[0].Added != 2 || ch[0].Removed != 1 {
 		t.Errorf("set to text: changes %+v, want +2 -1", ch)
 	}
+	// Read for the plan it was made of (the daemon's): the same record,
+	// its prefixes the plan's sets, not text.
+	pa := mk(plan.Drop, "10.0.0.0/8", "192.0.2.0/24")
+	rec, err := d.LoadAppliedFor("ns1", pa)
+	if err != nil || rec.Rules[0].Prefixes != nil || rec.Rules[0].set != pa.Rules[0].Set {
+		t.Fatalf("LoadAppliedFor: %v %+v", err, rec)
+	}
+	if ch := Compare(rec, b); len(ch) != 1 || ch[0].Added != 1 || ch[0].Removed != 2 {
+		t.Errorf("set to set: changes %+v, want +1 -2", ch)
+	}
+	if !slices.Equal(rec.Rules[0].PrefixList(), withText.Rules[0].Prefixes) {
+		t.Errorf("LoadAppliedFor: prefixes %v, want %v", rec.Rules[0].PrefixList(), withText.Rules[0].Prefixes)
+	}
+	rec.Rules[0].set = nil
+	rec.Rules[0].Prefixes = withText.Rules[0].Prefixes
+	if !reflect.DeepEqual(*rec, withText) {
+		t.Errorf("LoadAppliedFor: %+v, want %+v", *rec, withText)
+	}
 	if err := d.ForgetApplied("ns1"); err != nil {
 		t.Fatal(err)
 	}
