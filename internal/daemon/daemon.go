@@ -430,7 +430,11 @@ func (d *Daemon) reuser(now time.Time) func(source.Spec) *source.Source {
 
 // compileInput compiles what pol resolved to.
 func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compiled, error) {
-	ac, err := apply.Compile(res.Input, apply.CompileOptions{Backend: d.cfg.Backend, Host: d.cfg.Host, IPTables: d.cfg.IPTables, Logger: d.log, Consume: true})
+	// A policy's input is resolved afresh for each compile: its sets go
+	// as the plan is made. A fleet agent's (Config.Input) is the
+	// revision it keeps and compiles again at a reload: it stays whole.
+	consume := d.cfg.Input == nil
+	ac, err := apply.Compile(res.Input, apply.CompileOptions{Backend: d.cfg.Backend, Host: d.cfg.Host, IPTables: d.cfg.IPTables, Logger: d.log, Consume: consume})
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +442,7 @@ func (d *Daemon) compileInput(pol *policy.Policy, res *policy.Resolved) (*compil
 		return nil, err
 	}
 	// The sources stay (those not due are reused by the next load); the
-	// rules' input sets went as the plan was made (Consume), which holds
+	// rules' input sets went as the plan was made (consume), which holds
 	// what it judges by: a refresh would keep them through the load.
 	res = &policy.Resolved{Policy: res.Policy, Sources: res.Sources}
 	return &compiled{pol: pol, res: res, plan: ac.Plan, prog: ac.NFT, ac: ac}, nil

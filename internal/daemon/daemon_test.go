@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
@@ -26,6 +27,8 @@ import (
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
+	"github.com/ipfence/ipfence/internal/plan"
+	"go4.org/netipx"
 )
 
 // running is a daemon started by a test.
@@ -653,5 +656,33 @@ func TestRemovedSourceIsNotDue(t *testing.T) {
 	defer r.d.mu.Unlock()
 	if r.d.applied != applied {
 		t.Errorf("a refresh ran for sources the policy does not have")
+	}
+}
+
+// TestInputCompiledAgain: a fleet agent's input is the revision it keeps,
+// compiled again at every reload: a compile must leave its sets whole
+// (the policy's, resolved afresh each time, go as the plan is made). Its
+// second compile blocks what the first did. In a lab namespace (the plan
+// is checked against the namespace's own addresses).
+func TestInputCompiledAgain(t *testing.T) {
+	lab := netnstest.New(t)
+	var b netipx.IPSetBuilder
+	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
+	set, _ := b.IPSet()
+	rev := &plan.Input{Table: "ipfence", Priority: -300, Protect: plan.Builtin(),
+		Rules: []plan.RuleInput{{Name: "feed", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}
+	d := New(Config{NetNS: lab.FW, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Input: func(context.Context) (*plan.Input, error) { return apply.ForHost(rev, plan.NFTables), nil }})
+	for i := range 2 {
+		c, err := d.compile(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rule, blocked := c.plan.Blocked(netip.MustParseAddr("192.0.2.7")); !blocked || rule != "feed" {
+			t.Fatalf("compile %d: 192.0.2.7 blocked %v by %q, want by feed", i+1, blocked, rule)
+		}
+	}
+	if rev.Rules[0].Set != set {
+		t.Fatal("the revision's set was dropped by the compile")
 	}
 }

@@ -531,3 +531,31 @@ func TestDeriveLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestEntriesRoom: the layout's entries keep little spare room (they are
+// reserved from the pieces' progress), also when one level's entries
+// all come early (every other /24 of 1.0.0.0/8) and another's late
+// (every other /32 of the first /16 of 100/8 to 115/8).
+func TestEntriesRoom(t *testing.T) {
+	var b netipx.IPSetBuilder
+	for i := 0; i < 1<<16; i += 2 {
+		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{1, byte(i >> 8), byte(i), 0}), 24))
+	}
+	for o := 100; o < 116; o++ {
+		for i := 0; i < 1<<16; i += 2 {
+			b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(o), 0, byte(i >> 8), byte(i)}), 32))
+		}
+	}
+	skewed, _ := b.IPSet()
+	for name, s := range map[string]*netipx.IPSet{"skewed": skewed, "scattered": randomSet(rand.New(rand.NewPCG(3, 25)), true, 200_000)} {
+		l, err := Build(s, true, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lv := range l.Levels {
+			if n := len(lv.Entries); cap(lv.Entries) > n+n/4+1024 {
+				t.Errorf("%s: level /%d at depth %d: %d entries, room for %d", name, lv.Bits, lv.Depth, n, cap(lv.Entries))
+			}
+		}
+	}
+}

@@ -690,6 +690,7 @@ type treeBuilder struct {
 	// (over every element of every map) sees the depth packets see.
 	levels map[[2]int]*Level
 	left   int // elements still allowed; below zero: stop
+	expect int // the elements the chooser counted (reserve's bound)
 	pass   float64
 	random float64
 	rest   []netip.Prefix
@@ -796,14 +797,22 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 // level holds less than that: the entries of a 400k-line feed's layout
 // took five times their size in allocations growing by append, and kept
 // an eighth spare. Early on (the first sixteenth) append's own growth
-// stands.
+// stands. A level never reserves more than the elements the chooser
+// counted and not yet emitted (and a Bitmap root's 65,536 bits): a
+// level whose entries all come early would otherwise keep many times
+// its size.
 func (t *treeBuilder) reserve(done, total int) {
 	if done*16 < total {
 		return
 	}
+	emitted := 0
+	for _, lv := range t.levels {
+		emitted += len(lv.Entries)
+	}
+	room := max(0, t.expect-emitted) + 1<<16
 	for _, lv := range t.levels {
 		n := len(lv.Entries)
-		proj := int(float64(n)*float64(total)/float64(done)) + 64
+		proj := min(int(float64(n)*float64(total)/float64(done))+64, n+room)
 		if cap(lv.Entries) >= proj {
 			continue
 		}
@@ -852,7 +861,7 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 			}
 			continue
 		}
-		t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries}
+		t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries, expect: int(elems)}
 		c.recAt = 0
 		done := 0
 		chunks(seq, f.w, f.chunkLen(), func(ps []piece, cs pieceSeq) {
@@ -896,10 +905,15 @@ func (t *treeBuilder) finish(l *Layout, root dpBucket, bitmap bool) {
 	index := map[[2]int]int{}
 	for i, k := range keys {
 		index[k] = i
-		// The entries keep the room appending left: they live
-		// only until the plan is lowered (Plan.Release), and a
-		// copy would cost more on the way.
-		l.Levels = append(l.Levels, *t.levels[k])
+		// The entries keep the room reserve left (a tenth): they
+		// live only until the plan is lowered (Plan.Release), and
+		// a copy would cost more on the way. A level whose entries
+		// came early, reserved for more, is copied to its size.
+		lv := *t.levels[k]
+		if n := len(lv.Entries); cap(lv.Entries) > n+n/4+1024 {
+			lv.Entries = slices.Clone(lv.Entries)
+		}
+		l.Levels = append(l.Levels, lv)
 	}
 	for i := range l.Levels {
 		for k := range l.Levels[i].Entries {
