@@ -331,7 +331,7 @@ func diff(prev, cur RuleApplied) (added, removed int) {
 	case cur.set != nil && prev.set != nil:
 		return prefix.CoverDiffSets(cur.set, prev.set)
 	}
-	return prefix.CoverDiffText(cur.PrefixList(), prev.PrefixList())
+	return prefix.CoverDiffText(cur.Prefixes, prev.Prefixes) // both text (records read from disk)
 }
 
 // key is the name a namespace's files have in the state folder
