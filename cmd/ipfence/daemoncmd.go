@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -63,6 +64,14 @@ func registerDaemonFlags(c *cobra.Command, cfg *daemon.Config) {
 	c.Flags().StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (ipfence ban/bans/status use it)")
 	c.Flags().StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9477", "Prometheus listen address (\"\" turns metrics off)")
 	c.Flags().BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's profiler at /debug/pprof/ on the metrics address (debugging)")
+	// Without --pprof nothing reads the heap profile: its records (a
+	// stack per sample, kept for the process's life) are memory a
+	// long-running daemon holds for nothing.
+	c.PreRun = func(*cobra.Command, []string) {
+		if !cfg.Pprof {
+			runtime.MemProfileRate = 0
+		}
+	}
 	c.Flags().DurationVar(&cfg.Tick, "tick", 10*time.Second, "how often to look for due sources, expired bans and drift")
 }
 

@@ -9,8 +9,15 @@
 package geo
 
 import (
-	"embed"
+	_ "embed" // the files below
+	"fmt"
+	"io"
 	"io/fs"
+	"os"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Names of the embedded files.
@@ -23,9 +30,58 @@ const (
 // derived from it, is shipped or printed.
 const Attribution = "country data © Number Resource Organization (nro.net), CC BY 4.0"
 
-//go:embed country-ipv4.csv.gz country-ipv6.csv.gz
-var files embed.FS
+var (
+	//go:embed country-ipv4.csv.gz
+	ipv4 string
+	//go:embed country-ipv6.csv.gz
+	ipv6 string
+)
 
-// FS returns the embedded files, named IPv4 and IPv6 at its root.
-// Opening any other name fails with an error wrapping fs.ErrNotExist.
-func FS() fs.FS { return files }
+// Open returns a reader of the embedded file IPv4 or IPv6. Any other name
+// gives an error wrapping fs.ErrNotExist.
+//
+// Closing the reader hands the file's pages back: the process's memory
+// maps them from the binary, and once read they would count in its
+// resident memory for as long as it runs (3.4 MB; a daemon reads them
+// once, at load). They stay in the page cache, and a later Open reads
+// them from there.
+func Open(name string) (io.ReadCloser, error) {
+	var data string
+	switch name {
+	case IPv4:
+		data = ipv4
+	case IPv6:
+		data = ipv6
+	default:
+		return nil, fmt.Errorf("embedded file %q: %w", name, fs.ErrNotExist)
+	}
+	return embedded{strings.NewReader(data), data}, nil
+}
+
+type embedded struct {
+	*strings.Reader
+	data string
+}
+
+// Close drops the whole pages of the file from the process's memory
+// (madvise MADV_DONTNEED: the binary's read-only mapping, read again from
+// the file on the next access). It never fails: memory that stays mapped
+// is only memory.
+func (e embedded) Close() error {
+	if b := pages(e.data); len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_DONTNEED)
+	}
+	return nil
+}
+
+// pages returns the whole pages within data's bytes, as a slice that
+// must not be written.
+func pages(data string) []byte {
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.StringData(data)))
+	lo, hi := (start+page-1)&^(page-1), (start+uintptr(len(data)))&^(page-1)
+	if hi <= lo {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.StringData(data)), lo-start)), hi-lo)
+}

@@ -108,12 +108,12 @@ func checkFuzz(t *testing.T, format, in string) {
 
 // allMatches yields every row of s as a Match.
 func (s *Source) allMatches(yield func(m Match) bool) {
-	for _, e := range s.v4.e {
+	for e := range s.v4.all() {
 		if !yield(s.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)) {
 			return
 		}
 	}
-	for _, e := range s.v6.e {
+	for e := range s.v6.all() {
 		if !yield(s.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)) {
 			return
 		}

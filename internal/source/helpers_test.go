@@ -37,11 +37,11 @@ func rows(src *Source) []string {
 		s          string
 	}
 	var rs []row
-	for _, e := range src.v4.e {
+	for e := range src.v4.all() {
 		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)
 		rs = append(rs, row{uint32(e.file), e.line, strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)})
 	}
-	for _, e := range src.v6.e {
+	for e := range src.v6.all() {
 		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)
 		rs = append(rs, row{uint32(e.file), e.line, strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)})
 	}

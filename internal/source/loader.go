@@ -101,7 +101,7 @@ func (l *Loader) Load(ctx context.Context, spec Spec) (*Source, error) {
 		l.logger().Warn("source is stale: using cached copies", "source", spec.Name, "reason", e)
 	}
 	l.logger().Debug("source loaded", "source", spec.Name, "format", spec.Format,
-		"rows_v4", src.rows4, "rows_v6", src.rows6, "kept_v4", len(src.v4.e), "kept_v6", len(src.v6.e), "prefixes_v4", src.n4, "prefixes_v6", src.n6,
+		"rows_v4", src.rows4, "rows_v6", src.rows6, "kept_v4", src.v4.n, "kept_v6", src.v6.n, "prefixes_v4", src.n4, "prefixes_v6", src.n6,
 		"elapsed", time.Since(start))
 	return src, nil
 }
@@ -273,10 +273,10 @@ type inputResult struct {
 
 // readPath reads a file or an embedded file.
 func readPath(path, format, name string, file uint16, lim limits) (*part, error) {
-	var f fs.File
+	var f io.ReadCloser
 	var err error
 	if b, ok := strings.CutPrefix(path, BuiltinPrefix); ok {
-		f, err = geo.FS().Open(b)
+		f, err = geo.Open(b)
 	} else {
 		f, err = os.Open(path)
 	}
@@ -321,12 +321,12 @@ func (s *Source) finish(parts []*part) {
 	}
 	s.v4.join(p4)
 	s.v6.join(p6)
-	for _, e := range s.v4.e {
+	for e := range s.v4.all() {
 		if e.cc < numCodes {
 			s.present[e.cc] = true
 		}
 	}
-	for _, e := range s.v6.e {
+	for e := range s.v6.all() {
 		if e.cc < numCodes {
 			s.present[e.cc] = true
 		}

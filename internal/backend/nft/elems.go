@@ -7,25 +7,134 @@ import (
 	"time"
 )
 
-// Elems is the elements of a set or map, packed: 32 bytes an element and
-// no pointers, where a []Elem takes 64 (a netip.Prefix and a verdict with
-// its chain name) that the garbage collector scans. A daemon holds its
-// program's elements for as long as it runs: 689k of them for a 400k-line
-// feed. Each distinct verdict is kept once. The zero value is empty; an
-// Elems is not safe for concurrent writes.
+// Elems is the elements of a set or map, packed into one byte slice
+// without pointers, where a []Elem takes 64 bytes an element (a
+// netip.Prefix and a verdict with its chain name) that the garbage
+// collector scans. Each element takes only the bytes its Elems needs: a
+// family and a length (2 bytes), the address (4 bytes while every
+// address is IPv4, 8 while no IPv6 address has bits past the 64th, else
+// 16), the timeout (8 bytes once one is set) and the verdict's index (1,
+// 2 or 4 bytes, once there is one). A map of IPv4 keys takes 7 bytes an
+// element, one of IPv6 keys up to /64 11; an IPv4 ban with a timeout, 14. A
+// daemon holds its program's elements for as long as it runs: 689k of
+// them for a 400k-line feed. Each distinct verdict is kept once. The
+// zero value is empty; an Elems is not safe for concurrent writes.
 type Elems struct {
-	e  []packedElem
-	vs []Verdict // the distinct verdicts: packedElem.v-1 indexes it
+	b    []byte    // the elements, each l.size() bytes
+	l    layout    // the widths every element takes
+	vs   []Verdict // the distinct verdicts: an element's index-1 indexes it
+	grow int       // Grow's room, in elements, before the layout is known
 }
 
-// packedElem is an Elem packed: its key's address as 16 bytes, its
-// family, its length, its timeout and its verdict's index.
+// layout is the byte widths of an element's address, timeout and verdict
+// index. It only widens: an element that needs more than an Elems's
+// layout gives makes all of them wider.
+type layout struct{ addr, timeout, v uint8 }
+
+// size is the bytes an element takes: a family byte and a length byte,
+// then the address, the timeout and the verdict's index.
+func (l layout) size() int { return 2 + int(l.addr) + int(l.timeout) + int(l.v) }
+
+// widen returns the layout wide enough for both l and m.
+func (l layout) widen(m layout) layout {
+	return layout{max(l.addr, m.addr), max(l.timeout, m.timeout), max(l.v, m.v)}
+}
+
+// packedElem is an element unpacked from the bytes, with its verdict as
+// an index: the address as 16 bytes, the family (0: no address, the zero
+// netip.Prefix; 4 or 6), the length (-1: an invalid prefix).
 type packedElem struct {
 	addr    [16]byte
 	timeout time.Duration
 	v       uint32 // 0: the zero Verdict; else vs[v-1]
-	bits    int16  // the key's length; -1 for an invalid prefix
-	fam     uint8  // 0: no address (the zero netip.Prefix), 4 or 6
+	bits    int16
+	fam     uint8
+}
+
+// needs is the layout p takes.
+func (p *packedElem) needs() layout {
+	var l layout
+	switch p.fam {
+	case 4:
+		l.addr = 4
+	case 6:
+		l.addr = 8
+		if binary.BigEndian.Uint64(p.addr[8:]) != 0 {
+			l.addr = 16
+		}
+	}
+	if p.timeout != 0 {
+		l.timeout = 8
+	}
+	switch {
+	case p.v > 0xffff:
+		l.v = 4
+	case p.v > 0xff:
+		l.v = 2
+	case p.v > 0:
+		l.v = 1
+	}
+	return l
+}
+
+// put writes p into b, laid out by l (which p fits). An IPv4 address
+// takes the last 4 bytes of the address's, an IPv6 one the first 8 or
+// all 16; the rest are zero.
+func (l layout) put(b []byte, p *packedElem) {
+	b[0], b[1] = p.fam, uint8(p.bits+1)
+	b = b[2:]
+	clear(b[:l.addr])
+	switch p.fam {
+	case 4:
+		copy(b[l.addr-4:], p.addr[12:])
+	case 6:
+		copy(b, p.addr[:l.addr])
+	}
+	b = b[l.addr:]
+	if l.timeout > 0 {
+		binary.LittleEndian.PutUint64(b, uint64(p.timeout))
+	}
+	b = b[l.timeout:]
+	switch l.v {
+	case 1:
+		b[0] = uint8(p.v)
+	case 2:
+		binary.LittleEndian.PutUint16(b, uint16(p.v))
+	case 4:
+		binary.LittleEndian.PutUint32(b, p.v)
+	}
+}
+
+// get reads the element b holds, laid out by l.
+func (l layout) get(b []byte) packedElem {
+	p := packedElem{fam: b[0], bits: int16(b[1]) - 1}
+	b = b[2:]
+	switch p.fam {
+	case 4:
+		p.addr[10], p.addr[11] = 0xff, 0xff
+		copy(p.addr[12:], b[l.addr-4:l.addr])
+	case 6:
+		copy(p.addr[:], b[:l.addr])
+	}
+	b = b[l.addr:]
+	if l.timeout > 0 {
+		p.timeout = time.Duration(binary.LittleEndian.Uint64(b))
+	}
+	p.v = l.index(b[l.timeout:])
+	return p
+}
+
+// index reads the verdict index at the start of b.
+func (l layout) index(b []byte) uint32 {
+	switch l.v {
+	case 1:
+		return uint32(b[0])
+	case 2:
+		return uint32(binary.LittleEndian.Uint16(b))
+	case 4:
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
 }
 
 // ElemsOf packs es.
@@ -36,18 +145,24 @@ func ElemsOf(es ...Elem) Elems {
 }
 
 // Len returns the number of elements.
-func (s Elems) Len() int { return len(s.e) }
+func (s Elems) Len() int { return len(s.b) / s.l.size() }
+
+// at returns the bytes of the i-th element.
+func (s Elems) at(i int) []byte {
+	n := s.l.size()
+	return s.b[i*n : i*n+n : i*n+n]
+}
 
 // At returns the i-th element.
 func (s Elems) At(i int) Elem {
-	p := &s.e[i]
+	p := s.l.get(s.at(i))
 	e := Elem{Timeout: p.timeout}
 	if p.v > 0 {
 		e.Verdict = s.vs[p.v-1]
 	}
 	switch p.fam {
 	case 4:
-		e.Key = netip.PrefixFrom(netip.AddrFrom16(p.addr).Unmap(), int(p.bits))
+		e.Key = netip.PrefixFrom(netip.AddrFrom4([4]byte(p.addr[12:])), int(p.bits))
 	case 6:
 		e.Key = netip.PrefixFrom(netip.AddrFrom16(p.addr), int(p.bits))
 	}
@@ -57,7 +172,7 @@ func (s Elems) At(i int) Elem {
 // All yields the elements in order with their indexes.
 func (s Elems) All() iter.Seq2[int, Elem] {
 	return func(yield func(int, Elem) bool) {
-		for i := range s.e {
+		for i := range s.Len() {
 			if !yield(i, s.At(i)) {
 				return
 			}
@@ -67,8 +182,8 @@ func (s Elems) All() iter.Seq2[int, Elem] {
 
 // List returns the elements unpacked, in a slice of their own.
 func (s Elems) List() []Elem {
-	out := make([]Elem, len(s.e))
-	for i := range s.e {
+	out := make([]Elem, s.Len())
+	for i := range out {
 		out[i] = s.At(i)
 	}
 	return out
@@ -76,26 +191,60 @@ func (s Elems) List() []Elem {
 
 // Slice returns the elements i to j-1. It shares s's storage, as a slice
 // expression does: appending to one may overwrite the other.
-func (s Elems) Slice(i, j int) Elems { return Elems{e: s.e[i:j:j], vs: s.vs[:len(s.vs):len(s.vs)]} }
+func (s Elems) Slice(i, j int) Elems {
+	n := s.l.size()
+	return Elems{b: s.b[i*n : j*n : j*n], l: s.l, vs: s.vs[:len(s.vs):len(s.vs)]}
+}
 
 // Grow makes room for n more elements.
 func (s *Elems) Grow(n int) {
-	if n > cap(s.e)-len(s.e) {
-		e := make([]packedElem, len(s.e), len(s.e)+n)
-		copy(e, s.e)
-		s.e = e
+	if len(s.b) == 0 {
+		// The layout may still widen with the first elements: keep
+		// the room until they come.
+		s.grow = max(s.grow, n)
+		return
+	}
+	if m := n * s.l.size(); m > cap(s.b)-len(s.b) {
+		s.b = append(make([]byte, 0, len(s.b)+m), s.b...)
 	}
 }
 
 // Append adds es at the end.
 func (s *Elems) Append(es ...Elem) {
 	for _, e := range es {
-		s.e = append(s.e, s.pack(e))
+		p := s.pack(e)
+		s.fit(&p)
+		n := s.l.size()
+		if len(s.b) == 0 && s.grow > 0 {
+			s.b, s.grow = make([]byte, 0, s.grow*n), 0
+		}
+		s.b = append(s.b, make([]byte, n)...)
+		s.l.put(s.b[len(s.b)-n:], &p)
 	}
 }
 
 // Put replaces the i-th element with e.
-func (s *Elems) Put(i int, e Elem) { s.e[i] = s.pack(e) }
+func (s *Elems) Put(i int, e Elem) {
+	p := s.pack(e)
+	s.fit(&p)
+	s.l.put(s.at(i), &p)
+}
+
+// fit widens s's layout, and every element it holds, to take p.
+func (s *Elems) fit(p *packedElem) {
+	l := s.l.widen(p.needs())
+	if l == s.l {
+		return
+	}
+	n := s.Len()
+	room := max(cap(s.b)/s.l.size(), s.grow) // what the old layout had room for, in elements
+	b := make([]byte, n*l.size(), max(n+1, room)*l.size())
+	for i := range n {
+		q := s.l.get(s.at(i))
+		l.put(b[i*l.size():], &q)
+	}
+	s.b, s.l, s.grow = b, l, 0
+}
 
 // pack packs e, adding its verdict to s's when it is new.
 func (s *Elems) pack(e Elem) packedElem {
@@ -117,8 +266,10 @@ func (s *Elems) pack(e Elem) packedElem {
 // level), and elements come in runs of the same one: the last one found
 // is tried first.
 func (s *Elems) verdict(v Verdict) uint32 {
-	if n := len(s.e); n > 0 && s.e[n-1].v > 0 && s.vs[s.e[n-1].v-1] == v {
-		return s.e[n-1].v
+	if n := s.Len(); n > 0 {
+		if last := s.indexAt(n - 1); last > 0 && s.vs[last-1] == v {
+			return last
+		}
 	}
 	for i, w := range s.vs {
 		if w == v {
@@ -132,9 +283,22 @@ func (s *Elems) verdict(v Verdict) uint32 {
 	return uint32(len(s.vs))
 }
 
+// indexAt is the verdict index of the i-th element.
+func (s Elems) indexAt(i int) uint32 {
+	return s.l.index(s.at(i)[2+s.l.addr+s.l.timeout:])
+}
+
+// timeoutAt is the timeout of the i-th element.
+func (s Elems) timeoutAt(i int) time.Duration {
+	if s.l.timeout == 0 {
+		return 0
+	}
+	return time.Duration(binary.LittleEndian.Uint64(s.at(i)[2+s.l.addr:]))
+}
+
 // verdictAt is the verdict of the i-th element.
 func (s Elems) verdictAt(i int) Verdict {
-	if v := s.e[i].v; v > 0 {
+	if v := s.indexAt(i); v > 0 {
 		return s.vs[v-1]
 	}
 	return Verdict{}
@@ -142,25 +306,37 @@ func (s Elems) verdictAt(i int) Verdict {
 
 // equalAt reports whether s.At(i) == t.At(j), without unpacking them.
 func (s Elems) equalAt(i int, t Elems, j int) bool {
-	p, q := &s.e[i], &t.e[j]
-	return p.addr == q.addr && p.bits == q.bits && p.fam == q.fam && p.timeout == q.timeout &&
-		s.verdictAt(i) == t.verdictAt(j)
+	if s.l == t.l { // the same bytes before the verdict's index
+		k := 2 + int(s.l.addr) + int(s.l.timeout)
+		if string(s.at(i)[:k]) != string(t.at(j)[:k]) {
+			return false
+		}
+	} else if p, q := s.l.get(s.at(i)), t.l.get(t.at(j)); p.addr != q.addr || p.bits != q.bits || p.fam != q.fam || p.timeout != q.timeout {
+		return false
+	}
+	return s.verdictAt(i) == t.verdictAt(j)
 }
 
 // keyAt is the i-th element's key (elemKey), without unpacking it.
 func (s Elems) keyAt(i int) elemKey {
-	p := &s.e[i]
+	b := s.at(i)
+	fam, bits := b[0], int(b[1])-1
 	// Masked: clear the bits past the length (the 16-byte form of an
 	// IPv4 address has 96 bits before it). An invalid prefix masks to
 	// the zero Prefix, whose address is all zeros too.
-	if p.fam == 0 || p.bits < 0 {
-		return elemKey{bits: uint8(p.bits)}
+	if fam == 0 || bits < 0 {
+		return elemKey{bits: uint8(bits)}
 	}
-	bits := int(p.bits)
-	if p.fam == 4 {
+	k := elemKey{bits: uint8(bits)}
+	if fam == 4 {
+		k.lo = 0xffff<<32 | uint64(binary.BigEndian.Uint32(b[2+s.l.addr-4:]))
 		bits += 96
+	} else {
+		k.hi = binary.BigEndian.Uint64(b[2:])
+		if s.l.addr == 16 {
+			k.lo = binary.BigEndian.Uint64(b[10:])
+		}
 	}
-	k := elemKey{hi: binary.BigEndian.Uint64(p.addr[:8]), lo: binary.BigEndian.Uint64(p.addr[8:]), bits: uint8(p.bits)}
 	if bits <= 64 {
 		k.hi &= ^uint64(0) << (64 - bits) // all of it at 64, none at 0
 		k.lo = 0
@@ -174,7 +350,7 @@ func (s Elems) keyAt(i int) elemKey {
 // key, hold the same verdict and timeout (in milliseconds, as the kernel
 // keeps it).
 func (s Elems) sameValueAt(i int, t Elems, j int) bool {
-	return s.verdictAt(i) == t.verdictAt(j) && s.e[i].timeout.Milliseconds() == t.e[j].timeout.Milliseconds()
+	return s.verdictAt(i) == t.verdictAt(j) && s.timeoutAt(i).Milliseconds() == t.timeoutAt(j).Milliseconds()
 }
 
 // sortedKeys reports whether the elements' keys (keyAt) increase

@@ -2,12 +2,12 @@ package nft
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // randomElem returns an element of any shape Elems must keep as it is:
@@ -19,7 +19,7 @@ func randomElem(rng *rand.Rand) Elem {
 	for i := range a {
 		a[i] = byte(rng.Uint32())
 	}
-	switch rng.IntN(6) {
+	switch rng.IntN(7) {
 	case 0: // the zero Elem's key
 	case 1, 2:
 		e.Key = netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), rng.IntN(33))
@@ -30,6 +30,9 @@ func randomElem(rng *rand.Rand) Elem {
 		e.Key = netip.PrefixFrom(netip.AddrFrom16(e.Key.Addr().As16()), 96+e.Key.Bits()) // ::ffff:a.b.c.d/n
 	case 5:
 		e.Key = netip.PrefixFrom(netip.AddrFrom4([4]byte(a[:4])), 40) // invalid: too long
+	case 6: // IPv6 with nothing past the 64th bit (8 bytes of address)
+		clear(a[8:])
+		e.Key = netip.PrefixFrom(netip.AddrFrom16(a), rng.IntN(129))
 	}
 	verdicts := []Verdict{{}, {Kind: Accept}, {Kind: Drop}, {Kind: Goto, Chain: "a"}, {Kind: Goto, Chain: "b"}, {Kind: Jump, Chain: "a"}}
 	e.Verdict = verdicts[rng.IntN(len(verdicts))]
@@ -47,7 +50,13 @@ func TestElemsModel(t *testing.T) {
 	for range 2000 {
 		var want []Elem
 		var got Elems
+		if rng.IntN(2) == 0 {
+			got.Grow(rng.IntN(50))
+		}
 		for range rng.IntN(40) {
+			if rng.IntN(10) == 0 {
+				got.Grow(rng.IntN(10))
+			}
 			e := randomElem(rng)
 			if len(want) > 0 && rng.IntN(4) == 0 { // the same key, maybe another value
 				e.Key = want[rng.IntN(len(want))].Key
@@ -109,10 +118,44 @@ func sameValue(a, b Elem) bool {
 	return a.Verdict == b.Verdict && a.Timeout.Milliseconds() == b.Timeout.Milliseconds()
 }
 
-// TestElemSize: the point of Elems.
+// TestElemSize: the point of Elems. Each element takes the bytes its
+// Elems needs, and a wider element widens the ones before it.
 func TestElemSize(t *testing.T) {
-	if n := unsafe.Sizeof(packedElem{}); n > 32 {
-		t.Errorf("a packed element takes %d bytes, want at most 32", n)
+	v4 := Elem{Key: netip.MustParsePrefix("192.0.2.0/24"), Verdict: Verdict{Kind: Goto, Chain: "l1"}}
+	ban := Elem{Key: netip.MustParsePrefix("192.0.2.1/32"), Timeout: time.Hour}
+	v6 := Elem{Key: netip.MustParsePrefix("2001:db8::/32"), Verdict: Verdict{Kind: Drop}}
+	v6long := Elem{Key: netip.MustParsePrefix("2001:db8::1/128"), Verdict: Verdict{Kind: Drop}}
+	for _, c := range []struct {
+		name string
+		es   []Elem
+		max  int // bytes an element
+	}{
+		{"IPv4 map", []Elem{v4, v4}, 7},
+		{"IPv4 bans", []Elem{ban, ban}, 14},
+		{"IPv6 map up to /64", []Elem{v6, v6}, 11},
+		{"IPv6 map", []Elem{v6, v6long}, 19},
+		{"mixed", []Elem{v4, ban, v6}, 2 + 8 + 8 + 1},
+		{"mixed, long", []Elem{v4, ban, v6, v6long}, 2 + 16 + 8 + 1},
+	} {
+		var s Elems
+		s.Grow(1000)
+		s.Append(c.es...)
+		if n := len(s.b) / s.Len(); n > c.max {
+			t.Errorf("%s: an element takes %d bytes, want at most %d", c.name, n, c.max)
+		}
+		if !slices.Equal(s.List(), c.es) {
+			t.Errorf("%s: %v, want %v", c.name, s.List(), c.es)
+		}
+		if cap(s.b) < 1000*len(s.b)/len(c.es) {
+			t.Errorf("%s: Grow(1000) before the first element left room for %d bytes", c.name, cap(s.b))
+		}
+	}
+	var s Elems
+	for i := range 300 { // 300 verdicts: the index widens to 2 bytes
+		s.Append(Elem{Key: netip.MustParsePrefix("192.0.2.0/24"), Verdict: Verdict{Kind: Goto, Chain: fmt.Sprint("l", i)}})
+	}
+	if s.l.v != 2 || s.At(0).Verdict.Chain != "l0" || s.At(299).Verdict.Chain != "l299" {
+		t.Errorf("300 verdicts: index width %d, first %v, last %v", s.l.v, s.At(0), s.At(299))
 	}
 }
 
