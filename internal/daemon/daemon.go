@@ -577,6 +577,13 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) { return d.re
 func (d *Daemon) reload(ctx context.Context, dueOnly bool) (ReloadResult, error) {
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
+	// A reload compiles beside the program in force, whose sets and
+	// elements stay live until it is replaced: with the runtime's default
+	// (a collection once the heap doubles), a 1% refresh of the 400k-line
+	// feed peaked at 168 MB over a 53 MB idle. Collecting at half that
+	// growth for the reload's span peaked at 139 MB for 2% more CPU (a
+	// quarter: 130 MB, 14% more CPU).
+	defer debug.SetGCPercent(collectSooner(reloadGCPercent))
 	t0 := time.Now()
 	c, err := d.compile(ctx, dueOnly)
 	d.mu.Lock()
@@ -626,6 +633,20 @@ func (d *Daemon) reload(ctx context.Context, dueOnly bool) (ReloadResult, error)
 	res.Duration = time.Since(t0)
 	res.Changed = res.Mode != "none"
 	return res, nil
+}
+
+// reloadGCPercent is the runtime's GOGC while a reload runs (see reload).
+const reloadGCPercent = 50
+
+// collectSooner sets the runtime's GOGC to percent unless it is lower
+// already, or off (GOGC=off, an operator's choice), and returns the one it
+// replaced, for debug.SetGCPercent to put back.
+func collectSooner(percent int) (old int) {
+	old = debug.SetGCPercent(percent)
+	if old >= 0 && old < percent || old < 0 {
+		debug.SetGCPercent(old)
+	}
+	return old
 }
 
 // ReloadResult says what a Reload did.
