@@ -67,7 +67,23 @@ var footprintBinary string
 var (
 	footprintLines, footprintBans []int
 	footprintRounds               int
+	footprintPolicies             []string
+	footprintPolicyData           []bench.FootprintPolicy // read by readFootprintPolicies
 )
+
+// readFootprintPolicies reads the files of --footprint-policy, before any
+// scenario runs.
+func readFootprintPolicies() error {
+	footprintPolicyData = nil
+	for _, path := range footprintPolicies {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return usageError{fmt.Errorf("--footprint-policy: %w", err)}
+		}
+		footprintPolicyData = append(footprintPolicyData, bench.FootprintPolicy{Name: filepath.Base(path), YAML: data})
+	}
+	return nil
+}
 
 func footprintOptions(quick bool) bench.FootprintOptions {
 	o := pick(quick, bench.QuickFootprint, bench.FullFootprint)
@@ -80,6 +96,9 @@ func footprintOptions(quick bool) bench.FootprintOptions {
 	}
 	if footprintRounds > 0 {
 		o.Rounds = footprintRounds
+	}
+	if footprintPolicies != nil {
+		o.Policies = footprintPolicyData
 	}
 	return o
 }
@@ -171,6 +190,9 @@ scenario); full runs take tens of minutes and are for humans.`,
 			if err := checkGeoFlags(quick); err != nil {
 				return err
 			}
+			if err := readFootprintPolicies(); err != nil {
+				return err
+			}
 			var run []benchScenario
 			for _, a := range args {
 				if a == "all" {
@@ -216,6 +238,7 @@ scenario); full runs take tens of minutes and are for humans.`,
 	c.Flags().IntSliceVar(&footprintLines, "footprint-lines", nil, "footprint: only these feed sizes, in lines (e.g. 400000)")
 	c.Flags().IntSliceVar(&footprintBans, "footprint-bans", nil, "footprint: these ban counts (0 first: the daemon without bans; 0 alone: no ban step)")
 	c.Flags().IntVar(&footprintRounds, "footprint-rounds", 0, "footprint: runs of each row (medians are reported)")
+	c.Flags().StringArrayVar(&footprintPolicies, "footprint-policy", nil, "footprint: measure the daemon's load of this policy file instead of examples/europe.yaml (repeatable; sources need absolute paths or builtin: data)")
 	c.Flags().StringSliceVar(&geoConfigs, "geo-configs", nil, "geo: only these configs (e.g. ipfence,ipfence-ipset,ipset-hash-net)")
 	c.Flags().StringArrayVar(&geoSets, "geo-sets", nil, "geo: only this country set, by name; repeat for more (e.g. --geo-sets \"8 in Europe\" --geo-sets \"6 countries, IPv6\")")
 	return c

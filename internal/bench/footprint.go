@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ipfence/ipfence/examples"
+
 	"github.com/ipfence/ipfence/internal/bench/plot"
 	"github.com/ipfence/ipfence/internal/daemonproc"
 	"github.com/ipfence/ipfence/internal/netns"
@@ -38,14 +40,28 @@ type FootprintOptions struct {
 	Rounds int   // runs of each row; medians are reported
 	// Binary is the ipfence executable to measure ("" : this process's).
 	Binary string
+	// Policies are policies whose daemon load is measured too (peak and
+	// idle RSS, CPU), each under its name: examples/europe.yaml, or an
+	// operator's own. Relative paths in them are resolved against the
+	// folder the bench writes them to: give sources absolute paths or
+	// builtin: data.
+	Policies []FootprintPolicy
+}
+
+// FootprintPolicy is a policy file's name and content.
+type FootprintPolicy struct {
+	Name string
+	YAML []byte
 }
 
 // QuickFootprint is a smoke run; FullFootprint the published one.
 var (
 	// The quick sizes grow tenfold, as the full ones do, beyond the
 	// feed's growth gate: each size must start from a state of its own.
-	QuickFootprint = FootprintOptions{Lines: []int{5_000, 50_000}, Bans: []int{0, 10_000}, Rounds: 1}
-	FullFootprint  = FootprintOptions{Lines: []int{10_000, 100_000, 400_000, 1_000_000}, Bans: []int{0, 100_000, 1_000_000}, Rounds: 3}
+	QuickFootprint = FootprintOptions{Lines: []int{5_000, 50_000}, Bans: []int{0, 10_000}, Rounds: 1,
+		Policies: []FootprintPolicy{{"europe.yaml", examples.Europe}}}
+	FullFootprint = FootprintOptions{Lines: []int{10_000, 100_000, 400_000, 1_000_000}, Bans: []int{0, 100_000, 1_000_000}, Rounds: 3,
+		Policies: []FootprintPolicy{{"europe.yaml", examples.Europe}}}
 )
 
 // Footprint steps, as the rows name them.
@@ -57,6 +73,9 @@ const (
 	StepDaemonLoad   = "ipfence daemon: load"
 	StepDaemonReload = "ipfence daemon: 1% refresh"
 	StepDaemonBans   = "ipfence daemon: bans"
+	// StepDaemonPolicy is the daemon's load of a policy (FootprintOptions.Policies),
+	// followed by its name.
+	StepDaemonPolicy = "ipfence daemon: load of "
 )
 
 // FootprintRow is one step at one size: medians over the runs.
@@ -84,11 +103,12 @@ type FootprintResult struct {
 
 // FootprintSteps is the number of progress steps Footprint reports.
 func FootprintSteps(o FootprintOptions) int {
+	o.Lines = slices.DeleteFunc(slices.Clone(o.Lines), func(n int) bool { return n <= 0 })
 	n := len(o.Lines) * o.Rounds * 5
 	if len(o.Bans) > 1 && len(o.Lines) > 0 {
 		n += o.Rounds
 	}
-	return n
+	return n + len(o.Policies)*o.Rounds
 }
 
 // sample is what one process, or one step of the daemon, cost.
@@ -110,6 +130,7 @@ func Footprint(ctx context.Context, lab *netns.Lab, o FootprintOptions, p *Progr
 	defer os.RemoveAll(dir)
 	f := &footprint{bin: bin, dir: dir, ns: lab.FW}
 	res := &FootprintResult{}
+	o.Lines = slices.DeleteFunc(slices.Clone(o.Lines), func(n int) bool { return n <= 0 })
 	for _, n := range o.Lines {
 		// Each size starts as a new host would: without the state (the
 		// feed's last good copy) of the size before, whose growth gate
@@ -172,7 +193,36 @@ func Footprint(ctx context.Context, lab *netns.Lab, o FootprintOptions, p *Progr
 			res.BytesPerBan = (last.IdleMiB - first.IdleMiB) * (1 << 20) / float64(last.Bans)
 		}
 	}
+	for _, pol := range o.Policies {
+		path := f.path("policy-" + filepath.Base(pol.Name))
+		if err := os.WriteFile(path, pol.YAML, 0o644); err != nil {
+			return nil, err
+		}
+		var ss []sample
+		for round := range o.Rounds {
+			p.Step(fmt.Sprintf("footprint: daemon load of %s, round %d/%d", pol.Name, round+1, o.Rounds))
+			s, err := f.daemonPolicy(ctx, path)
+			if err != nil {
+				return nil, fmt.Errorf("daemon load of %s: %w", pol.Name, err)
+			}
+			ss = append(ss, s)
+		}
+		res.Rows = append(res.Rows, medianRow(StepDaemonPolicy+pol.Name, 0, 0, 0, ss))
+	}
 	return res, nil
+}
+
+// daemonPolicy starts the daemon on the policy at path and measures its
+// load: peak and idle RSS, CPU, and the wall time until it was ready.
+func (f *footprint) daemonPolicy(ctx context.Context, path string) (sample, error) {
+	d, err := f.startDaemonOn(ctx, path)
+	if err != nil {
+		return sample{}, err
+	}
+	defer d.stop()
+	s, err := d.settle(ctx)
+	s.wall = d.Ready.Sub(d.Started).Seconds()
+	return s, err
 }
 
 func medianRow(step string, lines, prefixes, bans int, ss []sample) FootprintRow {
@@ -478,11 +528,16 @@ type daemonProc struct {
 // startDaemon starts the daemon on the feed's policy, in a folder of its
 // own under the run's.
 func (f *footprint) startDaemon(ctx context.Context) (*daemonProc, error) {
+	return f.startDaemonOn(ctx, f.path("policy.yaml"))
+}
+
+// startDaemonOn starts the daemon on the policy at path.
+func (f *footprint) startDaemonOn(ctx context.Context, path string) (*daemonProc, error) {
 	dir, err := os.MkdirTemp(f.dir, "daemon-")
 	if err != nil {
 		return nil, err
 	}
-	p, err := daemonproc.Start(ctx, daemonproc.Options{Exe: f.bin, Policy: f.path("policy.yaml"), NetNS: f.ns, Dir: dir})
+	p, err := daemonproc.Start(ctx, daemonproc.Options{Exe: f.bin, Policy: path, NetNS: f.ns, Dir: dir})
 	if err != nil {
 		_, _ = measureProc(context.WithoutCancel(ctx), nil, f.bin, "flush", "--state", filepath.Join(dir, "state"), "--netns", f.ns)
 		return nil, err
@@ -556,11 +611,14 @@ func (r *FootprintResult) Markdown() string {
 		if x.IdleMiB > 0 {
 			idle = fmt.Sprintf("%.0f", x.IdleMiB)
 		}
-		bans := ""
+		bans, lines, prefixes := "", strconv.Itoa(x.Lines), strconv.Itoa(x.Prefixes)
 		if x.Step == StepDaemonBans {
 			bans = strconv.Itoa(x.Bans)
 		}
-		rows = append(rows, []string{x.Step, strconv.Itoa(x.Lines), strconv.Itoa(x.Prefixes), bans,
+		if strings.HasPrefix(x.Step, StepDaemonPolicy) {
+			lines, prefixes = "", ""
+		}
+		rows = append(rows, []string{x.Step, lines, prefixes, bans,
 			fmt.Sprintf("%.0f", x.PeakMiB), idle, fmt.Sprintf("%.2f", x.CPUSec), fmt.Sprintf("%.2f", x.WallSec), strconv.Itoa(x.Runs)})
 	}
 	table(&b, []string{"step", "feed lines", "prefixes", "bans", "peak RSS (MiB)", "idle RSS (MiB)", "CPU (s)", "wall (s)", "runs"}, rows)
@@ -579,7 +637,7 @@ func (r *FootprintResult) Figures() map[string]*plot.Figure {
 	}{{"rss", "peak RSS (MiB)", func(x FootprintRow) float64 { return x.PeakMiB }}, {"cpu", "CPU seconds", func(x FootprintRow) float64 { return x.CPUSec }}} {
 		fig := &plot.Figure{Title: "footprint: " + q.label, XLabel: "feed lines", YLabel: q.label, LogY: true}
 		for _, step := range ordered(r.Rows, func(x FootprintRow) string { return x.Step }) {
-			if step == StepDaemonBans {
+			if step == StepDaemonBans || strings.HasPrefix(step, StepDaemonPolicy) {
 				continue
 			}
 			s := plot.Series{Name: step}

@@ -155,7 +155,7 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	c := &chooser{family: f, shape: true}
 	t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries, replay: &replay{choices: ch.Descend}}
 	// Every level lies within one bucket of the root.
-	chunks(seq, f.w, min(chunkBits, ch.Root), func(ps []piece, cs pieceSeq) {
+	chunks(seq, f.w, min(chunkBitsOf(f.w), ch.Root), func(ps []piece, cs pieceSeq) {
 		if t.left < 0 {
 			return
 		}

@@ -21,8 +21,8 @@ import (
 // chunk by chunk, the reference for TestChunkedChooser.
 func wholeFamily(t *testing.T, s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
 	t.Helper()
-	defer func(b int) { chunkBits = b }(chunkBits)
-	chunkBits = 0
+	defer func(b, b6 int) { chunkBits, chunkBits6 = b, b6 }(chunkBits, chunkBits6)
+	chunkBits, chunkBits6 = 0, 0
 	return Build(s, is4, opt)
 }
 

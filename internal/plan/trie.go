@@ -53,7 +53,20 @@ import (
 // prefix, the candidate lengths). Each level's mixed buckets are derived
 // from the next longer level's and the pieces in between (deriveLevel),
 // not found by a scan of every piece at every length.
-var chunkBits = 8 // a variable for TestChunkedChooser, which sets 0: one chunk
+//
+// IPv6 takes /16 chunks: its data sits in a few /8s (2a00::/8 holds
+// most of Europe's), and the complement between scattered /48s in one
+// /8 is millions of pieces, which a /8 chunk held at once (64 MB for a
+// 20k-prefix feed, grown by appends).
+var chunkBits, chunkBits6 = 8, 16 // variables for TestChunkedChooser, which sets 0: one chunk
+
+// chunkBitsOf is the chunk length of a family w bits wide.
+func chunkBitsOf(w int) int {
+	if w == 128 {
+		return chunkBits6
+	}
+	return chunkBits
+}
 
 // dpBucket is a mixed bucket at some length: pieces[start:end]. Its
 // cost and elements are kept in the chooser's sums.
@@ -96,8 +109,13 @@ type pieceSeq = iter.Seq2[piece, float64]
 func setPieces(s *netipx.IPSet, is4 bool) pieceSeq {
 	return func(yield func(piece, float64) bool) {
 		stop := false
+		var runLo, runHi prefix.U128
+		run := 0.0 // the size of [runLo, runHi]: a run's pieces come together
 		prefix.Pieces(s, is4, func(a prefix.U128, bits int, in bool, lo, hi prefix.U128) {
-			if !stop && !yield(piece{a, uint8(bits), in}, hi.Sub(lo).Float64()+1) {
+			if lo != runLo || hi != runHi || run == 0 {
+				runLo, runHi, run = lo, hi, hi.Sub(lo).Float64()+1
+			}
+			if !stop && !yield(piece{a, uint8(bits), in}, run) {
 				stop = true
 			}
 		})
@@ -673,7 +691,7 @@ func (f *family) root(r *rootSums, price float64, bitmap bool) (root dpBucket, c
 
 // chunkLen is the length of the chunks: every level but the root lies
 // within one.
-func (f *family) chunkLen() int { return min(chunkBits, f.cands[0]) }
+func (f *family) chunkLen() int { return min(chunkBitsOf(f.w), f.cands[0]) }
 
 // bucketAt finds the mixed bucket at length l starting at piece i.
 func (c *chooser) bucketAt(l, i int) dpBucket {

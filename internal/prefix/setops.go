@@ -179,4 +179,3 @@ func overlaps(a, b *netipx.IPSet) bool {
 	}
 	return false
 }
-

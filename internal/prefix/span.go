@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strings"
@@ -110,6 +111,10 @@ func complement(ss []span, max U128) []span {
 // forEachCIDR calls fn with the address and length of each prefix of the
 // minimal cover of [lo, hi], in order; width is 32 or 128.
 func forEachCIDR(lo, hi U128, width int, fn func(U128, int)) {
+	if width == 32 {
+		forEachCIDR4(lo.Lo, hi.Lo, fn)
+		return
+	}
 	for {
 		// The largest block starting at lo: aligned on lo's trailing
 		// zeros, and no bigger than what is left up to hi.
@@ -124,6 +129,20 @@ func forEachCIDR(lo, hi U128, width int, fn func(U128, int)) {
 		}
 		next := lo.Add(Pow2(k))
 		if hi.Less(next) || next == (U128{}) {
+			return
+		}
+		lo = next
+	}
+}
+
+// forEachCIDR4 is forEachCIDR for IPv4, in 64-bit arithmetic: a range's
+// size, up to 2^32, and every block's fit in a word.
+func forEachCIDR4(lo, hi uint64, fn func(U128, int)) {
+	for {
+		k := min(bits.TrailingZeros64(lo), bits.Len64(hi-lo+1)-1, 32)
+		fn(U128{0, lo}, 32-k)
+		next := lo + 1<<k
+		if next > hi {
 			return
 		}
 		lo = next

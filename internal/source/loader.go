@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -319,22 +320,25 @@ func (s *Source) finish(parts []*part) {
 		s.rows4 += p.rows4
 		s.rows6 += p.rows6
 	}
-	s.v4.join(p4)
-	s.v6.join(p6)
-	for e := range s.v4.all() {
-		if e.cc < numCodes {
-			s.present[e.cc] = true
+	// What the rows say is counted while they are a slice, before the
+	// table packs them (reading them back costs a pass each).
+	e4, e6 := join(p4), join(p6)
+	for i := range e4 {
+		if e4[i].cc < numCodes {
+			s.present[e4[i].cc] = true
 		}
 	}
-	for e := range s.v6.all() {
-		if e.cc < numCodes {
-			s.present[e.cc] = true
+	for i := range e6 {
+		if e6[i].cc < numCodes {
+			s.present[e6[i].cc] = true
 		}
 	}
 	// The set itself is built when a rule takes it (Set, Countries):
 	// a daemon keeps the rows, for explain and for the loads that reuse
 	// the source, and a second copy of them as a set would cost more
 	// (48 bytes a range) than building it again.
-	s.v4.ranges(nil, func(r netipx.IPRange) { s.n4 += prefix.CountRange(r) })
-	s.v6.ranges(nil, func(r netipx.IPRange) { s.n6 += prefix.CountRange(r) })
+	unionRanges(slices.Values(e4), nil, func(r netipx.IPRange) { s.n4 += prefix.CountRange(r) })
+	unionRanges(slices.Values(e6), nil, func(r netipx.IPRange) { s.n6 += prefix.CountRange(r) })
+	s.v4.pack(e4)
+	s.v6.pack(e6)
 }

@@ -26,7 +26,9 @@ func (a wide) add(b wide) wide {
 //   - its first address less the previous row's first address (rows are
 //     sorted: never negative), then its size (last-first+1; 0 for the
 //     whole IPv6 space), both as packed wides;
-//   - its country and file as uvarints;
+//   - its country, shifted left by one, as a uvarint whose low bit says
+//     that its file differs from the previous row's; then the file as a
+//     uvarint, only then;
 //   - its line less the previous row's line, as a varint.
 //
 // A packed wide is one byte, 0xff for zero, else the count of trailing
@@ -41,21 +43,26 @@ type rowWriter struct {
 	b    []byte
 	lo   wide
 	line uint32
+	file uint16
 }
 
 func (w *rowWriter) row(lo, hi wide, cc, file uint16, line uint32) {
 	w.b = appendWide(w.b, lo.sub(w.lo))
 	w.b = appendWide(w.b, hi.sub(lo).add(wide{lo: 1}))
-	w.b = binary.AppendUvarint(w.b, uint64(cc))
-	w.b = binary.AppendUvarint(w.b, uint64(file))
+	if file == w.file {
+		w.b = binary.AppendUvarint(w.b, uint64(cc)<<1)
+	} else {
+		w.b = binary.AppendUvarint(binary.AppendUvarint(w.b, uint64(cc)<<1|1), uint64(file))
+	}
 	w.b = binary.AppendVarint(w.b, int64(line)-int64(w.line))
-	w.lo, w.line = lo, line
+	w.lo, w.line, w.file = lo, line, file
 }
 
 // rowReader reads the rows a rowWriter packed, in order.
 type rowReader struct {
 	lo   wide
 	line uint32
+	file uint16
 }
 
 // row reads the row at the start of b and returns the rest of b. b is
@@ -66,12 +73,15 @@ func (r *rowReader) row(b []byte) (rest []byte, lo, hi wide, cc, file uint16, li
 	b, size = readWide(b)
 	c, n := binary.Uvarint(b)
 	b = b[n:]
-	f, n := binary.Uvarint(b)
-	b = b[n:]
+	if c&1 != 0 {
+		f, n := binary.Uvarint(b)
+		b = b[n:]
+		r.file = uint16(f)
+	}
 	dl, n := binary.Varint(b)
 	r.lo = r.lo.add(d)
 	r.line = uint32(int64(r.line) + dl)
-	return b[n:], r.lo, r.lo.add(size).sub(wide{lo: 1}), uint16(c), uint16(f), r.line
+	return b[n:], r.lo, r.lo.add(size).sub(wide{lo: 1}), uint16(c >> 1), r.file, r.line
 }
 
 func appendWide(b []byte, v wide) []byte {

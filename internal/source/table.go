@@ -99,14 +99,13 @@ type table[K key[K]] struct {
 	n int // rows
 }
 
-// join sets the table to the rows of all parts, each part without the
+// join returns the rows of all parts, each part without the
 // rows that repeat or fall within another of the same country in that
 // part (compact), sorted by first address, widest first. (Explain
 // restores the file order from (file, line).)
-func (t *table[K]) join(parts []chunks[K]) {
+func join[K key[K]](parts []chunks[K]) []entry[K] {
 	if len(parts) == 1 {
-		t.pack(parts[0].compacted())
-		return
+		return parts[0].compacted()
 	}
 	n := 0
 	kept := make([][]entry[K], len(parts))
@@ -119,7 +118,7 @@ func (t *table[K]) join(parts []chunks[K]) {
 		es, kept[i] = append(es, k...), nil
 	}
 	sortRows(es)
-	t.pack(es)
+	return es
 }
 
 // pack sets the table to es, sorted by first address.
@@ -158,9 +157,15 @@ func (t *table[K]) addTo(b *prefix.Builder, sel *[numCodes]bool) { t.ranges(sel,
 // country is selected by sel (nil: all entries), in order: the ranges of
 // the set Source.build makes of them.
 func (t *table[K]) ranges(sel *[numCodes]bool, fn func(netipx.IPRange)) {
+	unionRanges(t.all(), sel, fn)
+}
+
+// unionRanges is ranges over the entries es yields, sorted by first
+// address.
+func unionRanges[K key[K]](es iter.Seq[entry[K]], sel *[numCodes]bool, fn func(netipx.IPRange)) {
 	var lo, hi K
 	open := false
-	for e := range t.all() {
+	for e := range es {
 		if sel != nil && (e.cc >= numCodes || !sel[e.cc]) {
 			continue
 		}

@@ -275,15 +275,24 @@ func mapDiff(olds, news Elems) (add, del []Elem) {
 // map of every old key (25 MB for a 400k-line feed's 689k elements).
 func mergeDiff(olds, news Elems) (add, del []Elem) {
 	var gone []Elem // old keys not among news: mapDiff deletes them last
-	i := 0
+	i, no := 0, olds.Len()
+	var ok elemKey // olds.keyAt(i), while i < no
+	if no > 0 {
+		ok = olds.keyAt(0)
+	}
 	for j := range news.Len() {
 		k := news.keyAt(j)
-		for ; i < olds.Len() && olds.keyAt(i).less(k); i++ {
+		for ; i < no && ok.less(k); i++ {
 			gone = append(gone, Elem{Key: olds.At(i).Key.Masked()})
+			if i+1 < no {
+				ok = olds.keyAt(i + 1)
+			}
 		}
-		if i < olds.Len() && olds.keyAt(i) == k {
+		if i < no && ok == k {
 			same := olds.sameValueAt(i, news, j)
-			i++
+			if i++; i < no {
+				ok = olds.keyAt(i)
+			}
 			if same {
 				continue
 			}
@@ -291,7 +300,7 @@ func mergeDiff(olds, news Elems) (add, del []Elem) {
 		}
 		add = append(add, news.At(j))
 	}
-	for ; i < olds.Len(); i++ {
+	for ; i < no; i++ {
 		gone = append(gone, Elem{Key: olds.At(i).Key.Masked()})
 	}
 	return add, append(del, gone...)

@@ -285,7 +285,10 @@ func (s *Elems) verdict(v Verdict) uint32 {
 
 // indexAt is the verdict index of the i-th element.
 func (s Elems) indexAt(i int) uint32 {
-	return s.l.index(s.at(i)[2+s.l.addr+s.l.timeout:])
+	if s.l.v == 0 {
+		return 0
+	}
+	return s.l.index(s.b[i*s.l.size()+2+int(s.l.addr)+int(s.l.timeout):])
 }
 
 // timeoutAt is the timeout of the i-th element.
@@ -293,7 +296,7 @@ func (s Elems) timeoutAt(i int) time.Duration {
 	if s.l.timeout == 0 {
 		return 0
 	}
-	return time.Duration(binary.LittleEndian.Uint64(s.at(i)[2+s.l.addr:]))
+	return time.Duration(binary.LittleEndian.Uint64(s.b[i*s.l.size()+2+int(s.l.addr):]))
 }
 
 // verdictAt is the verdict of the i-th element.
@@ -319,8 +322,8 @@ func (s Elems) equalAt(i int, t Elems, j int) bool {
 
 // keyAt is the i-th element's key (elemKey), without unpacking it.
 func (s Elems) keyAt(i int) elemKey {
-	b := s.at(i)
-	fam, bits := b[0], int(b[1])-1
+	off := i * s.l.size()
+	fam, bits := s.b[off], int(s.b[off+1])-1
 	// Masked: clear the bits past the length (the 16-byte form of an
 	// IPv4 address has 96 bits before it). An invalid prefix masks to
 	// the zero Prefix, whose address is all zeros too.
@@ -328,14 +331,15 @@ func (s Elems) keyAt(i int) elemKey {
 		return elemKey{bits: uint8(bits)}
 	}
 	k := elemKey{bits: uint8(bits)}
-	if fam == 4 {
-		k.lo = 0xffff<<32 | uint64(binary.BigEndian.Uint32(b[2+s.l.addr-4:]))
+	a := s.b[off+2 : off+2+int(s.l.addr)]
+	switch {
+	case fam == 4:
+		k.lo = 0xffff<<32 | uint64(binary.BigEndian.Uint32(a[len(a)-4:]))
 		bits += 96
-	} else {
-		k.hi = binary.BigEndian.Uint64(b[2:])
-		if s.l.addr == 16 {
-			k.lo = binary.BigEndian.Uint64(b[10:])
-		}
+	case len(a) == 16:
+		k.hi, k.lo = binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(a[8:])
+	default:
+		k.hi = binary.BigEndian.Uint64(a)
 	}
 	if bits <= 64 {
 		k.hi &= ^uint64(0) << (64 - bits) // all of it at 64, none at 0
@@ -356,10 +360,17 @@ func (s Elems) sameValueAt(i int, t Elems, j int) bool {
 // sortedKeys reports whether the elements' keys (keyAt) increase
 // strictly.
 func (s Elems) sortedKeys() bool {
-	for i := 1; i < s.Len(); i++ {
-		if !s.keyAt(i - 1).less(s.keyAt(i)) {
+	n := s.Len()
+	if n == 0 {
+		return true
+	}
+	prev := s.keyAt(0)
+	for i := 1; i < n; i++ {
+		k := s.keyAt(i)
+		if !prev.less(k) {
 			return false
 		}
+		prev = k
 	}
 	return true
 }
