@@ -73,8 +73,11 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	fo := bench.QuickFootprint
-	if want := 6*len(fo.Lines) + len(fo.Bans); len(fp.Rows) != want {
+	if want := 6*len(fo.Lines) + len(fo.Bans) + len(fo.Policies); len(fp.Rows) != want {
 		t.Errorf("%d footprint rows, want %d", len(fp.Rows), want)
+	}
+	if last := fp.Rows[len(fp.Rows)-1]; last.Step != bench.StepDaemonPolicy+"europe.yaml" {
+		t.Errorf("footprint: last row %q, want the daemon's load of europe.yaml", last.Step)
 	}
 	for _, x := range fp.Rows {
 		if x.PeakMiB <= 1 || x.CPUSec < 0 || x.Prefixes < x.Lines*9/10 || strings.HasPrefix(x.Step, "ipfence daemon") && (x.IdleMiB <= 1 || x.IdleMiB > x.PeakMiB) {
