@@ -110,31 +110,18 @@ func Intersect(a, b *netipx.IPSet) *netipx.IPSet {
 	if !overlaps(a, b) {
 		return &netipx.IPSet{}
 	}
-	ra, rb := rangesOf(a), rangesOf(b)
 	var out []netipx.IPRange
-	for i, j := 0, 0; i < len(ra) && j < len(rb); {
-		x, y := ra[i], rb[j]
-		switch {
-		case x.To().Less(y.From()):
-			i++
-		case y.To().Less(x.From()):
-			j++
-		default:
-			lo, hi := x.From(), x.To()
-			if lo.Less(y.From()) {
-				lo = y.From()
-			}
-			if y.To().Less(hi) {
-				hi = y.To()
-			}
-			out = append(out, netipx.IPRangeFrom(lo, hi))
-			if x.To().Less(y.To()) {
-				i++
-			} else {
-				j++
-			}
+	eachOverlap(rangesOf(a), rangesOf(b), func(x, y netipx.IPRange) bool {
+		lo, hi := x.From(), x.To()
+		if lo.Less(y.From()) {
+			lo = y.From()
 		}
-	}
+		if y.To().Less(hi) {
+			hi = y.To()
+		}
+		out = append(out, netipx.IPRangeFrom(lo, hi))
+		return true
+	})
 	return newIPSet(fit(out))
 }
 
@@ -165,7 +152,17 @@ func orEmpty(s *netipx.IPSet) *netipx.IPSet {
 // overlaps reports whether a and b have an address in common, walking
 // their sorted ranges once without copying them.
 func overlaps(a, b *netipx.IPSet) bool {
-	ra, rb := rangesOf(a), rangesOf(b)
+	found := false
+	eachOverlap(rangesOf(a), rangesOf(b), func(netipx.IPRange, netipx.IPRange) bool {
+		found = true
+		return false
+	})
+	return found
+}
+
+// eachOverlap calls fn, in order, with each pair of a range of ra and one
+// of rb that overlap (both sorted, minimal lists), until fn returns false.
+func eachOverlap(ra, rb []netipx.IPRange, fn func(x, y netipx.IPRange) bool) {
 	for i, j := 0, 0; i < len(ra) && j < len(rb); {
 		x, y := ra[i], rb[j]
 		switch {
@@ -174,8 +171,15 @@ func overlaps(a, b *netipx.IPSet) bool {
 		case y.To().Less(x.From()):
 			j++
 		default:
-			return true
+			if !fn(x, y) {
+				return
+			}
+			// The one that ends first overlaps nothing further.
+			if x.To().Less(y.To()) {
+				i++
+			} else {
+				j++
+			}
 		}
 	}
-	return false
 }
