@@ -14,6 +14,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -65,13 +66,39 @@ type embedded struct {
 
 // Close drops the whole pages of the file from the process's memory
 // (madvise MADV_DONTNEED: the binary's read-only mapping, read again from
-// the file on the next access). It never fails: memory that stays mapped
-// is only memory.
+// the file on the next access). Only where the data is mapped from a file:
+// in an anonymous mapping (a binary unpacked into memory by a packer such
+// as UPX) the pages would read back as zeros. It never fails: memory that
+// stays mapped is only memory.
 func (e embedded) Close() error {
-	if b := pages(e.data); len(b) > 0 {
+	if b := pages(e.data); len(b) > 0 && fileBacked(uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b)) {
 		_ = unix.Madvise(b, unix.MADV_DONTNEED)
 	}
 	return nil
+}
+
+// fileBacked reports whether /proc/self/maps shows [addr, addr+n) within
+// one read-only mapping of a file (an inode), not anonymous memory.
+func fileBacked(addr uintptr, n int) bool {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(maps)) {
+		// start-end perms offset dev inode [path]
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if !ok || err1 != nil || err2 != nil || uint64(addr) < start || uint64(addr) >= end {
+			continue
+		}
+		return uint64(addr)+uint64(n) <= end && !strings.Contains(f[1], "w") && f[4] != "0"
+	}
+	return false
 }
 
 // pages returns the whole pages within data's bytes, as a slice that

@@ -63,6 +63,15 @@ func TestOpenRelease(t *testing.T) {
 			t.Errorf("%s reads differently after Close", name)
 		}
 	}
+	// Anonymous memory (a packed binary's data) is never dropped: it would
+	// read back as zeros.
+	anon := make([]byte, 3*os.Getpagesize())
+	if fileBacked(uintptr(unsafe.Pointer(unsafe.SliceData(anon))), len(anon)) {
+		t.Error("fileBacked: the heap counts as a file's mapping")
+	}
+	if b := pages(ipv4); !fileBacked(uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b)) {
+		t.Error("fileBacked: the binary's embedded data does not count as a file's mapping")
+	}
 	if _, err := Open("country.csv"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Open of an unknown name: %v, want fs.ErrNotExist", err)
 	}

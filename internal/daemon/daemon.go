@@ -640,7 +640,9 @@ const reloadGCPercent = 50
 
 // collectSooner sets the runtime's GOGC to percent unless it is lower
 // already, or off (GOGC=off, an operator's choice), and returns the one it
-// replaced, for debug.SetGCPercent to put back.
+// replaced, for debug.SetGCPercent to put back. GOGC is the process's: a
+// process runs one daemon (d.reloading orders its reloads); daemons
+// reloading at once in one process (tests) may leave it at percent.
 func collectSooner(percent int) (old int) {
 	old = debug.SetGCPercent(percent)
 	if old >= 0 && old < percent || old < 0 {

@@ -54,10 +54,13 @@ import (
 // from the next longer level's and the pieces in between (deriveLevel),
 // not found by a scan of every piece at every length.
 //
-// IPv6 takes /16 chunks: its data sits in a few /8s (2a00::/8 holds
-// most of Europe's), and the complement between scattered /48s in one
-// /8 is millions of pieces, which a /8 chunk held at once (64 MB for a
-// 20k-prefix feed, grown by appends).
+// IPv6 takes /16 chunks where the root allows (a chunk lies within one
+// root bucket): its data sits in a few /8s (2a00::/8 holds most of
+// Europe's), and the complement between scattered /48s in one /8 is
+// millions of pieces, which a /8 chunk held at once (64 MB for a
+// 20k-prefix feed, grown by appends). A replay's root is known, so a
+// fleet agent's chunks are /16; the search itself keeps /8 while /8 is a
+// candidate root length (cands[0]), as it is for most IPv6 sets.
 var chunkBits, chunkBits6 = 8, 16 // variables for TestChunkedChooser, which sets 0: one chunk
 
 // chunkBitsOf is the chunk length of a family w bits wide.

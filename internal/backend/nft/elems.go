@@ -190,7 +190,9 @@ func (s Elems) List() []Elem {
 }
 
 // Slice returns the elements i to j-1. It shares s's storage, as a slice
-// expression does: appending to one may overwrite the other.
+// expression does: appending to one may overwrite the other, and a Put
+// writes through, unless the element needs a wider layout (then the one
+// put to moves to storage of its own).
 func (s Elems) Slice(i, j int) Elems {
 	n := s.l.size()
 	return Elems{b: s.b[i*n : j*n : j*n], l: s.l, vs: s.vs[:len(s.vs):len(s.vs)]}
