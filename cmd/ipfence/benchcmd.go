@@ -76,11 +76,14 @@ var (
 func readFootprintPolicies() error {
 	footprintPolicyData = nil
 	for _, path := range footprintPolicies {
-		data, err := os.ReadFile(path)
+		abs, err := filepath.Abs(path)
+		if err == nil {
+			_, err = os.Stat(abs)
+		}
 		if err != nil {
 			return usageError{fmt.Errorf("--footprint-policy: %w", err)}
 		}
-		footprintPolicyData = append(footprintPolicyData, bench.FootprintPolicy{Name: filepath.Base(path), YAML: data})
+		footprintPolicyData = append(footprintPolicyData, bench.FootprintPolicy{Name: filepath.Base(path), Path: abs})
 	}
 	return nil
 }
@@ -238,7 +241,7 @@ scenario); full runs take tens of minutes and are for humans.`,
 	c.Flags().IntSliceVar(&footprintLines, "footprint-lines", nil, "footprint: only these feed sizes, in lines (e.g. 400000)")
 	c.Flags().IntSliceVar(&footprintBans, "footprint-bans", nil, "footprint: these ban counts (0 first: the daemon without bans; 0 alone: no ban step)")
 	c.Flags().IntVar(&footprintRounds, "footprint-rounds", 0, "footprint: runs of each row (medians are reported)")
-	c.Flags().StringArrayVar(&footprintPolicies, "footprint-policy", nil, "footprint: measure the daemon's load of this policy file instead of examples/europe.yaml (repeatable; sources need absolute paths or builtin: data)")
+	c.Flags().StringArrayVar(&footprintPolicies, "footprint-policy", nil, "footprint: measure the daemon's load of this policy file instead of examples/europe.yaml (repeatable)")
 	c.Flags().StringSliceVar(&geoConfigs, "geo-configs", nil, "geo: only these configs (e.g. ipfence,ipfence-ipset,ipset-hash-net)")
 	c.Flags().StringArrayVar(&geoSets, "geo-sets", nil, "geo: only this country set, by name; repeat for more (e.g. --geo-sets \"8 in Europe\" --geo-sets \"6 countries, IPv6\")")
 	return c

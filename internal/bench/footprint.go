@@ -42,15 +42,17 @@ type FootprintOptions struct {
 	Binary string
 	// Policies are policies whose daemon load is measured too (peak and
 	// idle RSS, CPU), each under its name: examples/europe.yaml, or an
-	// operator's own. Relative paths in them are resolved against the
-	// folder the bench writes them to: give sources absolute paths or
-	// builtin: data.
+	// operator's own.
 	Policies []FootprintPolicy
 }
 
-// FootprintPolicy is a policy file's name and content.
+// FootprintPolicy is a policy: a file the daemon reads in place (Path;
+// relative paths in it resolve from its folder), or else content the
+// bench writes to a file of its own (YAML: sources must then be absolute
+// paths, URLs or builtin: data).
 type FootprintPolicy struct {
 	Name string
+	Path string
 	YAML []byte
 }
 
@@ -59,9 +61,9 @@ var (
 	// The quick sizes grow tenfold, as the full ones do, beyond the
 	// feed's growth gate: each size must start from a state of its own.
 	QuickFootprint = FootprintOptions{Lines: []int{5_000, 50_000}, Bans: []int{0, 10_000}, Rounds: 1,
-		Policies: []FootprintPolicy{{"europe.yaml", examples.Europe}}}
+		Policies: []FootprintPolicy{{Name: "europe.yaml", YAML: examples.Europe}}}
 	FullFootprint = FootprintOptions{Lines: []int{10_000, 100_000, 400_000, 1_000_000}, Bans: []int{0, 100_000, 1_000_000}, Rounds: 3,
-		Policies: []FootprintPolicy{{"europe.yaml", examples.Europe}}}
+		Policies: []FootprintPolicy{{Name: "europe.yaml", YAML: examples.Europe}}}
 )
 
 // Footprint steps, as the rows name them.
@@ -194,9 +196,12 @@ func Footprint(ctx context.Context, lab *netns.Lab, o FootprintOptions, p *Progr
 		}
 	}
 	for _, pol := range o.Policies {
-		path := f.path("policy-" + filepath.Base(pol.Name))
-		if err := os.WriteFile(path, pol.YAML, 0o644); err != nil {
-			return nil, err
+		path := pol.Path
+		if path == "" {
+			path = f.path("policy-" + filepath.Base(pol.Name))
+			if err := os.WriteFile(path, pol.YAML, 0o644); err != nil {
+				return nil, err
+			}
 		}
 		var ss []sample
 		for round := range o.Rounds {
