@@ -105,12 +105,18 @@ type FootprintResult struct {
 
 // FootprintSteps is the number of progress steps Footprint reports.
 func FootprintSteps(o FootprintOptions) int {
-	o.Lines = slices.DeleteFunc(slices.Clone(o.Lines), func(n int) bool { return n <= 0 })
+	o.Lines = feedSizes(o.Lines)
 	n := len(o.Lines) * o.Rounds * 5
 	if len(o.Bans) > 1 && len(o.Lines) > 0 {
 		n += o.Rounds
 	}
 	return n + len(o.Policies)*o.Rounds
+}
+
+// feedSizes is lines without the sizes of 0 (--footprint-lines 0: no
+// feed, the policies alone).
+func feedSizes(lines []int) []int {
+	return slices.DeleteFunc(slices.Clone(lines), func(n int) bool { return n <= 0 })
 }
 
 // sample is what one process, or one step of the daemon, cost.
@@ -132,7 +138,7 @@ func Footprint(ctx context.Context, lab *netns.Lab, o FootprintOptions, p *Progr
 	defer os.RemoveAll(dir)
 	f := &footprint{bin: bin, dir: dir, ns: lab.FW}
 	res := &FootprintResult{}
-	o.Lines = slices.DeleteFunc(slices.Clone(o.Lines), func(n int) bool { return n <= 0 })
+	o.Lines = feedSizes(o.Lines)
 	for _, n := range o.Lines {
 		// Each size starts as a new host would: without the state (the
 		// feed's last good copy) of the size before, whose growth gate

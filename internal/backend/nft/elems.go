@@ -33,7 +33,12 @@ type layout struct{ addr, timeout, v uint8 }
 
 // size is the bytes an element takes: a family byte and a length byte,
 // then the address, the timeout and the verdict's index.
-func (l layout) size() int { return 2 + int(l.addr) + int(l.timeout) + int(l.v) }
+func (l layout) size() int { return l.indexAt() + int(l.v) }
+
+// timeoutAt and indexAt are the offsets of the timeout and of the
+// verdict's index in an element.
+func (l layout) timeoutAt() int { return 2 + int(l.addr) }
+func (l layout) indexAt() int   { return 2 + int(l.addr) + int(l.timeout) }
 
 // widen returns the layout wide enough for both l and m.
 func (l layout) widen(m layout) layout {
@@ -290,7 +295,7 @@ func (s Elems) indexAt(i int) uint32 {
 	if s.l.v == 0 {
 		return 0
 	}
-	return s.l.index(s.b[i*s.l.size()+2+int(s.l.addr)+int(s.l.timeout):])
+	return s.l.index(s.b[i*s.l.size()+s.l.indexAt():])
 }
 
 // timeoutAt is the timeout of the i-th element.
@@ -298,7 +303,7 @@ func (s Elems) timeoutAt(i int) time.Duration {
 	if s.l.timeout == 0 {
 		return 0
 	}
-	return time.Duration(binary.LittleEndian.Uint64(s.b[i*s.l.size()+2+int(s.l.addr):]))
+	return time.Duration(binary.LittleEndian.Uint64(s.b[i*s.l.size()+s.l.timeoutAt():]))
 }
 
 // verdictAt is the verdict of the i-th element.
@@ -312,7 +317,7 @@ func (s Elems) verdictAt(i int) Verdict {
 // equalAt reports whether s.At(i) == t.At(j), without unpacking them.
 func (s Elems) equalAt(i int, t Elems, j int) bool {
 	if s.l == t.l { // the same bytes before the verdict's index
-		k := 2 + int(s.l.addr) + int(s.l.timeout)
+		k := s.l.indexAt()
 		if string(s.at(i)[:k]) != string(t.at(j)[:k]) {
 			return false
 		}
