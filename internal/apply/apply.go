@@ -177,6 +177,13 @@ type Target struct {
 	// namespace is NetNS and its interfaces the plan's.
 	XDP    xdp.Options
 	Logger *slog.Logger
+
+	// saved is the record this Target wrote last, and stamp its file's:
+	// an apply with the plan in force at hand (Options.Previous) takes
+	// it while the file is still that one, where reading the file back
+	// (a daemon's, at each refresh) scanned 400k prefixes of JSON.
+	saved *statedir.Applied
+	stamp statedir.Stamp
 }
 
 func (t *Target) log() *slog.Logger {
@@ -291,9 +298,14 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 		}
 	}
 	var prev *statedir.Applied
-	if o.Previous != nil {
+	switch kept, rewritten := t.lastSaved(); {
+	case kept != nil:
+		prev = kept
+	case o.Previous != nil && !rewritten:
 		prev, _ = t.State.LoadAppliedFor(t.NetNS, o.Previous)
-	} else {
+	default:
+		// Another apply rewrote the record: its prefixes are not
+		// o.Previous's.
 		prev = t.Previous()
 	}
 	cur := statedir.Summarize(c.Plan)
@@ -373,9 +385,29 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 // save records a as applied in t (a failure is logged: the next apply
 // then counts everything as new).
 func (t *Target) save(a *statedir.Applied) {
+	t.saved = nil
 	if err := t.State.SaveApplied(t.NetNS, a); err != nil {
 		t.log().Warn("recording what was applied", "err", err)
+		return
 	}
+	if st, ok := t.State.AppliedStamp(t.NetNS); ok {
+		t.saved, t.stamp = a, st
+	}
+}
+
+// lastSaved is a copy of the record t saved last, if its file is still
+// the one written then; otherwise nil, and whether t saved one that
+// another apply has rewritten (or removed) since.
+func (t *Target) lastSaved() (kept *statedir.Applied, rewritten bool) {
+	if t.saved == nil {
+		return nil, false
+	}
+	if st, ok := t.State.AppliedStamp(t.NetNS); !ok || st != t.stamp {
+		return nil, true
+	}
+	a := *t.saved
+	a.Rules = slices.Clone(a.Rules)
+	return &a, false
 }
 
 // report fills rep from the stages that ran.

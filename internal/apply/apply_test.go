@@ -47,19 +47,7 @@ func TestStillXDP(t *testing.T) {
 func TestRecordPrefixes(t *testing.T) {
 	lab := netnstest.New(t, "nft")
 	tg := &Target{NetNS: lab.FW, State: statedir.Dir{Path: t.TempDir()}}
-	compile := func(ps ...string) *Compiled {
-		var b netipx.IPSetBuilder
-		for _, p := range ps {
-			b.AddPrefix(netip.MustParsePrefix(p))
-		}
-		set, _ := b.IPSet()
-		c, err := Compile(&plan.Input{Table: "ipfence", Priority: -300, Protect: plan.Builtin(),
-			Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}, CompileOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	compile := func(ps ...string) *Compiled { return compileBlock(t, ps...) }
 	for _, step := range []struct {
 		prefixes []string
 		change   string
@@ -84,4 +72,67 @@ func TestRecordPrefixes(t *testing.T) {
 			t.Errorf("apply of %v: recorded %+v, reported %+v", step.prefixes, rec, rep.Applied)
 		}
 	}
+}
+
+// TestSavedRecord: an apply given the plan in force (a daemon's) takes
+// the record this Target saved last from memory, but reads the file
+// again once another apply rewrote it, and reports its changes against
+// that one. In a lab namespace.
+func TestSavedRecord(t *testing.T) {
+	lab := netnstest.New(t, "nft")
+	state := statedir.Dir{Path: t.TempDir()}
+	tg := &Target{NetNS: lab.FW, State: state}
+	compile := func(ps ...string) *Compiled { return compileBlock(t, ps...) }
+	apply := func(tg *Target, c *Compiled, prev *Compiled) string {
+		t.Helper()
+		o := Options{}
+		if prev != nil {
+			o.Previous = prev.Plan
+		}
+		rep, err := applyWith(tg, c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var changes []string
+		for _, ch := range rep.Changes {
+			changes = append(changes, ch.String())
+		}
+		return strings.Join(changes, "; ")
+	}
+	a := compile("192.0.2.0/24")
+	apply(tg, a, nil)
+	if kept, _ := tg.lastSaved(); kept == nil {
+		t.Fatal("the record just saved is not kept")
+	}
+	b := compile("192.0.2.0/24", "198.51.100.0/24", "198.51.100.7/32")
+	if got, want := apply(tg, b, a), "rule block: +1 -0 prefixes"; got != want {
+		t.Errorf("from the kept record: changes %q, want %q", got, want)
+	}
+	// Another apply (the command line's) rewrites the record: the kept
+	// one no longer stands for the file.
+	other := compile("203.0.113.0/24")
+	apply(&Target{NetNS: lab.FW, State: state}, other, nil)
+	if kept, rewritten := tg.lastSaved(); kept != nil || !rewritten {
+		t.Fatal("the kept record outlived a rewrite of its file")
+	}
+	// b's plan is not what the file records: the file says.
+	if got, want := apply(tg, compile("203.0.113.0/24", "192.0.2.0/24"), b), "rule block: +1 -0 prefixes"; got != want {
+		t.Errorf("after a rewrite: changes %q, want %q (against the file's record)", got, want)
+	}
+}
+
+// compileBlock compiles a policy of one rule that drops ps.
+func compileBlock(t *testing.T, ps ...string) *Compiled {
+	t.Helper()
+	var b netipx.IPSetBuilder
+	for _, p := range ps {
+		b.AddPrefix(netip.MustParsePrefix(p))
+	}
+	set, _ := b.IPSet()
+	c, err := Compile(&plan.Input{Table: "ipfence", Priority: -300, Protect: plan.Builtin(),
+		Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

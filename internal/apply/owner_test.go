@@ -165,14 +165,16 @@ func compileDrop(t *testing.T, table string, backend ...plan.Backend) *Compiled 
 }
 
 // applyTo applies c in tg with its bans, as `ipfence apply` does.
-func applyTo(tg *Target, c *Compiled) (*Report, error) {
+func applyTo(tg *Target, c *Compiled) (*Report, error) { return applyWith(tg, c, Options{}) }
+
+func applyWith(tg *Target, c *Compiled, o Options) (*Report, error) {
 	ctx := context.Background()
 	bans, err := tg.OpenBans(ctx, c.Plan.Table, false)
 	if err != nil {
 		return nil, err
 	}
 	defer bans.Close()
-	return tg.Apply(ctx, c, bans.Controller, Options{})
+	return tg.Apply(ctx, c, bans.Controller, o)
 }
 
 func mustApply(t *testing.T, tg *Target, c *Compiled) {

@@ -65,6 +65,9 @@ var ErrDelta = errors.New("delta does not apply")
 // builds). A bundle larger than MaxBundle has none: no host would read
 // it back.
 func (b *Bundle) Canonical() (string, error) {
+	if b.slim {
+		return "", errSlim
+	}
 	data, err := json.Marshal(b)
 	if err != nil {
 		return "", fmt.Errorf("encoding the bundle: %w", err)
@@ -258,15 +261,20 @@ func packNonEmpty(s *netipx.IPSet) []byte {
 	return prefix.Pack(s)
 }
 
-// apply is the prefix field old with p's changes, and their set (nil
-// when nothing changed).
-func (p SetPatch) apply(old string) (string, *netipx.IPSet, error) {
-	if p.Removed == nil && p.Added == nil {
-		return old, nil, nil
+// apply is the prefix field old, whose set is oldSet (nil: not read
+// yet), with p's changes: its text and its set (nil when nothing
+// changed and old's set was not read). old may be "" where oldSet is
+// given (a slim base's): the text is then written from the set.
+func (p SetPatch) apply(old string, oldSet *netipx.IPSet) (string, *netipx.IPSet, error) {
+	if p.Removed == nil && p.Added == nil && (old != "" || oldSet == nil) {
+		return old, oldSet, nil
 	}
-	s, err := parseLines(old)
-	if err != nil {
-		return "", nil, err
+	s := oldSet
+	if s == nil {
+		var err error
+		if s, err = parseLines(old); err != nil {
+			return "", nil, err
+		}
 	}
 	for _, f := range []struct {
 		data []byte
@@ -348,14 +356,14 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 	b := d.Bundle
 	b.Rules = append([]BundleRule(nil), d.Bundle.Rules...)
 	var err error
-	if b.Protect, _, err = d.Protect.apply(base.Protect); err != nil {
+	if b.Protect, _, err = d.Protect.apply(base.Protect, nil); err != nil {
 		return nil, fmt.Errorf("protected prefixes: %w", err)
 	}
 	baseRule := rulesByName(base)
 	for i := range b.Rules {
 		r, rp, old := &b.Rules[i], d.Rules[i], baseRule(b.Rules[i].Name)
 		// The set is kept for Input, which need not read the text again.
-		if r.Prefixes, r.set, err = rp.Prefixes.apply(old.Prefixes); err == nil {
+		if r.Prefixes, r.set, err = rp.Prefixes.apply(old.Prefixes, old.set); err == nil {
 			if r.Layout4, err = patchLayout(old.Layout4, rp.Layout4); err == nil {
 				r.Layout6, err = patchLayout(old.Layout6, rp.Layout6)
 			}

@@ -89,6 +89,22 @@ func TestDelta(t *testing.T) {
 		next[r.IntN(len(next))] = feedLines(r, 1)[0]
 	}
 	nb, nextData, nextSets := published(t, in(next, "feed", "geo", "new"))
+	// An agent keeps its base slim: the sets of the bundle it read, no
+	// prefix text (an unchanged rule's text is written from its set).
+	read, err := fleet.DecodeBundle(baseData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read.Input(); err != nil {
+		t.Fatal(err)
+	}
+	slim := read.Slim()
+	if _, err := slim.Encode(); err == nil {
+		t.Error("a slim bundle encoded")
+	}
+	if _, err := slim.Canonical(); err == nil {
+		t.Error("a slim bundle has a canonical digest")
+	}
 
 	check := func(name string, d *fleet.Delta) []byte {
 		t.Helper()
@@ -100,13 +116,15 @@ func TestDelta(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := back.Apply(base)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		want, _ := nb.Canonical()
-		if c, _ := got.Canonical(); c != want {
-			t.Fatalf("%s: rebuilt %s, want %s", name, c, want)
+		for _, b := range []*fleet.Bundle{base, slim} {
+			got, err := back.Apply(b)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want, _ := nb.Canonical()
+			if c, _ := got.Canonical(); c != want {
+				t.Fatalf("%s: rebuilt %s, want %s", name, c, want)
+			}
 		}
 		return data
 	}
@@ -162,16 +180,20 @@ func TestDelta(t *testing.T) {
 		bad := *d
 		bad.Rules = append([]fleet.RulePatch(nil), d.Rules...)
 		edit(&bad.Rules[0])
-		if _, err := bad.Apply(base); !errors.Is(err, fleet.ErrDelta) {
-			t.Errorf("tampered patch: %v", err)
+		for _, b := range []*fleet.Bundle{base, slim} {
+			if _, err := bad.Apply(b); !errors.Is(err, fleet.ErrDelta) {
+				t.Errorf("tampered patch: %v", err)
+			}
 		}
 	}
 	// Patches that apply but make another bundle: refused too.
 	bad := *d
 	bad.Rules = append([]fleet.RulePatch(nil), d.Rules...)
 	bad.Rules[0].Prefixes.Removed = nil
-	if _, err := bad.Apply(base); !errors.Is(err, fleet.ErrDelta) || !strings.Contains(err.Error(), "another base") {
-		t.Errorf("a patch that makes another bundle: %v", err)
+	for _, b := range []*fleet.Bundle{base, slim} {
+		if _, err := bad.Apply(b); !errors.Is(err, fleet.ErrDelta) || !strings.Contains(err.Error(), "another base") {
+			t.Errorf("a patch that makes another bundle: %v", err)
+		}
 	}
 	bad = *d
 	bad.Version = 2

@@ -78,19 +78,22 @@ func Subtract(a, b *netipx.IPSet) *netipx.IPSet {
 	}
 	ra, rb := rangesOf(a), rangesOf(b)
 	out := make([]netipx.IPRange, 0, len(ra)+len(rb))
+	eachDifferenceRange(ra, rb, func(r netipx.IPRange) { out = append(out, r) })
+	return newIPSet(fit(out))
+}
+
+// eachDifferenceRange calls fn, in order, with the ranges of ra minus rb
+// (both sorted, minimal lists), a minimal sorted list itself.
+func eachDifferenceRange(ra, rb []netipx.IPRange, fn func(netipx.IPRange)) {
 	j := 0
 	for _, r := range ra {
 		for j < len(rb) && rb[j].To().Less(r.From()) {
 			j++
 		}
-		if j == len(rb) || r.To().Less(rb[j].From()) {
-			out = append(out, r) // nothing of b within r
-			continue
-		}
 		lo, done := r.From(), false
 		for k := j; k < len(rb) && !r.To().Less(rb[k].From()); k++ {
 			if lo.Less(rb[k].From()) {
-				out = append(out, netipx.IPRangeFrom(lo, rb[k].From().Prev()))
+				fn(netipx.IPRangeFrom(lo, rb[k].From().Prev()))
 			}
 			if !rb[k].To().Less(r.To()) {
 				done = true
@@ -99,10 +102,9 @@ func Subtract(a, b *netipx.IPSet) *netipx.IPSet {
 			lo = rb[k].To().Next()
 		}
 		if !done {
-			out = append(out, netipx.IPRangeFrom(lo, r.To()))
+			fn(netipx.IPRangeFrom(lo, r.To()))
 		}
 	}
-	return newIPSet(fit(out))
 }
 
 // Intersect returns the addresses in both a and b.

@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"go4.org/netipx"
@@ -409,6 +410,27 @@ func (d Dir) LoadAppliedFor(netns string, p *plan.Plan) (*Applied, error) {
 type skipJSON struct{}
 
 func (*skipJSON) UnmarshalJSON([]byte) error { return nil }
+
+// A Stamp tells versions of a file apart: WriteFileAtomic writes each
+// as a new inode, and a file written in place changes its size or its
+// modification time.
+type Stamp struct {
+	ino, size uint64
+	mtime     int64
+}
+
+// AppliedStamp returns the stamp of netns's record (false: none).
+func (d Dir) AppliedStamp(netns string) (Stamp, bool) {
+	fi, err := os.Stat(d.appliedPath(netns))
+	if err != nil {
+		return Stamp{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Stamp{}, false
+	}
+	return Stamp{ino: st.Ino, size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano()}, true
+}
 
 // SaveApplied records what was applied in netns.
 func (d Dir) SaveApplied(netns string, a *Applied) error {
