@@ -179,11 +179,13 @@ type Target struct {
 	Logger *slog.Logger
 
 	// saved is the record this Target wrote last, and stamp its file's:
-	// an apply with the plan in force at hand (Options.Previous) takes
-	// it while the file is still that one, where reading the file back
-	// (a daemon's, at each refresh) scanned 400k prefixes of JSON.
-	saved *statedir.Applied
-	stamp statedir.Stamp
+	// the next apply takes it while the file is still that one, where
+	// reading the file back (a daemon's, at each refresh) scanned 400k
+	// prefixes of JSON. unsure: the last save failed, so the file may
+	// hold an older record than the plan in force.
+	saved  *statedir.Applied
+	stamp  statedir.Stamp
+	unsure bool
 }
 
 func (t *Target) log() *slog.Logger {
@@ -241,7 +243,8 @@ type Report struct {
 	// Leftover is set when the backend of the last apply could not be
 	// emptied (a *LeftoverError); Apply itself then succeeded.
 	Leftover error `json:"-"`
-	// Applied is the record written.
+	// Applied is the record written. The Target keeps it for its next
+	// apply: do not change it.
 	Applied *statedir.Applied `json:"-"`
 }
 
@@ -304,8 +307,9 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	case o.Previous != nil && !rewritten:
 		prev, _ = t.State.LoadAppliedFor(t.NetNS, o.Previous)
 	default:
-		// Another apply rewrote the record: its prefixes are not
-		// o.Previous's.
+		// The command line's apply, or a record that is not
+		// o.Previous's (rewritten by another apply, or not written by
+		// the last): read whole.
 		prev = t.Previous()
 	}
 	cur := statedir.Summarize(c.Plan)
@@ -383,24 +387,26 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 }
 
 // save records a as applied in t (a failure is logged: the next apply
-// then counts everything as new).
+// compares with whatever record the file holds, read whole).
 func (t *Target) save(a *statedir.Applied) {
-	t.saved = nil
+	t.saved, t.unsure = nil, true
 	if err := t.State.SaveApplied(t.NetNS, a); err != nil {
 		t.log().Warn("recording what was applied", "err", err)
 		return
 	}
+	t.unsure = false
 	if st, ok := t.State.AppliedStamp(t.NetNS); ok {
 		t.saved, t.stamp = a, st
 	}
 }
 
 // lastSaved is a copy of the record t saved last, if its file is still
-// the one written then; otherwise nil, and whether t saved one that
-// another apply has rewritten (or removed) since.
+// the one written then; otherwise nil, and whether the file is known
+// not to be the last apply's record: rewritten (or removed) by another
+// apply since, or not written by t's last.
 func (t *Target) lastSaved() (kept *statedir.Applied, rewritten bool) {
 	if t.saved == nil {
-		return nil, false
+		return nil, t.unsure
 	}
 	if st, ok := t.State.AppliedStamp(t.NetNS); !ok || st != t.stamp {
 		return nil, true

@@ -99,18 +99,18 @@ func TestSavedRecord(t *testing.T) {
 		}
 		return strings.Join(changes, "; ")
 	}
-	a := compile("192.0.2.0/24")
+	a, other := compile("192.0.2.0/24"), compile("203.0.113.0/24")
 	apply(tg, a, nil)
 	if kept, _ := tg.lastSaved(); kept == nil {
 		t.Fatal("the record just saved is not kept")
 	}
 	b := compile("192.0.2.0/24", "198.51.100.0/24", "198.51.100.7/32")
-	if got, want := apply(tg, b, a), "rule block: +1 -0 prefixes"; got != want {
+	// Given a plan that is not a's, the kept record still says a.
+	if got, want := apply(tg, b, other), "rule block: +1 -0 prefixes"; got != want {
 		t.Errorf("from the kept record: changes %q, want %q", got, want)
 	}
 	// Another apply (the command line's) rewrites the record: the kept
 	// one no longer stands for the file.
-	other := compile("203.0.113.0/24")
 	apply(&Target{NetNS: lab.FW, State: state}, other, nil)
 	if kept, rewritten := tg.lastSaved(); kept != nil || !rewritten {
 		t.Fatal("the kept record outlived a rewrite of its file")

@@ -412,11 +412,14 @@ type skipJSON struct{}
 func (*skipJSON) UnmarshalJSON([]byte) error { return nil }
 
 // A Stamp tells versions of a file apart: WriteFileAtomic writes each
-// as a new inode, and a file written in place changes its size or its
-// modification time.
+// as a new inode, whose number a later file may reuse, so the size and
+// the modification and change times (as fine as the file system keeps
+// them) count too. It guards against a writer in the same process, or
+// one that ignored the state folder's lock, which a daemon holds for
+// its whole life.
 type Stamp struct {
-	ino, size uint64
-	mtime     int64
+	ino, size    uint64
+	mtime, ctime int64
 }
 
 // AppliedStamp returns the stamp of netns's record (false: none).
@@ -429,7 +432,7 @@ func (d Dir) AppliedStamp(netns string) (Stamp, bool) {
 	if !ok {
 		return Stamp{}, false
 	}
-	return Stamp{ino: st.Ino, size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano()}, true
+	return Stamp{ino: st.Ino, size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano(), ctime: st.Ctim.Nano()}, true
 }
 
 // SaveApplied records what was applied in netns.

@@ -360,9 +360,9 @@ func curDigest(cur *revision) string {
 
 // fetchDelta makes rev's bundle of the one in force, cur, and the
 // difference bundle ref names: fetched, checked against the signed
-// pointer, applied to the bundle kept on disk (checked against its
-// digest), and the result against the digest the delta names. rev is
-// changed only when all of it worked.
+// pointer, applied to cur's slim base in memory (or the bundle kept on
+// disk, checked against its digest), and the result checked against the
+// digest the delta names. rev is changed only when all of it worked.
 func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, out *revision) error {
 	rev := *out
 	raw, err := a.broker.Bundle(ctx, ref.Digest, ref.Size)
@@ -373,15 +373,20 @@ func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, out *r
 	if err != nil {
 		return err
 	}
-	base := cur.base
-	if base == nil {
-		if base, err = a.readBundle("good", cur); err != nil {
+	var b *fleet.Bundle
+	if cur.base != nil {
+		b, err = d.Apply(cur.base)
+	}
+	if cur.base == nil || err != nil {
+		// A slim base writes an unchanged rule's text from its set:
+		// text another build wrote differently is read from disk.
+		base, rerr := a.readBundle("good", cur)
+		if rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		if b, err = d.Apply(base); err != nil {
 			return err
 		}
-	}
-	b, err := d.Apply(base)
-	if err != nil {
-		return err
 	}
 	if rev.in, err = b.Input(); err != nil {
 		return err
