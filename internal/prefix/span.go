@@ -222,13 +222,7 @@ func CoverDiffText(a, b []string) (aOnly, bOnly int) {
 func CoverDiffSets(a, b *netipx.IPSet) (aOnly, bOnly int) {
 	count := func(x, y []netipx.IPRange) int {
 		n := 0
-		eachDifferenceRange(x, y, func(r netipx.IPRange) {
-			width := 128
-			if r.From().Is4() {
-				width = 32
-			}
-			n += countCIDRs(U128From(r.From()), U128From(r.To()), width)
-		})
+		eachDifferenceRange(x, y, func(r netipx.IPRange) { n += CountRange(r) })
 		return n
 	}
 	ra, rb := rangesOf(a), rangesOf(b)

@@ -322,23 +322,24 @@ func (s *Source) finish(parts []*part) {
 	}
 	// What the rows say is counted while they are a slice, before the
 	// table packs them (reading them back costs a pass each).
-	e4, e6 := join(p4), join(p6)
-	for i := range e4 {
-		if e4[i].cc < numCodes {
-			s.present[e4[i].cc] = true
-		}
-	}
-	for i := range e6 {
-		if e6[i].cc < numCodes {
-			s.present[e6[i].cc] = true
-		}
-	}
 	// The set itself is built when a rule takes it (Set, Countries):
 	// a daemon keeps the rows, for explain and for the loads that reuse
 	// the source, and a second copy of them as a set would cost more
 	// (48 bytes a range) than building it again.
-	unionRanges(slices.Values(e4), nil, func(r netipx.IPRange) { s.n4 += prefix.CountRange(r) })
-	unionRanges(slices.Values(e6), nil, func(r netipx.IPRange) { s.n6 += prefix.CountRange(r) })
+	e4, e6 := join(p4), join(p6)
+	s.n4, s.n6 = tally(e4, &s.present), tally(e6, &s.present)
 	s.v4.pack(e4)
 	s.v6.pack(e6)
+}
+
+// tally marks the countries of es in present and returns how many
+// prefixes the minimal cover of es has.
+func tally[K key[K]](es []entry[K], present *[numCodes]bool) (prefixes int) {
+	for i := range es {
+		if es[i].cc < numCodes {
+			present[es[i].cc] = true
+		}
+	}
+	unionRanges(slices.Values(es), nil, func(r netipx.IPRange) { prefixes += prefix.CountRange(r) })
+	return prefixes
 }
