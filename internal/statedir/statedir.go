@@ -29,7 +29,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"go4.org/netipx"
@@ -424,15 +423,11 @@ type Stamp struct {
 
 // AppliedStamp returns the stamp of netns's record (false: none).
 func (d Dir) AppliedStamp(netns string) (Stamp, bool) {
-	fi, err := os.Stat(d.appliedPath(netns))
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(d.appliedPath(netns), &st); err != nil {
 		return Stamp{}, false
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return Stamp{}, false
-	}
-	return Stamp{ino: st.Ino, size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano(), ctime: st.Ctim.Nano()}, true
+	return Stamp{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, true
 }
 
 // SaveApplied records what was applied in netns.

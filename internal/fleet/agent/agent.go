@@ -118,6 +118,14 @@ type revision struct {
 	Via     string `json:"-"`
 }
 
+// read sets rev's input and its slim base from b, its bundle.
+func (rev *revision) read(b *fleet.Bundle) (err error) {
+	if rev.in, err = b.Input(); err == nil {
+		rev.base = b.Slim() // after Input: the sets it read
+	}
+	return err
+}
+
 // file is the digest of rev's bundle as kept on disk.
 func (rev *revision) file() string {
 	if rev.File != "" {
@@ -340,10 +348,9 @@ func (a *Agent) fetch(ctx context.Context, data []byte) (*revision, uint64, erro
 	if err != nil {
 		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
 	}
-	if rev.in, err = b.Input(); err != nil {
+	if err := rev.read(b); err != nil {
 		return nil, p.Seq, fmt.Errorf("revision %d refused: %w", p.Seq, err)
 	}
-	rev.base = b.Slim()
 	if err := a.save(raw, rev, "candidate"); err != nil {
 		return nil, p.Seq, err
 	}
@@ -388,7 +395,7 @@ func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, out *r
 			return err
 		}
 	}
-	if rev.in, err = b.Input(); err != nil {
+	if err := rev.read(b); err != nil {
 		return err
 	}
 	data, err := b.EncodeLocal()
@@ -396,7 +403,7 @@ func (a *Agent) fetchDelta(ctx context.Context, ref *fleet.DeltaRef, cur, out *r
 		return err
 	}
 	// Kept as encoded here: its digest is the file's, not the pointer's.
-	rev.File, rev.base = fleet.Digest(data), b.Slim()
+	rev.File = fleet.Digest(data)
 	if err := a.save(data, &rev, "candidate"); err != nil {
 		return err
 	}
@@ -702,10 +709,9 @@ func (a *Agent) loadSaved() (*revision, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rev.in, err = b.Input(); err != nil {
+	if err := rev.read(b); err != nil {
 		return nil, err
 	}
-	rev.base = b.Slim()
 	return &rev, nil
 }
 
