@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -229,6 +230,7 @@ publish again without --canary to send everyone.`,
 			defer h.Close()
 			pf.record = layouts // the bundle carries the layouts chosen here
 			pf.keepInput = true // and the rules' sets
+			pf.parallel = true  // every agent waits for this compile
 			c, err := pf.compile(cmd.Context(), g)
 			if err != nil {
 				return err
@@ -240,15 +242,27 @@ publish again without --canary to send everyone.`,
 					return err
 				}
 			}
-			data, err := b.Encode()
-			if err != nil {
-				return err
+			// The bundle is encoded while the differences are made:
+			// both only read it.
+			type encoded struct {
+				data []byte
+				err  error
 			}
+			ch := make(chan encoded, 1)
+			go func() {
+				data, err := b.Encode()
+				ch <- encoded{data, err}
+			}()
+			bundle := sync.OnceValue(func() encoded { return <-ch })
 			if err := h.Setup(cmd.Context(), 1); err != nil {
 				return err
 			}
 			// Hosts on the revisions in force fetch only the difference.
-			deltas, errs := h.Deltas(cmd.Context(), group, priv.Public().(ed25519.PublicKey), b, c.Plan.Sets(), len(data))
+			deltas, errs := h.Deltas(cmd.Context(), group, priv.Public().(ed25519.PublicKey), b, c.Plan.Sets(), func() int { return len(bundle().data) })
+			data, err := bundle().data, bundle().err
+			if err != nil {
+				return err
+			}
 			for _, err := range errs {
 				g.logger.Info("no difference bundle: the hosts on that revision fetch the whole bundle", "err", err)
 			}

@@ -36,6 +36,7 @@ type policyFlags struct {
 	backend  string // overrides the policy's backend
 	iptables string // the iptables flavour: legacy, nft or "" (the one `iptables` is)
 	record   bool   // keep the layout chooser's choices (publish)
+	parallel bool   // build a rule's families at once (publish)
 	// keepInput keeps the resolved rules' sets through the compile
 	// (publish writes them into the bundle); the others let the compile
 	// drop them as it goes (apply.CompileOptions.Consume).
@@ -71,7 +72,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
-	o := apply.CompileOptions{Host: assumeNFTables, IPTables: f.iptables, Logger: g.logger, Record: f.record, Consume: !f.keepInput}
+	o := apply.CompileOptions{Host: assumeNFTables, IPTables: f.iptables, Logger: g.logger, Record: f.record, Consume: !f.keepInput, Parallel: f.parallel}
 	if f.probe {
 		o.Host = probeBackend
 	}

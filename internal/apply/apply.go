@@ -49,6 +49,9 @@ type CompileOptions struct {
 	// Consume lets Compile drop the input's rule sets as it goes
 	// (plan.Options.Consume): for callers that do not read them after.
 	Consume bool
+	// Parallel builds both families of a rule at once
+	// (plan.Options.Parallel): for a publisher.
+	Parallel bool
 }
 
 // Compiled is a policy compiled for one backend, not loaded: pure data.
@@ -86,7 +89,7 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 		cp.Backend = b
 		in, c.BackendWhy = &cp, why
 	}
-	p, err := plan.Compile(in, plan.Options{Record: o.Record, Consume: o.Consume})
+	p, err := plan.Compile(in, plan.Options{Record: o.Record, Consume: o.Consume, Parallel: o.Parallel})
 	if err != nil {
 		return nil, err
 	}

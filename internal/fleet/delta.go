@@ -2,8 +2,6 @@ package fleet
 
 import (
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,18 +63,26 @@ var ErrDelta = errors.New("delta does not apply")
 // builds). A bundle larger than MaxBundle has none: no host would read
 // it back.
 func (b *Bundle) Canonical() (string, error) {
+	data, err := b.canonicalJSON()
+	if err != nil {
+		return "", err
+	}
+	return Digest(data), nil
+}
+
+// canonicalJSON is b's canonical form.
+func (b *Bundle) canonicalJSON() ([]byte, error) {
 	if b.slim {
-		return "", errSlim
+		return nil, errSlim
 	}
 	data, err := json.Marshal(b)
 	if err != nil {
-		return "", fmt.Errorf("encoding the bundle: %w", err)
+		return nil, fmt.Errorf("encoding the bundle: %w", err)
 	}
 	if len(data) > MaxBundle {
-		return "", fmt.Errorf("%w: %d bytes, more than %d", ErrBundleSize, len(data), MaxBundle)
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrBundleSize, len(data), MaxBundle)
 	}
-	sum := sha256.Sum256(data)
-	return "sha256-" + hex.EncodeToString(sum[:]), nil
+	return data, nil
 }
 
 // ErrBundleSize is returned for a bundle too large to read back.
@@ -372,13 +378,14 @@ func (d *Delta) Apply(base *Bundle) (*Bundle, error) {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
 	}
-	got, err := b.Canonical()
+	data, err := b.canonicalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDelta, err)
 	}
-	if got != d.Result {
+	if got := Digest(data); got != d.Result {
 		return nil, fmt.Errorf("%w: it makes %s, not %s (another base?)", ErrDelta, got, d.Result)
 	}
+	b.canon = data // for EncodeLocal
 	return &b, nil
 }
 

@@ -95,6 +95,12 @@ func TestDelta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A fetched bundle is kept as fetched: DecodeLocal reads it too.
+	if fetched, err := fleet.DecodeLocal(baseData); err != nil {
+		t.Fatal(err)
+	} else if c, _ := fetched.Canonical(); c != mustCanonical(t, base) {
+		t.Fatalf("a fetched bundle kept on disk reads back as %s", c)
+	}
 	if _, err := read.Input(); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +110,9 @@ func TestDelta(t *testing.T) {
 	}
 	if _, err := slim.Canonical(); err == nil {
 		t.Error("a slim bundle has a canonical digest")
+	}
+	if _, err := slim.EncodeLocal(); err == nil {
+		t.Error("a slim bundle encoded for the local disk")
 	}
 
 	check := func(name string, d *fleet.Delta) []byte {
@@ -124,6 +133,25 @@ func TestDelta(t *testing.T) {
 			want, _ := nb.Canonical()
 			if c, _ := got.Canonical(); c != want {
 				t.Fatalf("%s: rebuilt %s, want %s", name, c, want)
+			}
+			// The copy an agent keeps is that canonical form as it
+			// is, read back only from the local disk.
+			local, err := got.EncodeLocal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fleet.Digest(local) != want {
+				t.Fatalf("%s: the local copy is not the canonical form", name)
+			}
+			if _, err := fleet.DecodeBundle(local); err == nil {
+				t.Fatalf("%s: a bundle from the network read as plain JSON", name)
+			}
+			kept, err := fleet.DecodeLocal(local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := kept.Canonical(); c != want {
+				t.Fatalf("%s: the local copy reads back as %s, want %s", name, c, want)
 			}
 		}
 		return data
@@ -200,4 +228,13 @@ func TestDelta(t *testing.T) {
 	if _, err := bad.Apply(base); !errors.Is(err, fleet.ErrDelta) {
 		t.Errorf("format 2: %v", err)
 	}
+}
+
+func mustCanonical(t *testing.T, b *fleet.Bundle) string {
+	t.Helper()
+	c, err := b.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -70,19 +70,26 @@ func FuzzVerifyPointer(f *testing.F) {
 	})
 }
 
-// FuzzDecodeBundle: DecodeBundle reads any bytes into a bundle or an
-// ErrBundle, within MaxBundle, without panicking.
+// FuzzDecodeBundle: DecodeBundle and DecodeLocal read any bytes into a
+// bundle or an ErrBundle, within MaxBundle, without panicking.
 func FuzzDecodeBundle(f *testing.F) {
 	good, err := (&Bundle{Version: 1, PolicyFile: "p.yaml", Policy: "rules: []\n", Table: "ipfence", Priority: -300}).Encode()
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, s := range [][]byte{good, good[:len(good)/2], nil, []byte("\x1f\x8b"), []byte("{}")} {
+	local, err := (&Bundle{Version: 1, PolicyFile: "p.yaml", Table: "ipfence"}).EncodeLocal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range [][]byte{good, good[:len(good)/2], local, local[:len(local)/2], nil, []byte("\x1f\x8b"), []byte("{}")} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if _, err := DecodeBundle(data); err != nil && !errors.Is(err, ErrBundle) {
 			t.Fatalf("error %v is not an ErrBundle", err)
+		}
+		if _, err := DecodeLocal(data); err != nil && !errors.Is(err, ErrBundle) {
+			t.Fatalf("local: error %v is not an ErrBundle", err)
 		}
 	})
 }

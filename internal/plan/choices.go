@@ -130,20 +130,17 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	if ch.Is4 != is4 {
 		return nil, fmt.Errorf("%w: they are %s choices", ErrChoices, familyName(ch.Is4))
 	}
-	if d := prefix.Digest(s, is4); d != ch.Set {
+	d := prefix.Digest(s, is4)
+	if d != ch.Set {
 		return nil, fmt.Errorf("%w: they were made for another set (%s, this one is %s)", ErrChoices, short(ch.Set), short(d))
 	}
 	// No survey: the traffic model's totals only weigh the estimate and
-	// the bitmap's order, which ch carries.
-	nIn, n6 := prefix.Count(s)
-	if !is4 {
-		nIn = n6
-	}
-	if nIn == 0 || s.ContainsPrefix(fullPrefix(is4)) {
+	// the bitmap's order, which ch carries. The family is empty when its
+	// digest is that of no addresses.
+	if d == emptyDigest || s.ContainsPrefix(fullPrefix(is4)) {
 		return nil, fmt.Errorf("%w: the set is empty or everything", ErrChoices)
 	}
 	f := &family{w: familyBits(is4)}
-	seq := setPieces(s, is4)
 	if ch.Root < 1 || ch.Root > f.w || ch.Bitmap && (!is4 || ch.Root != BitmapBits) {
 		return nil, fmt.Errorf("%w: a root at /%d (bitmap %v)", ErrChoices, ch.Root, ch.Bitmap)
 	}
@@ -152,17 +149,23 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 		maxEntries = DefaultMaxEntries
 	}
 	root := dpBucket{child: uint8(ch.Root), def: ch.RootIn}
-	c := &chooser{family: f, shape: true}
-	t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries, replay: &replay{choices: ch.Descend}}
+	c := &chooser{family: f, bitmap: ch.Bitmap}
+	// expect: the elements are not known ahead; reserve projects them
+	// from the choices taken so far.
+	t := &treeBuilder{c: c, levels: map[[2]int]*Level{}, left: maxEntries, expect: maxEntries, replay: &replay{choices: ch.Descend}}
+	nIn := 0 // the set's cover: its pieces in the set
 	// Every level lies within one bucket of the root.
-	chunks(seq, f.w, min(chunkBitsOf(f.w), ch.Root), func(ps []piece, cs pieceSeq) {
+	c.shapeChunks(s, is4, min(chunkBitsOf(f.w), ch.Root), func() {
+		for _, p := range c.pieces {
+			if p.in {
+				nIn++
+			}
+		}
 		if t.left < 0 {
 			return
 		}
-		c.load(ps, cs)
-		c.bitmap = ch.Bitmap
-		t.c = c
-		root.end = int32(len(ps))
+		t.reserve(t.replay.k, len(ch.Descend))
+		root.end = int32(len(c.pieces))
 		t.build(root, 1)
 	})
 	switch {
@@ -186,6 +189,9 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	}
 	return l, nil
 }
+
+// emptyDigest is prefix.Digest of a family without addresses.
+var emptyDigest = prefix.Digest(nil, true)
 
 // sameKinds reports whether a holds the kinds of b, each once.
 func sameKinds(a, b []EntryKind) bool {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"go4.org/netipx"
+
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // replayCases are sets and options of every shape the chooser meets.
@@ -145,6 +147,13 @@ func TestReplayRefuses(t *testing.T) {
 	// A set that differs by one address changes the digest: refused even
 	// if every bucket's choice would still do.
 	refused("one address more", prefixSetPlus(s, "1.0.0.0/32"), ch)
+	// Choices that name the set's digest where it has no tree: an
+	// empty family, or every address.
+	refused("an empty family", set("2001:db8::/32"), clone(func(c *Choices) { c.Set = prefix.Digest(nil, true) }))
+	refused("an empty family, no choices", set("2001:db8::/32"), clone(func(c *Choices) {
+		c.Set, c.Root, c.RootIn, c.Bitmap, c.Order, c.Descend = prefix.Digest(nil, true), 8, false, false, nil, nil
+	}))
+	refused("every address", set("0.0.0.0/0"), clone(func(c *Choices) { c.Set = prefix.Digest(set("0.0.0.0/0"), true) }))
 
 	// Other defaults below the root (without a bitmap root, whose order
 	// names the kinds present) give another layout of exactly the set.
@@ -221,9 +230,18 @@ func TestChoicesText(t *testing.T) {
 
 // TestCompileReplays: a rule given the choices of its set replays them;
 // given choices of another set, it says so and searches, with the same
-// result as without choices.
+// result as without choices. Building a rule's families at once
+// (Parallel, a publisher's) changes none of it.
 func TestCompileReplays(t *testing.T) {
+	for _, parallel := range []bool{false, true} {
+		t.Run(fmt.Sprint("parallel=", parallel), func(t *testing.T) { testCompileReplays(t, Options{Parallel: parallel}) })
+	}
+}
+
+func testCompileReplays(t *testing.T, opt Options) {
 	r := rand.New(rand.NewPCG(25, 5))
+	withRecord := opt
+	withRecord.Record = true
 	s4, s6 := scattered(r, true, 2000), scattered(r, false, 2000)
 	var b netipx.IPSetBuilder
 	b.AddSet(s4)
@@ -232,7 +250,7 @@ func TestCompileReplays(t *testing.T) {
 	in := func(c4, c6 *Choices) *Input {
 		return &Input{Rules: []RuleInput{{Name: "feed", Action: Drop, IPv4: true, IPv6: true, Set: s, Chosen4: c4, Chosen6: c6}}}
 	}
-	pub, err := Compile(in(nil, nil), Options{Record: true})
+	pub, err := Compile(in(nil, nil), withRecord)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +258,7 @@ func TestCompileReplays(t *testing.T) {
 	if want.Replayed || want.V4.Choices == nil || want.V6.Choices == nil {
 		t.Fatalf("publisher: replayed %v, choices %v %v", want.Replayed, want.V4.Choices, want.V6.Choices)
 	}
-	got, err := Compile(in(want.V4.Choices, want.V6.Choices), Options{})
+	got, err := Compile(in(want.V4.Choices, want.V6.Choices), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,14 +270,30 @@ func TestCompileReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err = Compile(in(other.Choices, nil), Options{})
+	got, err = Compile(in(other.Choices, nil), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g := got.Rules[0]; g.Replayed || !strings.Contains(g.ReplayNote, "another set") || !reflect.DeepEqual(g.V4.Levels, want.V4.Levels) {
 		t.Fatalf("replayed %v (%q), same levels as searched %v", g.Replayed, g.ReplayNote, reflect.DeepEqual(g.V4.Levels, want.V4.Levels))
 	}
-	got, err = Compile(&Input{Backend: IPSet, Rules: in(want.V4.Choices, want.V6.Choices).Rules}, Options{})
+	// Each family's own: IPv4 searched, IPv6 replayed, the notes in
+	// family order.
+	got, err = Compile(in(other.Choices, want.V4.Choices), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Rules[0]; g.Replayed || !strings.HasPrefix(g.ReplayNote, "IPv4: ") || !strings.Contains(g.ReplayNote, "; IPv6: ") || !reflect.DeepEqual(g.V6.Levels, want.V6.Levels) {
+		t.Fatalf("replayed %v (%q)", g.Replayed, g.ReplayNote)
+	}
+	got, err = Compile(in(other.Choices, want.V6.Choices), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Rules[0]; !g.Replayed || strings.Contains(g.ReplayNote, "IPv6") || !reflect.DeepEqual(g.V6.Levels, want.V6.Levels) || !reflect.DeepEqual(g.V4.Levels, want.V4.Levels) {
+		t.Fatalf("IPv6 replayed, IPv4 searched: replayed %v (%q)", g.Replayed, g.ReplayNote)
+	}
+	got, err = Compile(&Input{Backend: IPSet, Rules: in(want.V4.Choices, want.V6.Choices).Rules}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -391,6 +391,11 @@ type Options struct {
 	// the input's sets afterwards: the layouts are then chosen without
 	// the input beside the rule's set (18 MB for a 400k-line feed).
 	Consume bool
+	// Parallel builds a rule's two families at once, on two cores: for
+	// a publisher, whose publish every agent waits for, not for a
+	// daemon on a busy host, where the chooser's state of both would
+	// be live at once.
+	Parallel bool
 }
 
 // TrafficModel is the traffic the layout chooser expects, as shares of

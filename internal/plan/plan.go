@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"go4.org/netipx"
 
@@ -540,12 +541,17 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 	if ri.ChosenNote != "" {
 		notes = append(notes, ri.ChosenNote)
 	}
-	for _, f := range []struct {
-		l       **Layout
-		own     *Layout
-		chosen  *Choices
-		is4, on bool
-	}{{&r.V4, own4, ri.Chosen4, true, ri.IPv4}, {&r.V6, own6, ri.Chosen6, false, ri.IPv6}} {
+	type family struct {
+		l        **Layout
+		own      *Layout
+		chosen   *Choices
+		is4, on  bool
+		replayed bool
+		note     string
+		err      error
+	}
+	fams := []*family{{l: &r.V4, own: own4, chosen: ri.Chosen4, is4: true, on: ri.IPv4}, {l: &r.V6, own: own6, chosen: ri.Chosen6, on: ri.IPv6}}
+	build := func(f *family) {
 		switch {
 		case !f.on:
 			// A family the rule does not apply to must not be
@@ -558,17 +564,39 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 			if f.chosen != nil {
 				l, err := Replay(r.Set, f.is4, o, f.chosen)
 				if err == nil {
-					*f.l, r.Replayed = l, true
-					break
+					*f.l, f.replayed = l, true
+					return
 				}
-				notes = append(notes, fmt.Sprintf("%s: %v", familyName(f.is4), err))
+				f.note = fmt.Sprintf("%s: %v", familyName(f.is4), err)
 			}
 			l, err := Build(r.Set, f.is4, o)
 			if err != nil {
-				return fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+				f.err = fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, err)
+				return
 			}
 			*f.l = l
 		}
+	}
+	if opt.Parallel {
+		// The families share nothing but the rule's set, which both
+		// only read.
+		var wg sync.WaitGroup
+		wg.Go(func() { build(fams[1]) })
+		build(fams[0])
+		wg.Wait()
+	} else {
+		for _, f := range fams {
+			build(f)
+		}
+	}
+	for _, f := range fams {
+		if f.err != nil {
+			return f.err
+		}
+		if f.note != "" {
+			notes = append(notes, f.note)
+		}
+		r.Replayed = r.Replayed || f.replayed
 	}
 	if len(notes) > 0 {
 		r.ReplayNote = strings.Join(notes, "; ")

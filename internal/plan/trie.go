@@ -210,8 +210,8 @@ type chooser struct {
 	*family
 	// bitmap: this solve prices the root as a Bitmap level (canBitmap).
 	bitmap bool
-	// shape: load only the pieces' lengths and common prefixes, not the
-	// traffic's weights (a replay, whose estimate its choices carry).
+	// shape: the pieces are shapeChunks' (a replay's): their lengths
+	// and common prefixes, no traffic weights.
 	shape  bool
 	pieces []piece
 	plen   []uint8
@@ -285,10 +285,6 @@ func (c *chooser) load(pieces []piece, seq pieceSeq) {
 		if i > 0 {
 			c.cpl[i] = uint8(cpl(pieces[i-1].addr, p.addr, c.w))
 		}
-		if c.shape {
-			i++
-			continue
-		}
 		size := pow2[c.w-int(p.bits)]
 		var pass float64
 		if p.in == c.passIsIn {
@@ -304,6 +300,43 @@ func (c *chooser) load(pieces []piece, seq pieceSeq) {
 		}
 		i++
 	}
+}
+
+// shapeChunks calls fn with each chunk of family is4 of s (the pieces of
+// one /chunkLen, or one shorter piece) loaded as shapes: their lengths
+// and common prefixes, not the traffic's weights (a replay's, whose
+// estimate its choices carry). It is chunks and load in one pass, with
+// no runs and no copy of the pieces: a fleet agent's replay.
+func (c *chooser) shapeChunks(s *netipx.IPSet, is4 bool, chunkLen int, fn func()) {
+	c.shape = true
+	w := c.w
+	c.pieces, c.plen, c.cpl = c.pieces[:0], c.plen[:0], c.cpl[:0]
+	flush := func() {
+		if len(c.pieces) > 0 {
+			fn()
+		}
+		c.pieces, c.plen, c.cpl = c.pieces[:0], c.plen[:0], c.cpl[:0]
+	}
+	var key prefix.U128
+	prefix.Pieces(s, is4, func(a prefix.U128, bits int, in bool, _, _ prefix.U128) {
+		k := a.Shr(w - chunkLen)
+		n := len(c.pieces)
+		if bits < chunkLen || n > 0 && k != key {
+			flush()
+			n = 0
+		}
+		key = k
+		var common uint8
+		if n > 0 {
+			common = uint8(cpl(c.pieces[n-1].addr, a, w))
+		}
+		c.pieces = append(c.pieces, piece{a, uint8(bits), in})
+		c.plen, c.cpl = append(c.plen, uint8(bits)), append(c.cpl, common)
+		if bits < chunkLen {
+			flush()
+		}
+	})
+	flush()
 }
 
 // resize is s with length n, reusing its array when it is big enough.
@@ -755,8 +788,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 				if !free {
 					t.left -= int(n)
 				} else {
-					t.share[kind] += c.wsum[i+1] - c.wsum[i]
-					t.present[kind] = true
+					t.weigh(kind, i, i+1)
 				}
 				for k := uint64(0); k < n; k++ {
 					a := p.addr.Add(prefix.U128{Lo: k}.Shl(c.w - o))
@@ -783,8 +815,10 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 		if !free {
 			t.left--
 		}
-		t.pass += c.wpass[ch.end] - c.wpass[ch.start]
-		t.random += c.wrand[ch.end] - c.wrand[ch.start]
+		if !c.shape {
+			t.pass += c.wpass[ch.end] - c.wpass[ch.start]
+			t.random += c.wrand[ch.end] - c.wrand[ch.start]
+		}
 		if depth+1 >= MaxDepth {
 			// No room for more levels: the rest of this bucket goes
 			// into the interval set.
@@ -802,14 +836,23 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 			kind = DescendIn
 		}
 		if free {
-			t.share[kind] += c.wsum[ch.end] - c.wsum[ch.start]
-			t.present[kind] = true
+			t.weigh(kind, int(ch.start), int(ch.end))
 		}
 		e := NewEntry(key, kind, 0)
 		e.next = ch.child
 		lv.Entries = append(lv.Entries, e)
 		t.build(ch, depth+1)
 		i = int(ch.end)
+	}
+}
+
+// weigh counts the pieces [i, j) of a Bitmap root's entry of kind: the
+// kind is present, with their traffic (none in a replay: its choices
+// carry the order).
+func (t *treeBuilder) weigh(kind EntryKind, i, j int) {
+	t.present[kind] = true
+	if !t.c.shape {
+		t.share[kind] += t.c.wsum[j] - t.c.wsum[i]
 	}
 }
 

@@ -724,7 +724,7 @@ func (a *Agent) readBundle(name string, rev *revision) (*fleet.Bundle, error) {
 	if fleet.Digest(raw) != rev.file() {
 		return nil, fmt.Errorf("%w: the %s bundle on disk changed", fleet.ErrDigest, name)
 	}
-	return fleet.DecodeBundle(raw)
+	return fleet.DecodeLocal(raw)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

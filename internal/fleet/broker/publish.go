@@ -441,10 +441,11 @@ func (h *Hub) each(ctx context.Context, bucket, filter string, fn func(key strin
 // Deltas makes difference bundles of next (compiled into plans whose rule
 // sets are nextSets, by name) from the bundles the hosts of group run
 // now: its pointer's, signed with pub, and a canary's other one. A delta
-// no smaller than half of full bytes is left out. It is best effort: the
-// errors say which bases have no delta, whose hosts then fetch the whole
-// bundle.
-func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, next *fleet.Bundle, nextSets map[string]*netipx.IPSet, full int) ([]Delta, []error) {
+// no smaller than half of the whole bundle's bytes, which full returns,
+// is left out: full is called once the deltas are made, so that a caller
+// can encode the bundle meanwhile. It is best effort: the errors say
+// which bases have no delta, whose hosts then fetch the whole bundle.
+func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, next *fleet.Bundle, nextSets map[string]*netipx.IPSet, full func() int) ([]Delta, []error) {
 	raw, err := h.Pointer(ctx, group)
 	switch {
 	case err != nil:
@@ -460,15 +461,22 @@ func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, n
 	if p.Stable != nil && p.Stable.Digest != p.Digest {
 		bases = append(bases, *p.Stable)
 	}
-	var out []Delta
+	made := make([][]byte, len(bases))
 	var errs []error
-	for _, t := range bases {
+	for i, t := range bases {
 		data, err := h.delta(ctx, t, next, nextSets)
-		switch {
-		case err != nil:
+		if err != nil {
 			errs = append(errs, fmt.Errorf("from revision %d: %w", t.Seq, err))
-		case len(data)*2 >= full:
-			errs = append(errs, fmt.Errorf("from revision %d: the difference (%d bytes) is not under half the bundle (%d)", t.Seq, len(data), full))
+		}
+		made[i] = data
+	}
+	var out []Delta
+	size := full()
+	for i, t := range bases {
+		switch data := made[i]; {
+		case data == nil:
+		case len(data)*2 >= size:
+			errs = append(errs, fmt.Errorf("from revision %d: the difference (%d bytes) is not under half the bundle (%d)", t.Seq, len(data), size))
 		default:
 			out = append(out, Delta{Base: t.Digest, Data: data})
 		}
