@@ -142,6 +142,7 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 // AddLayouts records in b the layouts p chose (compiled from the input b
 // was made of, with plan.Options.Record): the bundle becomes version 3.
 func (b *Bundle) AddLayouts(p *plan.Plan) error {
+	b.canon = nil // the layouts change the canonical form
 	if len(p.Rules) != len(b.Rules) {
 		return fmt.Errorf("the plan has %d rules, the bundle %d", len(p.Rules), len(b.Rules))
 	}
@@ -224,25 +225,24 @@ func parseLines(text string) (*netipx.IPSet, error) {
 }
 
 // Encode is b as stored: gzipped JSON.
-func (b *Bundle) Encode() ([]byte, error) { return b.encode(gzip.DefaultCompression) }
+func (b *Bundle) Encode() ([]byte, error) {
+	if b.slim {
+		return nil, errSlim
+	}
+	return encodeGzip(b, "bundle", gzip.DefaultCompression)
+}
 
 // EncodeLocal is b as a copy kept on this host's disk, which
 // DecodeLocal reads: its canonical JSON (Canonical), not compressed. A
 // bundle a delta made (Delta.Apply) has it already: the copy costs no
 // encoding at all, where gzip took a tenth of an agent's CPU for each
-// revision.
+// revision. The bytes are b's own: do not change them, nor b's fields
+// after Apply (AddLayouts drops them).
 func (b *Bundle) EncodeLocal() ([]byte, error) {
 	if b.canon != nil {
 		return b.canon, nil
 	}
 	return b.canonicalJSON()
-}
-
-func (b *Bundle) encode(level int) ([]byte, error) {
-	if b.slim {
-		return nil, errSlim
-	}
-	return encodeGzip(b, "bundle", level)
 }
 
 // encodeGzip is v as gzipped JSON (what names it in errors).

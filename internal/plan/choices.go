@@ -150,21 +150,27 @@ func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error
 	}
 	root := dpBucket{child: uint8(ch.Root), def: ch.RootIn}
 	c := &chooser{family: f, bitmap: ch.Bitmap}
-	// expect: the elements are not known ahead; reserve projects them
-	// from the choices taken so far.
+	// The elements are not known ahead (expect: no bound but the
+	// limit): reserve projects each level's from the share of the set's
+	// cover (its pieces in the set) emitted so far.
 	t := &treeBuilder{c: c, levels: map[[2]int]*Level{}, left: maxEntries, expect: maxEntries, replay: &replay{choices: ch.Descend}}
-	nIn := 0 // the set's cover: its pieces in the set
+	n4, n6 := prefix.Count(s)
+	nIn := n4
+	if !is4 {
+		nIn = n6
+	}
+	done := 0
 	// Every level lies within one bucket of the root.
 	c.shapeChunks(s, is4, min(chunkBitsOf(f.w), ch.Root), func() {
-		for _, p := range c.pieces {
-			if p.in {
-				nIn++
-			}
-		}
 		if t.left < 0 {
 			return
 		}
-		t.reserve(t.replay.k, len(ch.Descend))
+		t.reserve(done, nIn)
+		for _, p := range c.pieces {
+			if p.in {
+				done++
+			}
+		}
 		root.end = int32(len(c.pieces))
 		t.build(root, 1)
 	})

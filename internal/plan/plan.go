@@ -586,7 +586,9 @@ func (r *Rule) buildLayouts(ri *RuleInput, opt Options) error {
 		wg.Wait()
 	} else {
 		for _, f := range fams {
-			build(f)
+			if build(f); f.err != nil {
+				break
+			}
 		}
 	}
 	for _, f := range fams {

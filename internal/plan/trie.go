@@ -306,7 +306,8 @@ func (c *chooser) load(pieces []piece, seq pieceSeq) {
 // one /chunkLen, or one shorter piece) loaded as shapes: their lengths
 // and common prefixes, not the traffic's weights (a replay's, whose
 // estimate its choices carry). It is chunks and load in one pass, with
-// no runs and no copy of the pieces: a fleet agent's replay.
+// no runs and one copy of each piece (chunks made two): a fleet agent's
+// replay.
 func (c *chooser) shapeChunks(s *netipx.IPSet, is4 bool, chunkLen int, fn func()) {
 	c.shape = true
 	w := c.w
@@ -744,7 +745,7 @@ type treeBuilder struct {
 	// (over every element of every map) sees the depth packets see.
 	levels map[[2]int]*Level
 	left   int // elements still allowed; below zero: stop
-	expect int // the elements the chooser counted (reserve's bound)
+	expect int // the elements the chooser counted (reserve's bound; a replay's: its limit)
 	pass   float64
 	random float64
 	rest   []netip.Prefix
@@ -864,9 +865,11 @@ func (t *treeBuilder) weigh(kind EntryKind, i, j int) {
 // stands. A level never reserves more than the elements the chooser
 // counted and not yet emitted (and a Bitmap root's 65,536 bits): a
 // level whose entries all come early would otherwise keep many times
-// its size.
+// its size. A replay has no count (its bound is the element limit): it
+// projects from the pieces in the set (its cover) rather than all
+// pieces, and a level's excess is cut back by finish.
 func (t *treeBuilder) reserve(done, total int) {
-	if done*16 < total {
+	if total == 0 || done*16 < total {
 		return
 	}
 	emitted := 0
