@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -244,24 +243,21 @@ publish again without --canary to send everyone.`,
 			}
 			// The bundle is encoded while the differences are made:
 			// both only read it.
-			type encoded struct {
-				data []byte
-				err  error
-			}
-			ch := make(chan encoded, 1)
+			var data []byte
+			var encErr error
+			encoded := make(chan struct{}) // closed once data, encErr are set
 			go func() {
-				data, err := b.Encode()
-				ch <- encoded{data, err}
+				data, encErr = b.Encode()
+				close(encoded)
 			}()
-			bundle := sync.OnceValue(func() encoded { return <-ch })
 			if err := h.Setup(cmd.Context(), 1); err != nil {
 				return err
 			}
 			// Hosts on the revisions in force fetch only the difference.
-			deltas, errs := h.Deltas(cmd.Context(), group, priv.Public().(ed25519.PublicKey), b, c.Plan.Sets(), func() int { return len(bundle().data) })
-			data, err := bundle().data, bundle().err
-			if err != nil {
-				return err
+			deltas, errs := h.Deltas(cmd.Context(), group, priv.Public().(ed25519.PublicKey), b, c.Plan.Sets(), func() int { <-encoded; return len(data) })
+			<-encoded
+			if encErr != nil {
+				return encErr
 			}
 			for _, err := range errs {
 				g.logger.Info("no difference bundle: the hosts on that revision fetch the whole bundle", "err", err)
