@@ -318,22 +318,18 @@ func (c *chooser) shapeChunks(s *netipx.IPSet, is4 bool, chunkLen int, fn func()
 		}
 		c.pieces, c.plen, c.cpl = c.pieces[:0], c.plen[:0], c.cpl[:0]
 	}
-	var key prefix.U128
+	sp := chunkSplit{w: w, chunkLen: chunkLen}
 	prefix.Pieces(s, is4, func(a prefix.U128, bits int, in bool, _, _ prefix.U128) {
-		k := a.Shr(w - chunkLen)
-		n := len(c.pieces)
-		if bits < chunkLen || n > 0 && k != key {
+		if sp.starts(a, bits, len(c.pieces)) {
 			flush()
-			n = 0
 		}
-		key = k
 		var common uint8
-		if n > 0 {
+		if n := len(c.pieces); n > 0 {
 			common = uint8(cpl(c.pieces[n-1].addr, a, w))
 		}
 		c.pieces = append(c.pieces, piece{a, uint8(bits), in})
 		c.plen, c.cpl = append(c.plen, uint8(bits)), append(c.cpl, common)
-		if bits < chunkLen {
+		if sp.alone(bits) {
 			flush()
 		}
 	})
@@ -367,20 +363,38 @@ func chunks(seq pieceSeq, w, chunkLen int, fn func([]piece, pieceSeq)) {
 		}
 		ps, runs = ps[:0], runs[:0]
 	}
-	var key prefix.U128
+	sp := chunkSplit{w: w, chunkLen: chunkLen}
 	for p, run := range seq {
-		k := p.addr.Shr(w - chunkLen)
-		if int(p.bits) < chunkLen || len(ps) > 0 && k != key {
+		if sp.starts(p.addr, int(p.bits), len(ps)) {
 			flush()
 		}
-		key = k
 		ps, runs = append(ps, p), append(runs, run)
-		if int(p.bits) < chunkLen {
+		if sp.alone(int(p.bits)) {
 			flush()
 		}
 	}
 	flush()
 }
+
+// chunkSplit is where chunks of /chunkLen, w bits wide, begin and end
+// (chunks, shapeChunks): a chunk is the pieces of one /chunkLen, or one
+// piece shorter than that.
+type chunkSplit struct {
+	w, chunkLen int
+	key         prefix.U128 // the current chunk's /chunkLen
+}
+
+// starts reports whether the piece at a, bits long, begins a new chunk
+// after the n pieces of the current one, and makes its chunk current.
+func (sp *chunkSplit) starts(a prefix.U128, bits, n int) bool {
+	k := a.Shr(sp.w - sp.chunkLen)
+	start := sp.alone(bits) || n > 0 && k != sp.key
+	sp.key = k
+	return start
+}
+
+// alone reports whether a piece bits long is a chunk by itself.
+func (sp *chunkSplit) alone(bits int) bool { return bits < sp.chunkLen }
 
 // options are the child lengths a bucket at length l (below the root)
 // may use; the root's are root's.
