@@ -149,7 +149,7 @@ type familyCounts struct {
 	Addresses string `json:"addresses"` // decimal: IPv6 counts exceed 2^64
 }
 
-func writeCounts(w io.Writer, set *netipx.IPSet, asJSON bool) error {
+func writeCounts(w io.Writer, set *prefix.Set, asJSON bool) error {
 	p4, p6 := prefix.Count(set)
 	a4, a6 := prefix.NumAddrs(set)
 	r4, r6 := 0, 0

@@ -57,7 +57,7 @@ rules:
 	r := rand.New(rand.NewPCG(11, 11))
 	var srcs []netip.Addr
 	for _, rule := range c.Plan.Rules {
-		srcs = append(srcs, demo.Sample(r, rule.Set, 6000)...)
+		srcs = append(srcs, demo.Sample(r, rule.Set.IPSet(), 6000)...)
 	}
 	if len(srcs) < 20000 {
 		t.Fatalf("only %d sources", len(srcs))

@@ -53,7 +53,7 @@ func TestBanWithoutDaemon(t *testing.T) {
 				}
 			}
 			var v4, v6 []netip.Addr
-			for _, a := range demo.Sample(rand.New(rand.NewPCG(3, 3)), europe.Set, 400) {
+			for _, a := range demo.Sample(rand.New(rand.NewPCG(3, 3)), europe.Set.IPSet(), 400) {
 				if c.Plan.Verdict(plan.Packet{Src: a, Proto: "udp", DPort: 53}).Rule != "" {
 					continue
 				}

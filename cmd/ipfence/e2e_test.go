@@ -72,7 +72,7 @@ func TestApplyEuropeVerdicts(t *testing.T) {
 	}
 	c := compileFor(t, pol, stateDir)
 	r := rand.New(rand.NewPCG(7, 7))
-	srcs := demo.Sample(r, c.Plan.Rules[0].Set, 24000)
+	srcs := demo.Sample(r, c.Plan.Rules[0].Set.IPSet(), 24000)
 	pktgentest.ExpectModel(t, lab, c.Plan, srcs, 9999)
 
 	// Applying again changes nothing and says so.
@@ -120,7 +120,7 @@ rules:
 	r := rand.New(rand.NewPCG(8, 8))
 	var srcs []netip.Addr
 	for _, rule := range c.Plan.Rules {
-		srcs = append(srcs, demo.Sample(r, rule.Set, 6000)...)
+		srcs = append(srcs, demo.Sample(r, rule.Set.IPSet(), 6000)...)
 	}
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "1.2.3.4", "1.2.4.4", "9.9.9.9", "2001:db8:5::1", "2001:db8:6::1"} {
 		srcs = append(srcs, netip.MustParseAddr(s))

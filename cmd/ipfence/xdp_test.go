@@ -57,7 +57,7 @@ func xdpSources(c *compiled) []netip.Addr {
 	r := rand.New(rand.NewPCG(9, 9))
 	var srcs []netip.Addr
 	for _, rule := range c.Plan.Rules {
-		srcs = append(srcs, demo.Sample(r, rule.Set, 5000)...)
+		srcs = append(srcs, demo.Sample(r, rule.Set.IPSet(), 5000)...)
 	}
 	for _, s := range []string{"203.0.113.7", "203.0.113.8", "9.9.9.9", "5.1.2.3", "2001:db8::1"} {
 		srcs = append(srcs, netip.MustParseAddr(s))

@@ -8,8 +8,8 @@ import (
 
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/statedir"
-	"go4.org/netipx"
 )
 
 // TestStillXDP checks the order of an apply: XDP first unless a rule that
@@ -124,11 +124,11 @@ func TestSavedRecord(t *testing.T) {
 // compileBlock compiles a policy of one rule that drops ps.
 func compileBlock(t *testing.T, ps ...string) *Compiled {
 	t.Helper()
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for _, p := range ps {
 		b.AddPrefix(netip.MustParsePrefix(p))
 	}
-	set, _ := b.IPSet()
+	set, _ := b.Build()
 	c, err := Compile(&plan.Input{Table: "ipfence", Priority: -300, Protect: plan.Builtin(),
 		Rules: []plan.RuleInput{{Name: "block", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}, CompileOptions{})
 	if err != nil {

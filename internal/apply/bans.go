@@ -8,13 +8,12 @@ import (
 	"os"
 	"time"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/hostaddr"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/statedir"
 )
 
@@ -53,13 +52,13 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 	if applied == nil {
 		applied = statedir.Summarize(&plan.Plan{Table: table, Priority: -300, Protect: prefixStrings(plan.Builtin())})
 	}
-	var pb netipx.IPSetBuilder
+	var pb prefix.Builder
 	for _, s := range applied.Protect {
 		if p, err := netip.ParsePrefix(s); err == nil {
 			pb.AddPrefix(p)
 		}
 	}
-	protect, _ := pb.IPSet()
+	protect, _ := pb.Build()
 	own, err := hostaddr.List(t.NetNS)
 	if err != nil {
 		return nil, err
@@ -124,9 +123,9 @@ func (t *Target) ensureBanSets(ctx context.Context, b *Bans, applied *statedir.A
 	return t.State.SaveApplied(t.NetNS, &rec)
 }
 
-func prefixStrings(s *netipx.IPSet) []string {
+func prefixStrings(s *prefix.Set) []string {
 	var out []string
-	for _, p := range s.Prefixes() {
+	for _, p := range prefix.Prefixes(s) {
 		out = append(out, p.String())
 	}
 	return out

@@ -8,13 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/statedir"
 )
 
@@ -149,9 +148,9 @@ func unmarkChains(t *testing.T, ns string) {
 // (backend: "" the default).
 func compileDrop(t *testing.T, table string, backend ...plan.Backend) *Compiled {
 	t.Helper()
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
-	set, _ := b.IPSet()
+	set, _ := b.Build()
 	opt := CompileOptions{IPTables: "nft"}
 	if len(backend) > 0 {
 		opt.Backend = backend[0]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/ipfence/ipfence/internal/prefix"
 	"go4.org/netipx"
 )
 
@@ -13,8 +14,8 @@ import (
 // (IPv6), whatever their origin (CLI, API, CrowdSec, fleet). The zero
 // value refuses nothing else.
 type Guard struct {
-	Protected *netipx.IPSet // nil: nothing
-	Own       []netip.Addr  // this host's addresses
+	Protected *prefix.Set  // nil: nothing
+	Own       []netip.Addr // this host's addresses
 }
 
 // Check returns nil if banning p is allowed. Otherwise it returns an error

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"go4.org/netipx"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 func TestGuard(t *testing.T) {
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for _, s := range []string{"192.0.2.0/24", "198.51.100.128/25", "2001:db8:1::/48"} {
 		b.AddPrefix(netip.MustParsePrefix(s))
 	}
-	protected, err := b.IPSet()
+	protected, err := b.Build()
 	if err != nil {
 		t.Fatal(err)
 	}

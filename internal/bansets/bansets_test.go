@@ -13,14 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // kernelSets reads the ban sets back with nft (small sets only) as
@@ -98,9 +97,9 @@ func newLoaded(t *testing.T, g ban.Guard) (*netns.Lab, *ban.Store, *Controller) 
 // every step that the kernel's ban sets hold exactly what the model says:
 // no lost and no phantom element.
 func TestControllerAgainstModel(t *testing.T) {
-	var pb netipx.IPSetBuilder
+	var pb prefix.Builder
 	pb.AddPrefix(netip.MustParsePrefix("10.9.0.0/16"))
-	protect, _ := pb.IPSet()
+	protect, _ := pb.Build()
 	lab, store, c := newLoaded(t, ban.Guard{Protected: protect})
 	ctx := context.Background()
 

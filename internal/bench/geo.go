@@ -16,6 +16,7 @@ import (
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/pktgen"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
 )
 
@@ -105,7 +106,7 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool)
 		}
 		return Config{Name: name, Load: xt("legacy", rawTable(b.String()))}, nil
 	case "ipfence":
-		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: set}}}, plan.Options{})
+		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: prefix.FromIPSet(set)}}}, plan.Options{})
 		if err != nil {
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
@@ -115,7 +116,7 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool)
 		if name == "ipfence-split" {
 			b = plan.IPTablesSplit
 		}
-		p, err := plan.Compile(&plan.Input{Backend: b, Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: set}}}, plan.Options{})
+		p, err := plan.Compile(&plan.Input{Backend: b, Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: prefix.FromIPSet(set)}}}, plan.Options{})
 		if err != nil {
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
@@ -237,10 +238,11 @@ func Geo(ctx context.Context, lab *netns.Lab, o GeoOptions, p *Progress) (res *G
 		if gs.IPv6 {
 			src = srcs[1]
 		}
-		set, err := src.Countries(gs.Countries, false)
+		sel, err := src.Countries(gs.Countries, false)
 		if err != nil {
 			return nil, fmt.Errorf("selecting the countries of %s: %w", gs.Name, err)
 		}
+		set := sel.IPSet() // for the traffic generator and XDP's LPM trie
 		prefixes := set.Prefixes()
 		if len(prefixes) == 0 {
 			return nil, fmt.Errorf("geo %s: the country data has no %s prefixes for %v", gs.Name, gs.family(), gs.Countries)
@@ -322,11 +324,5 @@ func others(src *source.Source, gs GeoSet, set *netipx.IPSet) (*netipx.IPSet, er
 	if err != nil {
 		return nil, fmt.Errorf("selecting the countries other than %s's: %w", gs.Name, err)
 	}
-	var b netipx.IPSetBuilder
-	b.AddSet(o)
-	b.RemoveSet(set)
-	if o, err = b.IPSet(); err != nil {
-		return nil, fmt.Errorf("removing %s from the other countries: %w", gs.Name, err)
-	}
-	return o, nil
+	return prefix.Subtract(o, prefix.FromIPSet(set)).IPSet(), nil
 }

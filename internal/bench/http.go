@@ -14,6 +14,7 @@ import (
 	"github.com/ipfence/ipfence/internal/bench/probe"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // The http scenario times what web clients see. Its growth part makes
@@ -157,7 +158,7 @@ func httpPortConfigs(clients []netip.Addr, ports []int) ([]Config, error) {
 			"chain inp {\ntype filter hook input priority filter; policy accept;\n" + nftPorts.String() +
 			"tcp dport { " + strings.Join(ps, ", ") + " } drop\n}\n}\n")},
 	}
-	p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "clients", Action: plan.AllowOnly, Ports: planPorts, IPv4: true, Set: set}}}, plan.Options{})
+	p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "clients", Action: plan.AllowOnly, Ports: planPorts, IPv4: true, Set: prefix.FromIPSet(set)}}}, plan.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("compiling the allow list: %w", err)
 	}
@@ -175,7 +176,7 @@ func growthPrefixes(ctx context.Context, n int) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selecting the countries of %s: %w", Geo160k.Name, err)
 	}
-	all := set.Prefixes()
+	all := prefix.Prefixes(set)
 	if n > len(all) {
 		return nil, fmt.Errorf("%d prefixes asked, the data has %d", n, len(all))
 	}

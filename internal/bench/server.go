@@ -26,6 +26,7 @@ import (
 	"github.com/ipfence/ipfence/internal/pktgen"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
 )
 
@@ -187,27 +188,13 @@ func loadServerPolicy(ctx context.Context) (*serverPolicy, error) {
 	if len(res.Input.Rules) != 1 || res.Input.Rules[0].Action != plan.AllowOnly {
 		return nil, errors.New("examples/europe.yaml: want one allow-only rule")
 	}
-	var b netipx.IPSetBuilder
-	b.AddSet(res.Input.Rules[0].Set)
-	for _, r := range res.Input.Protect.Ranges() {
-		b.AddRange(r)
-	}
-	allow, err := b.IPSet()
-	if err != nil {
-		return nil, err
-	}
+	allow := prefix.Union(res.Input.Rules[0].Set, res.Input.Protect)
 	src := res.Sources[pol.Rules[0].Sources[0]]
 	others, err := src.Countries(pol.Rules[0].Countries, true)
 	if err != nil {
 		return nil, err
 	}
-	var ob netipx.IPSetBuilder
-	ob.AddSet(others)
-	ob.RemoveSet(allow)
-	if others, err = ob.IPSet(); err != nil {
-		return nil, err
-	}
-	return &serverPolicy{input: res.Input, allow: allow, others: others}, nil
+	return &serverPolicy{input: res.Input, allow: allow.IPSet(), others: prefix.Subtract(others, allow).IPSet()}, nil
 }
 
 // ipfence returns the policy compiled by ipfence, connection-aware or

@@ -697,7 +697,7 @@ func sameXDP(a, b *plan.Plan) bool {
 	}
 	for i := range ra {
 		if ra[i].Name != rb[i].Name || ra[i].Action != rb[i].Action || ra[i].Stateless != rb[i].Stateless ||
-			!slices.Equal(ra[i].Set.Ranges(), rb[i].Set.Ranges()) {
+			!ra[i].Set.Equal(rb[i].Set) {
 			return false
 		}
 	}

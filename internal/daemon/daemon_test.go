@@ -28,7 +28,7 @@ import (
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
-	"go4.org/netipx"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // running is a daemon started by a test.
@@ -666,9 +666,9 @@ func TestRemovedSourceIsNotDue(t *testing.T) {
 // is checked against the namespace's own addresses).
 func TestInputCompiledAgain(t *testing.T) {
 	lab := netnstest.New(t)
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
-	set, _ := b.IPSet()
+	set, _ := b.Build()
 	rev := &plan.Input{Table: "ipfence", Priority: -300, Protect: plan.Builtin(),
 		Rules: []plan.RuleInput{{Name: "feed", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}
 	d := New(Config{NetNS: lab.FW, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -4,9 +4,8 @@ import (
 	"net/netip"
 	"testing"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // TestSameXDP checks when a reload must swap the XDP program: a rule's
@@ -14,9 +13,9 @@ import (
 func TestSameXDP(t *testing.T) {
 	compile := func(ifs []string, feed string, action plan.Action) *plan.Plan {
 		t.Helper()
-		var b netipx.IPSetBuilder
+		var b prefix.Builder
 		b.AddPrefix(netip.MustParsePrefix(feed))
-		s, _ := b.IPSet()
+		s, _ := b.Build()
 		p, err := plan.Compile(&plan.Input{Backend: plan.XDP, Interfaces: ifs, Rules: []plan.RuleInput{
 			{Name: "feed", Action: action, IPv4: true, Set: s, Where: "p.yaml:1"},
 		}}, plan.Options{})

@@ -156,7 +156,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r := rand.New(rand.NewPCG(2, 6))
 	var srcs []netip.Addr
 	for _, rule := range p.Rules {
-		srcs = append(srcs, Sample(r, rule.Set, o.Sources/len(p.Rules))...)
+		srcs = append(srcs, Sample(r, rule.Set.IPSet(), o.Sources/len(p.Rules))...)
 	}
 	say("sending %d packets (one per source) through the firewall namespace", len(srcs))
 	passed, err := pktgen.Check(lab, srcs, 9999)
@@ -345,9 +345,9 @@ func passSet(p *plan.Plan) *netipx.IPSet {
 	for _, r := range p.Rules {
 		switch r.Action {
 		case plan.AllowOnly:
-			b.Intersect(r.Set)
+			b.Intersect(r.Set.IPSet())
 		case plan.Drop, plan.Reject:
-			b.RemoveSet(r.Set)
+			b.RemoveSet(r.Set.IPSet())
 		}
 	}
 	s, _ := b.IPSet()

@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/prefix"
@@ -82,7 +80,7 @@ type BundleRule struct {
 	Layout4 string `json:"layout_v4,omitempty"`
 	Layout6 string `json:"layout_v6,omitempty"`
 
-	set *netipx.IPSet // Prefixes as a set, once read or when known
+	set *prefix.Set // Prefixes as a set, once read or when known
 }
 
 // errSlim is returned for a slim bundle asked for its text.
@@ -107,7 +105,7 @@ func (b *Bundle) Slim() *Bundle {
 }
 
 // prefixSet is r's Prefixes as a set, read once.
-func (r *BundleRule) prefixSet() (*netipx.IPSet, error) {
+func (r *BundleRule) prefixSet() (*prefix.Set, error) {
 	if r.set == nil {
 		set, err := parseLines(r.Prefixes)
 		if err != nil {
@@ -169,7 +167,7 @@ func (b *Bundle) AddLayouts(p *plan.Plan) error {
 	return nil
 }
 
-func prefixLines(s *netipx.IPSet) string {
+func prefixLines(s *prefix.Set) string {
 	if s == nil {
 		return ""
 	}
@@ -220,7 +218,7 @@ func (b *Bundle) Input() (*plan.Input, error) {
 }
 
 // parseLines reads prefixLines' text (and any other prefix.Read text).
-func parseLines(text string) (*netipx.IPSet, error) {
+func parseLines(text string) (*prefix.Set, error) {
 	return prefix.ReadSet(strings.NewReader(text), "the bundle")
 }
 

@@ -205,7 +205,7 @@ func patch(base []string, p string) ([]string, error) {
 // sets, when not nil, give the sets of next's rules (by name) whose
 // layouts it holds, and base's likewise (plan.Sets), so that a layout's
 // choices are copied bucket by bucket; without them layouts go whole.
-func MakeDelta(base *Bundle, baseDigest string, next *Bundle, baseSets, nextSets map[string]*netipx.IPSet) (*Delta, error) {
+func MakeDelta(base *Bundle, baseDigest string, next *Bundle, baseSets, nextSets map[string]*prefix.Set) (*Delta, error) {
 	result, err := next.Canonical()
 	if err != nil {
 		return nil, err
@@ -256,11 +256,11 @@ func rulesByName(b *Bundle) func(name string) *BundleRule {
 }
 
 // diffSet is the patch from set a to set b.
-func diffSet(a, b *netipx.IPSet) SetPatch {
+func diffSet(a, b *prefix.Set) SetPatch {
 	return SetPatch{Removed: packNonEmpty(prefix.Subtract(a, b)), Added: packNonEmpty(prefix.Subtract(b, a))}
 }
 
-func packNonEmpty(s *netipx.IPSet) []byte {
+func packNonEmpty(s *prefix.Set) []byte {
 	if len(s.Ranges()) == 0 {
 		return nil
 	}
@@ -271,7 +271,7 @@ func packNonEmpty(s *netipx.IPSet) []byte {
 // yet), with p's changes: its text and its set (nil when nothing
 // changed and old's set was not read). old may be "" where oldSet is
 // given (a slim base's): the text is then written from the set.
-func (p SetPatch) apply(old string, oldSet *netipx.IPSet) (string, *netipx.IPSet, error) {
+func (p SetPatch) apply(old string, oldSet *prefix.Set) (string, *prefix.Set, error) {
 	if p.Removed == nil && p.Added == nil && (old != "" || oldSet == nil) {
 		return old, oldSet, nil
 	}
@@ -284,7 +284,7 @@ func (p SetPatch) apply(old string, oldSet *netipx.IPSet) (string, *netipx.IPSet
 	}
 	for _, f := range []struct {
 		data []byte
-		op   func(a, b *netipx.IPSet) *netipx.IPSet
+		op   func(a, b *prefix.Set) *prefix.Set
 	}{{p.Removed, prefix.Subtract}, {p.Added, prefix.Union}} {
 		if f.data == nil {
 			continue
@@ -301,7 +301,7 @@ func (p SetPatch) apply(old string, oldSet *netipx.IPSet) (string, *netipx.IPSet
 // diffLayout is the patch of a rule's layout text: the choices of each
 // bucket at the root's child length copied where the base made the same
 // ones for the same bucket (both sets give the buckets), else sent.
-func diffLayout(old, next string, oldSet, nextSet *netipx.IPSet, is4 bool) string {
+func diffLayout(old, next string, oldSet, nextSet *prefix.Set, is4 bool) string {
 	base, items := splitLayout(old), splitLayout(next)
 	bk, nk := layoutKeys(base, oldSet, is4), layoutKeys(items, nextSet, is4)
 	if bk == nil || nk == nil || layoutRoot(base) != layoutRoot(items) {
@@ -325,7 +325,7 @@ func replaceAll(base, items []string) string {
 // layoutKeys are the keys of a layout's items: the header's the zero
 // prefix (first), then the mixed buckets at the root's child length of
 // set, which the items follow one for one (nil when they do not).
-func layoutKeys(items []string, set *netipx.IPSet, is4 bool) []netip.Prefix {
+func layoutKeys(items []string, set *prefix.Set, is4 bool) []netip.Prefix {
 	root := layoutRoot(items)
 	if set == nil || root == 0 {
 		return nil

@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // feedLines is a feed of n random IPv4 and IPv6 prefixes, as a list.
@@ -29,18 +28,18 @@ func feedLines(r *rand.Rand, n int) []netip.Prefix {
 	return out
 }
 
-func setOf(ps []netip.Prefix) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func setOf(ps []netip.Prefix) *prefix.Set {
+	var b prefix.Builder
 	for _, p := range ps {
 		b.AddPrefix(p)
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	return s
 }
 
 // published is the bundle a publisher makes of in, with its layouts, and
 // the sets they were chosen for.
-func published(t *testing.T, in *plan.Input) (*fleet.Bundle, []byte, map[string]*netipx.IPSet) {
+func published(t *testing.T, in *plan.Input) (*fleet.Bundle, []byte, map[string]*prefix.Set) {
 	t.Helper()
 	p, err := plan.Compile(in, plan.Options{Record: true})
 	if err != nil {
@@ -54,7 +53,7 @@ func published(t *testing.T, in *plan.Input) (*fleet.Bundle, []byte, map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	sets := map[string]*netipx.IPSet{}
+	sets := map[string]*prefix.Set{}
 	for _, r := range p.Rules {
 		sets[r.Name] = r.Set
 	}

@@ -16,15 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
-func randomSet(t *testing.T, r *rand.Rand, n int) *netipx.IPSet {
+func randomSet(t *testing.T, r *rand.Rand, n int) *prefix.Set {
 	t.Helper()
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for range n {
 		if r.IntN(3) == 0 {
 			a := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(r.IntN(256)), byte(r.IntN(256))})
@@ -34,7 +33,7 @@ func randomSet(t *testing.T, r *rand.Rand, n int) *netipx.IPSet {
 		a := netip.AddrFrom4([4]byte{byte(1 + r.IntN(200)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))})
 		b.AddPrefix(netip.PrefixFrom(a, 16+r.IntN(17)).Masked())
 	}
-	s, err := b.IPSet()
+	s, err := b.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +83,7 @@ func TestBundleRoundTrip(t *testing.T) {
 			t.Errorf("rule %s: set differs", r.Name)
 		}
 	}
-	t.Logf("%d prefixes in %d bytes", len(in.Rules[0].Set.Prefixes()), len(data))
+	t.Logf("%d prefixes in %d bytes", len(prefix.Prefixes(in.Rules[0].Set)), len(data))
 
 	// With the layouts the publisher chose, the agent replays them: the
 	// same plan again, without the search.
@@ -307,9 +306,9 @@ func TestDrift(t *testing.T) {
 // rules, which a version-1 reader would load as inbound ones, and reads
 // the direction back.
 func TestBundleVersion(t *testing.T) {
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
-	set, _ := b.IPSet()
+	set, _ := b.Build()
 	in := &plan.Input{Rules: []plan.RuleInput{{Name: "feed", Action: plan.Drop, IPv4: true, Set: set}}}
 	if v := fleet.NewBundle(in, 0, "p.yaml", "", time.Now()).Version; v != 1 {
 		t.Errorf("inbound rules only: version %d, want 1", v)

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"go4.org/netipx"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // BenchmarkBuildFeed chooses and builds the layouts of a 200k-line
@@ -24,9 +24,9 @@ func BenchmarkBuildFeed(b *testing.B) {
 }
 
 // feedSet is the set of BenchmarkBuildFeed.
-func feedSet() *netipx.IPSet {
+func feedSet() *prefix.Set {
 	r := rand.New(rand.NewPCG(11, 11))
-	var sb netipx.IPSetBuilder
+	var sb prefix.Builder
 	for range 200_000 {
 		if r.IntN(10) == 0 {
 			a := [16]byte{0x2a, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}
@@ -36,7 +36,7 @@ func feedSet() *netipx.IPSet {
 		a := [4]byte{byte(1 + r.IntN(126)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}
 		sb.AddPrefix(netip.PrefixFrom(netip.AddrFrom4(a), 20+r.IntN(13)).Masked())
 	}
-	s, _ := sb.IPSet()
+	s, _ := sb.Build()
 	return s
 }
 

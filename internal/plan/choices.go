@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -59,7 +57,7 @@ type Choice struct {
 var ErrChoices = errors.New("layout choices do not fit the set")
 
 // record is what l, a tree just built from s, chose.
-func record(l *Layout, s *netipx.IPSet) *Choices {
+func record(l *Layout, s *prefix.Set) *Choices {
 	ch := &Choices{Is4: l.Is4, Set: prefix.Digest(s, l.Is4), Root: l.Levels[l.Root].Bits, RootIn: l.RootIn, Bitmap: l.BitmapRoot(),
 		Cost: l.Cost, Order: slices.Clone(l.Levels[l.Root].Order)}
 	var ds []Entry
@@ -126,7 +124,7 @@ func (r *replay) next(c *chooser, key netip.Prefix, i, depth int) (dpBucket, boo
 // pass over the set: no search. It returns an error wrapping ErrChoices
 // if ch was made for another set or does not fit it, and ErrTooLarge
 // past the element limit.
-func Replay(s *netipx.IPSet, is4 bool, opt Options, ch *Choices) (*Layout, error) {
+func Replay(s *prefix.Set, is4 bool, opt Options, ch *Choices) (*Layout, error) {
 	if ch.Is4 != is4 {
 		return nil, fmt.Errorf("%w: they are %s choices", ErrChoices, familyName(ch.Is4))
 	}

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -40,14 +38,14 @@ func replayCases(r *rand.Rand) []replayCase {
 
 type replayCase struct {
 	name string
-	s    *netipx.IPSet
+	s    *prefix.Set
 	is4  bool
 	opt  Options
 }
 
 // deepSet needs more levels than MaxDepth at one level per two bits:
 // its deepest buckets go to the rest interval set.
-func deepSet() *netipx.IPSet {
+func deepSet() *prefix.Set {
 	return set("10.0.0.1/32", "10.0.0.4/31", "10.0.0.64/28", "10.200.3.0/24")
 }
 
@@ -109,7 +107,7 @@ func TestReplayRefuses(t *testing.T) {
 	if !ch.Bitmap || len(ch.Descend) < 100 {
 		t.Fatalf("want a bitmap root and many choices: %v, %d", ch.Bitmap, len(ch.Descend))
 	}
-	refused := func(name string, s *netipx.IPSet, ch *Choices) {
+	refused := func(name string, s *prefix.Set, ch *Choices) {
 		t.Helper()
 		if _, err := Replay(s, true, Options{}, ch); !errors.Is(err, ErrChoices) {
 			t.Errorf("%s: %v, want ErrChoices", name, err)
@@ -179,11 +177,11 @@ func TestReplayRefuses(t *testing.T) {
 	}
 }
 
-func prefixSetPlus(s *netipx.IPSet, p string) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func prefixSetPlus(s *prefix.Set, p string) *prefix.Set {
+	var b prefix.Builder
 	b.AddSet(s)
 	b.AddSet(set(p))
-	out, _ := b.IPSet()
+	out, _ := b.Build()
 	return out
 }
 
@@ -243,10 +241,10 @@ func testCompileReplays(t *testing.T, opt Options) {
 	withRecord := opt
 	withRecord.Record = true
 	s4, s6 := scattered(r, true, 2000), scattered(r, false, 2000)
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	b.AddSet(s4)
 	b.AddSet(s6)
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	in := func(c4, c6 *Choices) *Input {
 		return &Input{Rules: []RuleInput{{Name: "feed", Action: Drop, IPv4: true, IPv6: true, Set: s, Chosen4: c4, Chosen6: c6}}}
 	}

@@ -11,15 +11,14 @@ import (
 	"testing"
 
 	"github.com/ipfence/ipfence/data/geo"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
-
-	"go4.org/netipx"
 )
 
 // wholeFamily builds s's layout of family is4 with the chooser over the
 // whole family at once (one chunk): the programme as it was before it ran
 // chunk by chunk, the reference for TestChunkedChooser.
-func wholeFamily(t *testing.T, s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
+func wholeFamily(t *testing.T, s *prefix.Set, is4 bool, opt Options) (*Layout, error) {
 	t.Helper()
 	defer func(b, b6 int) { chunkBits, chunkBits6 = b, b6 }(chunkBits, chunkBits6)
 	chunkBits, chunkBits6 = 0, 0
@@ -36,7 +35,7 @@ func TestChunkedChooser(t *testing.T) {
 	r := rand.New(rand.NewPCG(25, 1))
 	type tc struct {
 		name string
-		s    *netipx.IPSet
+		s    *prefix.Set
 		is4  bool
 		opt  Options
 	}
@@ -123,8 +122,8 @@ func sameLayout(t *testing.T, a, b *Layout) {
 // scattered is n single addresses and /24s (IPv6: /128s and /64s) spread
 // over the address space, as a threat feed: most pieces of its partition
 // are in the complement.
-func scattered(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func scattered(r *rand.Rand, is4 bool, n int) *prefix.Set {
+	var b prefix.Builder
 	for i := range n {
 		if is4 {
 			a := netip.AddrFrom4([4]byte{byte(1 + r.IntN(223)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))})
@@ -138,12 +137,12 @@ func scattered(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
 		}
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom16(a), []int{128, 128, 128, 64}[i%4]).Masked())
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	return s
 }
 
 // countrySet is the built-in country data's set of the given countries.
-func countrySet(t *testing.T, cc ...string) *netipx.IPSet {
+func countrySet(t *testing.T, cc ...string) *prefix.Set {
 	t.Helper()
 	var l source.Loader
 	src, err := l.Load(context.Background(), source.Spec{Name: "geo", Format: source.FormatCountryCSV,

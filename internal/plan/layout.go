@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"slices"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -443,7 +441,7 @@ var ErrTooLarge = fmt.Errorf("no layout fits the element limit")
 // BuildCounts returns the layouts of a rule whose backend builds its own
 // tables (kind KindXDP, KindIPSet or KindSplit), IPv4 and IPv6: kind with
 // the prefix count, or KindEmpty or KindAll.
-func BuildCounts(s *netipx.IPSet, kind Kind) (v4, v6 *Layout) {
+func BuildCounts(s *prefix.Set, kind Kind) (v4, v6 *Layout) {
 	n4, n6 := prefix.Count(s)
 	layout := func(is4 bool, n int) *Layout {
 		l := &Layout{Is4: is4, Kind: kind, Prefixes: n}
@@ -460,7 +458,7 @@ func BuildCounts(s *netipx.IPSet, kind Kind) (v4, v6 *Layout) {
 
 // Build chooses and builds the layout of the addresses of one family
 // (is4) of s.
-func Build(s *netipx.IPSet, is4 bool, opt Options) (*Layout, error) {
+func Build(s *prefix.Set, is4 bool, opt Options) (*Layout, error) {
 	strides := opt.Strides4
 	if !is4 {
 		strides = opt.Strides6

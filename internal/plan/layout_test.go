@@ -19,7 +19,7 @@ import (
 // randomSet builds a random set of n prefixes of one family, with lengths
 // spread so that every kind of bucket (full, empty, mixed at every level)
 // occurs, and some prefixes clustered to create deep mixed buckets.
-func randomSet(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
+func randomSet(r *rand.Rand, is4 bool, n int) *prefix.Set {
 	var b netipx.IPSetBuilder
 	w := familyBits(is4)
 	var base prefix.U128
@@ -55,12 +55,12 @@ func randomSet(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
 	if err != nil {
 		panic(err)
 	}
-	return s
+	return prefix.FromIPSet(s)
 }
 
 // probes returns the boundary addresses of s (first and last of every
 // range and of every gap, and their neighbours) plus random addresses.
-func probes(r *rand.Rand, s *netipx.IPSet, is4 bool, random int) []netip.Addr {
+func probes(r *rand.Rand, s *prefix.Set, is4 bool, random int) []netip.Addr {
 	var out []netip.Addr
 	add := func(a netip.Addr) {
 		if a.IsValid() && a.Is4() == is4 {
@@ -81,7 +81,7 @@ func probes(r *rand.Rand, s *netipx.IPSet, is4 bool, random int) []netip.Addr {
 	return out
 }
 
-func checkLayout(t *testing.T, s *netipx.IPSet, l *Layout, ps []netip.Addr) {
+func checkLayout(t *testing.T, s *prefix.Set, l *Layout, ps []netip.Addr) {
 	t.Helper()
 	bad := 0
 	for _, a := range ps {
@@ -136,16 +136,16 @@ func TestLayoutModel(t *testing.T) {
 }
 
 func TestLayoutKinds(t *testing.T) {
-	mk := func(ps ...string) *netipx.IPSet {
-		var b netipx.IPSetBuilder
+	mk := func(ps ...string) *prefix.Set {
+		var b prefix.Builder
 		for _, p := range ps {
 			b.AddPrefix(netip.MustParsePrefix(p))
 		}
-		s, _ := b.IPSet()
+		s, _ := b.Build()
 		return s
 	}
 	for _, tc := range []struct {
-		set  *netipx.IPSet
+		set  *prefix.Set
 		is4  bool
 		want Kind
 	}{
@@ -160,7 +160,7 @@ func TestLayoutKinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		if l.Kind != tc.want {
-			t.Errorf("%v: kind %v, want %v", tc.set.Prefixes(), l.Kind, tc.want)
+			t.Errorf("%v: kind %v, want %v", prefix.Prefixes(tc.set), l.Kind, tc.want)
 		}
 	}
 }
@@ -169,11 +169,11 @@ func TestChooseSingleAddresses(t *testing.T) {
 	// A feed of scattered single addresses is best as one /32 hash,
 	// behind the /16 bitmaps where there are any.
 	r := rand.New(rand.NewPCG(3, 4))
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for i := 0; i < 5000; i++ {
 		b.Add(prefix.U128{Lo: uint64(r.Uint32())}.Addr(32))
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	noBitmap := DefaultModel
 	noBitmap.BitmapLookup = 0
 	for _, tc := range []struct {
@@ -244,12 +244,12 @@ func TestChooserModel(t *testing.T) {
 // not charged against MaxEntries, as the chooser counts them: a set that
 // fits the limit builds with the bitmaps too.
 func TestBitmapRootElementLimit(t *testing.T) {
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for i := range 20 {
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(20 + 2*i), 0, 0, 0}), 8))
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(100 + i), 7, 7, 0}), 24))
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	l, err := Build(s, true, Options{MaxEntries: 500})
 	if err != nil {
 		t.Fatal(err)
@@ -392,15 +392,15 @@ func modelEvaluate(c *chooser, b dpBucket, l, o int, price float64) (cost, elems
 // bitmapOrderSet is 10 whole /16s and 200 /16s holding one /24 each: by
 // addresses the whole /16s carry most of the traffic, by ranges the
 // mixed ones.
-func bitmapOrderSet() *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func bitmapOrderSet() *prefix.Set {
+	var b prefix.Builder
 	for i := range 10 {
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{20, byte(2 * i), 0, 0}), 16))
 	}
 	for i := range 200 {
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{30 + byte(i/100), byte(i % 100), 7, 0}), 24))
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	return s
 }
 
@@ -537,7 +537,7 @@ func TestDeriveLevels(t *testing.T) {
 // all come early (every other /24 of 1.0.0.0/8) and another's late
 // (every other /32 of the first /16 of 100/8 to 115/8).
 func TestEntriesRoom(t *testing.T) {
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for i := 0; i < 1<<16; i += 2 {
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{1, byte(i >> 8), byte(i), 0}), 24))
 	}
@@ -546,8 +546,8 @@ func TestEntriesRoom(t *testing.T) {
 			b.AddPrefix(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(o), 0, byte(i >> 8), byte(i)}), 32))
 		}
 	}
-	skewed, _ := b.IPSet()
-	for name, s := range map[string]*netipx.IPSet{"skewed": skewed, "scattered": randomSet(rand.New(rand.NewPCG(3, 25)), true, 200_000)} {
+	skewed, _ := b.Build()
+	for name, s := range map[string]*prefix.Set{"skewed": skewed, "scattered": randomSet(rand.New(rand.NewPCG(3, 25)), true, 200_000)} {
 		l, err := Build(s, true, Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 // addresses (IPv4) or of /44 to /64-sized runs (IPv6), clustered as
 // allocations are, plus a few big blocks: many small networks beside a few
 // that hold most addresses.
-func smallNetworks(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func smallNetworks(r *rand.Rand, is4 bool, n int) *prefix.Set {
+	var b prefix.Builder
 	w := familyBits(is4)
 	var base prefix.U128
 	for i := range n {
@@ -48,7 +48,7 @@ func smallNetworks(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
 		}
 		b.AddPrefix(netip.PrefixFrom(a.Addr(w), l).Masked())
 	}
-	s, err := b.IPSet()
+	s, err := b.Build()
 	if err != nil {
 		panic(err)
 	}
@@ -58,7 +58,7 @@ func smallNetworks(r *rand.Rand, is4 bool, n int) *netipx.IPSet {
 // rangeTraffic draws n addresses of s's family is4: a range uniformly,
 // then an address in it (IPv6: the range's first address plus a random
 // offset below its size, which is a multiple of 2**44 here).
-func rangeTraffic(r *rand.Rand, s *netipx.IPSet, is4 bool, n int) []netip.Addr {
+func rangeTraffic(r *rand.Rand, s *prefix.Set, is4 bool, n int) []netip.Addr {
 	var rs []netipx.IPRange
 	for _, rg := range s.Ranges() {
 		if rg.From().Is4() == is4 {

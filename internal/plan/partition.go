@@ -3,8 +3,6 @@ package plan
 import (
 	"net/netip"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -23,7 +21,7 @@ func (p piece) prefix(w int) netip.Prefix { return netip.PrefixFrom(p.addr.Addr(
 // partition returns the address space of one family (is4) cut into the
 // minimal prefix cover of s and of its complement, sorted by address.
 // Every address of the family lies in exactly one piece.
-func partition(s *netipx.IPSet, is4 bool) []piece {
+func partition(s *prefix.Set, is4 bool) []piece {
 	var res []piece
 	prefix.Partition(s, is4, func(p netip.Prefix, in bool) {
 		res = append(res, piece{prefix.U128From(p.Addr()), uint8(p.Bits()), in})

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -120,7 +118,7 @@ type RuleInput struct {
 	Backend Backend
 	// IPv4 and IPv6 select the families the rule applies to.
 	IPv4, IPv6 bool
-	Set        *netipx.IPSet
+	Set        *prefix.Set
 	// Where names the rule's place in the policy ("policy.yaml:12") for
 	// error messages.
 	Where string
@@ -138,7 +136,7 @@ type Input struct {
 	Table    string
 	Priority int32
 	// Protect lists prefixes that are never blocked.
-	Protect *netipx.IPSet
+	Protect *prefix.Set
 	Rules   []RuleInput
 	// Backend is the rules' default backend; "" is NFTables. XDP runs
 	// the leading rules that can in XDP and the others in NFTables; Auto
@@ -154,12 +152,17 @@ type Input struct {
 // Builtin returns the prefixes that are protected in every plan: loopback,
 // link-local and the unspecified addresses (used as sources by DHCP and
 // IPv6 duplicate address detection). Blocking them breaks the host.
-func Builtin() *netipx.IPSet {
-	var b netipx.IPSetBuilder
-	for _, p := range []string{"0.0.0.0/32", "127.0.0.0/8", "169.254.0.0/16", "::/128", "::1/128", "fe80::/10"} {
+func Builtin() *prefix.Set {
+	return prefixSet("0.0.0.0/32", "127.0.0.0/8", "169.254.0.0/16", "::/128", "::1/128", "fe80::/10")
+}
+
+// prefixSet is the set of the prefixes ps, which must be valid.
+func prefixSet(ps ...string) *prefix.Set {
+	var b prefix.Builder
+	for _, p := range ps {
 		b.AddPrefix(netip.MustParsePrefix(p))
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	return s
 }
 
@@ -176,7 +179,7 @@ type Plan struct {
 	// IPSet or IPTablesSplit.
 	Backend Backend `json:"backend"`
 
-	protect *netipx.IPSet
+	protect *prefix.Set
 }
 
 // Rule is one compiled rule.
@@ -212,7 +215,7 @@ type Rule struct {
 
 	// Set is what the rule matches after protection (blocking rules:
 	// minus protected prefixes; allow-only: plus them).
-	Set *netipx.IPSet `json:"-"`
+	Set *prefix.Set `json:"-"`
 }
 
 // Direction is which connections a rule judges.
@@ -255,8 +258,8 @@ var ErrBlocksEverything = errors.New("rule would block every address of a family
 const DefaultPriority = -300
 
 // Sets are the sets p's rules match, by name.
-func (p *Plan) Sets() map[string]*netipx.IPSet {
-	out := make(map[string]*netipx.IPSet, len(p.Rules))
+func (p *Plan) Sets() map[string]*prefix.Set {
+	out := make(map[string]*prefix.Set, len(p.Rules))
 	for _, r := range p.Rules {
 		out[r.Name] = r.Set
 	}
@@ -266,9 +269,9 @@ func (p *Plan) Sets() map[string]*netipx.IPSet {
 // Sets are the sets the rules of in match, by name, as Compile makes
 // them (protection applied): what their layouts are chosen for. No
 // layout is built.
-func Sets(in *Input) (map[string]*netipx.IPSet, error) {
+func Sets(in *Input) (map[string]*prefix.Set, error) {
 	prot := protection(in)
-	out := make(map[string]*netipx.IPSet, len(in.Rules))
+	out := make(map[string]*prefix.Set, len(in.Rules))
 	for i := range in.Rules {
 		r, _, err := compileRule(&in.Rules[i], prot)
 		if err != nil {
@@ -279,7 +282,7 @@ func Sets(in *Input) (map[string]*netipx.IPSet, error) {
 	return out, nil
 }
 
-func protection(in *Input) *netipx.IPSet {
+func protection(in *Input) *prefix.Set {
 	prot := Builtin()
 	if in.Protect != nil {
 		prot = prefix.Union(prot, in.Protect)
@@ -302,7 +305,7 @@ func Compile(in *Input, opt Options) (*Plan, error) {
 	if p.Priority == 0 {
 		p.Priority = DefaultPriority
 	}
-	for _, pr := range prot.Prefixes() {
+	for _, pr := range prefix.Prefixes(prot) {
 		p.Protect = append(p.Protect, pr.String())
 	}
 	if err := checkStatelessOrder(in.Rules); err != nil {
@@ -444,16 +447,9 @@ func (p *Plan) XDPRules() []*Rule {
 // the plan's protected prefixes: multicast and the broadcast address,
 // where DHCP, DHCPv6, neighbour discovery's MLD and routing protocols
 // send (no packet comes from them, so inbound rules need not know).
-var outboundProtect = func() *netipx.IPSet {
-	var b netipx.IPSetBuilder
-	for _, p := range []string{"224.0.0.0/4", "255.255.255.255/32", "ff00::/8"} {
-		b.AddPrefix(netip.MustParsePrefix(p))
-	}
-	s, _ := b.IPSet()
-	return s
-}()
+var outboundProtect = prefixSet("224.0.0.0/4", "255.255.255.255/32", "ff00::/8")
 
-func compileRule(ri *RuleInput, prot *netipx.IPSet) (*Rule, []string, error) {
+func compileRule(ri *RuleInput, prot *prefix.Set) (*Rule, []string, error) {
 	var warn []string
 	if ri.Direction.Out() {
 		prot = prefix.Union(prot, outboundProtect)
@@ -737,7 +733,7 @@ func (p *Plan) HasOutbound() bool {
 }
 
 // ProtectSet returns the protected prefixes (built-in ones included).
-func (p *Plan) ProtectSet() *netipx.IPSet { return p.protect }
+func (p *Plan) ProtectSet() *prefix.Set { return p.protect }
 
 // Protected reports whether addr is protected.
 func (p *Plan) Protected(addr netip.Addr) bool {

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"go4.org/netipx"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
-func set(ps ...string) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func set(ps ...string) *prefix.Set {
+	var b prefix.Builder
 	for _, p := range ps {
 		b.AddPrefix(netip.MustParsePrefix(p))
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	return s
 }
 

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"sort"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -109,7 +107,7 @@ type family struct {
 type pieceSeq = iter.Seq2[piece, float64]
 
 // setPieces is the partition of one family of s, as a pieceSeq.
-func setPieces(s *netipx.IPSet, is4 bool) pieceSeq {
+func setPieces(s *prefix.Set, is4 bool) pieceSeq {
 	return func(yield func(piece, float64) bool) {
 		stop := false
 		var runLo, runHi prefix.U128
@@ -308,7 +306,7 @@ func (c *chooser) load(pieces []piece, seq pieceSeq) {
 // estimate its choices carry). It is chunks and load in one pass, with
 // no runs and one copy of each piece (chunks made two): a fleet agent's
 // replay.
-func (c *chooser) shapeChunks(s *netipx.IPSet, is4 bool, chunkLen int, fn func()) {
+func (c *chooser) shapeChunks(s *prefix.Set, is4 bool, chunkLen int, fn func()) {
 	c.shape = true
 	w := c.w
 	c.pieces, c.plen, c.cpl = c.pieces[:0], c.plen[:0], c.cpl[:0]

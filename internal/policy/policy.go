@@ -674,8 +674,8 @@ func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse fun
 // ErrNotCountry is returned for countries on a list source.
 var ErrNotCountry = errors.New("source has no country data")
 
-func (res *Resolved) ruleSet(r *RuleDef) (*netipx.IPSet, error) {
-	sets := make([]*netipx.IPSet, 0, len(r.Sources))
+func (res *Resolved) ruleSet(r *RuleDef) (*prefix.Set, error) {
+	sets := make([]*prefix.Set, 0, len(r.Sources))
 	for _, name := range r.Sources {
 		src := res.Sources[name]
 		if len(r.Countries) == 0 && !r.Invert {

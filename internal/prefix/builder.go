@@ -11,8 +11,8 @@ import (
 	"github.com/ipfence/ipfence/internal/radixsort"
 )
 
-// Builder builds an *netipx.IPSet from many addresses, prefixes and ranges
-// of both families, several times faster than netipx.IPSetBuilder on
+// Builder builds a *Set from many addresses, prefixes and ranges of both
+// families, several times faster than netipx.IPSetBuilder on
 // large inputs: it keeps IPv4 ranges as packed integers, sorts them once
 // and merges them in one pass.
 //
@@ -57,10 +57,9 @@ func (b *Builder) AddRange(r netipx.IPRange) {
 }
 
 // AddSet adds all addresses of s; a nil s adds nothing.
-func (b *Builder) AddSet(s *netipx.IPSet) {
-	for _, r := range rangesOf(s) {
-		b.in4, b.in6 = add(b.in4, b.in6, r)
-	}
+func (b *Builder) AddSet(s *Set) {
+	v4, v6 := s.lists()
+	b.in4, b.in6 = append(b.in4, v4...), append(b.in6, v6...)
 }
 
 // Remove removes one address from the result.
@@ -86,10 +85,9 @@ func (b *Builder) RemoveRange(r netipx.IPRange) {
 
 // RemoveSet removes all addresses of s from the result; a nil s removes
 // nothing.
-func (b *Builder) RemoveSet(s *netipx.IPSet) {
-	for _, r := range rangesOf(s) {
-		b.out4, b.out6 = add(b.out4, b.out6, r)
-	}
+func (b *Builder) RemoveSet(s *Set) {
+	v4, v6 := s.lists()
+	b.out4, b.out6 = append(b.out4, v4...), append(b.out6, v6...)
 }
 
 // Len returns how many IPv4 and IPv6 ranges have been added: one per
@@ -102,12 +100,15 @@ func (b *Builder) Len() (v4, v6 int) { return len(b.in4), len(b.in6) }
 // error, if any, reports the invalid inputs that were skipped (the set is
 // then still usable and holds everything valid); Build clears it. The
 // builder stays usable: later calls add to what it holds.
-func (b *Builder) Build() (*netipx.IPSet, error) {
-	in4, out4 := merge4(b.in4), merge4(b.out4)
-	b.in6, b.out6 = merge(b.in6), merge(b.out6) // in place
-	set := setOf(subtract(in4, out4), subtract(b.in6, b.out6))
-	// Keep the merged lists: a second Build starts from fewer entries.
-	b.in4, b.out4 = pack4(b.in4[:0], in4), pack4(b.out4[:0], out4)
+func (b *Builder) Build() (*Set, error) {
+	// Merged in place and kept: a second Build starts from fewer
+	// entries. The set gets lists of its own (the builder's are sorted
+	// again by the next Build).
+	b.in4, b.out4 = merge4(b.in4), merge4(b.out4)
+	b.in6, b.out6 = merge(b.in6), merge(b.out6)
+	v4, _ := collect(true, len(b.in4), func(fn func(span)) { eachDifference(list4(b.in4), list4(b.out4), fn) })
+	_, v6 := collect(false, len(b.in6), func(fn func(span)) { eachDifference(list6(b.in6), list6(b.out6), fn) })
+	set := setOfPacked(v4, v6)
 
 	var err error
 	if b.nerrs > 0 {
@@ -180,8 +181,8 @@ func add(v4 []uint64, v6 []span, r netipx.IPRange) ([]uint64, []span) {
 
 // merge4 sorts packed IPv4 ranges and merges them into a minimal sorted
 // list. Sorting the packed integers orders by first address. It merges in
-// place, so v is clobbered.
-func merge4(v []uint64) []span {
+// place: the result is v's first entries.
+func merge4(v []uint64) []uint64 {
 	if len(v) == 0 {
 		return nil
 	}
@@ -198,11 +199,7 @@ func merge4(v []uint64) []span {
 		n++
 		v[n] = x
 	}
-	out := make([]span, n+1)
-	for i, x := range v[:n+1] {
-		out[i] = span{U128{0, x >> 32}, U128{0, x & (1<<32 - 1)}}
-	}
-	return out
+	return v[:n+1]
 }
 
 // sort4 sorts packed IPv4 ranges by first address (the upper 32 bits;
@@ -213,7 +210,7 @@ func sort4(v []uint64) { radixsort.Sort(v, 32) }
 // pack4 appends IPv4 spans to dst in Builder's packed form.
 func pack4(dst []uint64, ss []span) []uint64 {
 	for _, s := range ss {
-		dst = append(dst, s.lo.Lo<<32|s.hi.Lo)
+		dst = append(dst, packSpan4(s))
 	}
 	return dst
 }

@@ -62,19 +62,19 @@ func TestCoverDiff(t *testing.T) {
 		if tA, tB := CoverDiffText(text(a), text(b)); tA != gotA || tB != gotB {
 			t.Fatalf("round %d: CoverDiffText = %d, %d; CoverDiff %d, %d", round, tA, tB, gotA, gotB)
 		}
-		if sA, sB := CoverDiffSets(sa, sb); sA != gotA || sB != gotB {
+		if sA, sB := CoverDiffSets(FromIPSet(sa), FromIPSet(sb)); sA != gotA || sB != gotB {
 			t.Fatalf("round %d: CoverDiffSets = %d, %d; CoverDiff %d, %d", round, sA, sB, gotA, gotB)
 		}
-		if sA, sB := CoverDiffSet(sa, text(b)); sA != gotA || sB != gotB {
+		if sA, sB := CoverDiffSet(FromIPSet(sa), text(b)); sA != gotA || sB != gotB {
 			t.Fatalf("round %d: CoverDiffSet = %d, %d; CoverDiff %d, %d", round, sA, sB, gotA, gotB)
 		}
 		// The array an applied record holds: what json.Marshal writes of
 		// the cover's text.
 		var buf bytes.Buffer
-		if err := WriteJSONArray(&buf, sa); err != nil {
+		if err := WriteJSONArray(&buf, FromIPSet(sa)); err != nil {
 			t.Fatal(err)
 		}
-		want, _ := json.Marshal(text(Prefixes(sa))[1:])
+		want, _ := json.Marshal(text(sa.Prefixes())[1:])
 		if !bytes.Equal(buf.Bytes(), want) {
 			t.Fatalf("round %d: WriteJSONArray = %s, want %s", round, buf.Bytes(), want)
 		}

@@ -2,10 +2,9 @@ package prefix
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"net/netip"
-
-	"go4.org/netipx"
 )
 
 // Digest names the addresses of one family of s (is4: IPv4, else IPv6):
@@ -13,29 +12,31 @@ import (
 // and last address in 16 bytes. Two sets have the same digest for a
 // family exactly when they hold the same addresses of it, however they
 // were built. A nil s is empty.
-func Digest(s *netipx.IPSet, is4 bool) string {
+func Digest(s *Set, is4 bool) string {
 	h := sha256.New()
 	var buf [32]byte
-	for _, r := range rangesOf(s) {
-		if r.From().Is4() != is4 {
-			continue
+	// An IPv4 address's 16 bytes are its IPv4-mapped form (netip.Addr's
+	// As16).
+	put := func(b []byte, u U128) {
+		if is4 {
+			u.Hi, u.Lo = 0, 0xffff<<32|u.Lo
 		}
-		lo, hi := r.From().As16(), r.To().As16()
-		copy(buf[:16], lo[:])
-		copy(buf[16:], hi[:])
-		h.Write(buf[:])
+		binary.BigEndian.PutUint64(b[:8], u.Hi)
+		binary.BigEndian.PutUint64(b[8:16], u.Lo)
 	}
+	s.each(is4, func(r span) {
+		put(buf[:16], r.lo)
+		put(buf[16:], r.hi)
+		h.Write(buf[:])
+	})
 	return "sha256-" + hex.EncodeToString(h.Sum(nil))
 }
 
 // MixedBuckets lists, in address order, the prefixes of length bits (1 to
 // the family's width) of one family (is4) that hold addresses both of s
 // and outside it: the buckets a layout's root level must descend from.
-func MixedBuckets(s *netipx.IPSet, is4 bool, bits int) []netip.Prefix {
-	width := 128
-	if is4 {
-		width = 32
-	}
+func MixedBuckets(s *Set, is4 bool, bits int) []netip.Prefix {
+	width := widthOf(is4)
 	last := Pow2(width - bits).Sub64(1) // a bucket's last address, from its first
 	var out []netip.Prefix
 	var prev U128
@@ -45,11 +46,8 @@ func MixedBuckets(s *netipx.IPSet, is4 bool, bits int) []netip.Prefix {
 			prev = b
 		}
 	}
-	for _, r := range rangesOf(s) {
-		if r.From().Is4() != is4 {
-			continue
-		}
-		lo, hi := U128From(r.From()), U128From(r.To())
+	s.each(is4, func(r span) {
+		lo, hi := r.lo, r.hi
 		blo, bhi := lo.Shr(width-bits).Shl(width-bits), hi.Shr(width-bits).Shl(width-bits)
 		// Ranges are maximal: the address before lo and after hi are
 		// outside s.
@@ -59,6 +57,6 @@ func MixedBuckets(s *netipx.IPSet, is4 bool, bits int) []netip.Prefix {
 		if bhi != blo && hi != bhi.Add(last) {
 			add(bhi)
 		}
-	}
+	})
 	return out
 }

@@ -2,8 +2,10 @@
 // families: the "prefix set" stage of ipfence's data path
 // (source → prefix set → plan → backend).
 //
-// Everything here is pure and deterministic. The currency is
-// *netipx.IPSet. ParseLine and Read turn list files into ranges; Builder
+// Everything here is pure and deterministic. The currency is *Set, an
+// immutable set packed without pointers (8 bytes an IPv4 range), which
+// converts to and from netipx's IPSet for code written against it.
+// ParseLine and Read turn list files into ranges; Builder
 // (or ReadSet) makes a set of millions of them, several times faster than
 // netipx.IPSetBuilder; Union, Subtract, Intersect, Family, Complement,
 // Count and NumAddrs compute on sets, in one pass over their ranges; and

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-
-	"go4.org/netipx"
 )
 
 // Pack writes the ranges of s compactly, for a fleet's difference
@@ -14,20 +12,21 @@ import (
 // per family (IPv4, then IPv6) the number of ranges, then each as the
 // gap from the end of the previous one and its size less one, as
 // varints (IPv6 values as two: high and low 64 bits).
-func Pack(s *netipx.IPSet) []byte {
-	v4, v6 := spansOf(s)
-	b := make([]byte, 0, 8*(len(v4)+len(v6))+4)
+func Pack(s *Set) []byte {
+	n4, n6 := s.Len()
+	b := make([]byte, 0, 8*(n4+n6)+4)
 	for _, f := range []struct {
-		ss []span
-		w  int
-	}{{v4, 32}, {v6, 128}} {
-		b = binary.AppendUvarint(b, uint64(len(f.ss)))
+		n   int
+		is4 bool
+	}{{n4, true}, {n6, false}} {
+		w := widthOf(f.is4)
+		b = binary.AppendUvarint(b, uint64(f.n))
 		next := U128{}
-		for _, sp := range f.ss {
-			b = appendU128(b, sp.lo.Sub(next), f.w)
-			b = appendU128(b, sp.hi.Sub(sp.lo), f.w)
+		s.each(f.is4, func(sp span) {
+			b = appendU128(b, sp.lo.Sub(next), w)
+			b = appendU128(b, sp.hi.Sub(sp.lo), w)
 			next = sp.hi.Add64(1)
-		}
+		})
 	}
 	return b
 }
@@ -46,7 +45,7 @@ var ErrPacked = errors.New("malformed packed ranges")
 // within their family, every byte used.
 // Like Pack, it writes every value in the fewest bytes: any other
 // encoding of the same ranges is refused.
-func Unpack(data []byte) (*netipx.IPSet, error) {
+func Unpack(data []byte) (*Set, error) {
 	b := data
 	var v [2][]span
 	for k, w := range []int{32, 128} {

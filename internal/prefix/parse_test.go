@@ -255,7 +255,7 @@ func TestReadSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Prefixes(); len(got) != 2 || got[0].String() != "10.0.0.0/8" || got[1].String() != "::/127" {
+	if got := s.IPSet().Prefixes(); len(got) != 2 || got[0].String() != "10.0.0.0/8" || got[1].String() != "::/127" {
 		t.Errorf("ReadSet = %v", got)
 	}
 	if s, err := ReadSet(strings.NewReader("10.0.0.0/9\nnope\n"), "x"); s != nil || err == nil {

@@ -55,7 +55,7 @@ func read(r io.Reader, file string, add func(e entry, line int)) error {
 
 // ReadSet reads r like Read and returns the union of its entries. On error
 // it returns no set.
-func ReadSet(r io.Reader, file string) (*netipx.IPSet, error) {
+func ReadSet(r io.Reader, file string) (*Set, error) {
 	var b Builder
 	if err := b.Read(r, file); err != nil {
 		return nil, err

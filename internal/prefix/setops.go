@@ -1,183 +1,183 @@
 package prefix
 
-import (
-	"slices"
-
-	"go4.org/netipx"
-)
-
-// The set operations below work on the sorted ranges of the sets in one
-// pass, where netipx.IPSetBuilder would copy every range of both sets
-// into its lists, sort them again and normalize them with pointer write
-// barriers: for the 395k-range set of a 400k-line feed, compiling one
-// rule through IPSetBuilder allocated about 560 MB. They read the sets'
-// ranges in place and write only the result's (a copy of both as spans
-// took 24 MB more for that set, beside the set itself, while a daemon
-// refreshed it). The sets are immutable, so a result that equals an
-// operand is that operand. A nil set counts as empty; the results are
-// never nil.
-//
-// Both families are one sorted list: netip.Addr orders every IPv4
-// address before every IPv6 one, and no range spans both.
+// The set operations below walk the sorted lists of both sets once per
+// family and write only the result's (a copy of both, or a
+// netipx.IPSetBuilder that sorts them again, took tens of megabytes for
+// a 400k-line feed). The sets are immutable, so a result that holds the
+// same addresses as an operand is that operand, or shares its lists. A
+// nil set counts as empty; the results are never nil.
 
 // Union returns the addresses in a or in b.
-func Union(a, b *netipx.IPSet) *netipx.IPSet {
+func Union(a, b *Set) *Set {
 	switch {
-	case len(rangesOf(b)) == 0 && a != nil:
+	case b.Empty() && a != nil:
 		return a
-	case len(rangesOf(a)) == 0 && b != nil:
+	case a.Empty() && b != nil:
 		return b
 	}
-	ra, rb := rangesOf(a), rangesOf(b)
-	out := make([]netipx.IPRange, 0, len(ra)+len(rb))
-	for i, j := 0, 0; i < len(ra) || j < len(rb); {
-		var r netipx.IPRange
-		if j == len(rb) || i < len(ra) && ra[i].From().Less(rb[j].From()) {
-			r, i = ra[i], i+1
-		} else {
-			r, j = rb[j], j+1
-		}
-		out = appendMergedRange(out, r)
-	}
-	return newIPSet(fit(out))
-}
-
-// fit returns rr, copied to its length when it has much room to spare:
-// the set keeps its array for as long as it lives.
-func fit(rr []netipx.IPRange) []netipx.IPRange {
-	if cap(rr)-len(rr) > len(rr)/4+16 {
-		return slices.Clone(rr)
-	}
-	return rr
-}
-
-// appendMergedRange appends r to out, a minimal sorted list whose last
-// range starts at or before r, merging r into that range when they
-// overlap or touch.
-func appendMergedRange(out []netipx.IPRange, r netipx.IPRange) []netipx.IPRange {
-	if n := len(out); n > 0 {
-		last := out[n-1]
-		// r touches last when r.From()-1 <= last.To(). The first
-		// address of a family has no address before it: r then starts
-		// where last does, or in the other family.
-		prev := r.From().Prev()
-		if touches := prev.IsValid() && !last.To().Less(prev) || !prev.IsValid() && last.From() == r.From(); touches {
-			if last.To().Less(r.To()) {
-				out[n-1] = netipx.IPRangeFrom(last.From(), r.To())
-			}
-			return out
-		}
-	}
-	return append(out, r)
+	return combine(a, b, eachUnion[list4, list4], eachUnion[list6, list6])
 }
 
 // Subtract returns the addresses of a that are not in b.
-func Subtract(a, b *netipx.IPSet) *netipx.IPSet {
+func Subtract(a, b *Set) *Set {
 	if !overlaps(a, b) {
 		return orEmpty(a)
 	}
-	ra, rb := rangesOf(a), rangesOf(b)
-	out := make([]netipx.IPRange, 0, len(ra)+len(rb))
-	eachDifferenceRange(ra, rb, func(r netipx.IPRange) { out = append(out, r) })
-	return newIPSet(fit(out))
-}
-
-// eachDifferenceRange calls fn, in order, with the ranges of ra minus rb
-// (both sorted, minimal lists), a minimal sorted list itself.
-func eachDifferenceRange(ra, rb []netipx.IPRange, fn func(netipx.IPRange)) {
-	j := 0
-	for _, r := range ra {
-		for j < len(rb) && rb[j].To().Less(r.From()) {
-			j++
-		}
-		lo, done := r.From(), false
-		for k := j; k < len(rb) && !r.To().Less(rb[k].From()); k++ {
-			if lo.Less(rb[k].From()) {
-				fn(netipx.IPRangeFrom(lo, rb[k].From().Prev()))
-			}
-			if !rb[k].To().Less(r.To()) {
-				done = true
-				break
-			}
-			lo = rb[k].To().Next()
-		}
-		if !done {
-			fn(netipx.IPRangeFrom(lo, r.To()))
-		}
-	}
+	return combine(a, b, eachDifference[list4, list4], eachDifference[list6, list6])
 }
 
 // Intersect returns the addresses in both a and b.
-func Intersect(a, b *netipx.IPSet) *netipx.IPSet {
+func Intersect(a, b *Set) *Set {
 	if !overlaps(a, b) {
-		return &netipx.IPSet{}
+		return &Set{}
 	}
-	var out []netipx.IPRange
-	eachOverlap(rangesOf(a), rangesOf(b), func(x, y netipx.IPRange) bool {
-		lo, hi := x.From(), x.To()
-		if lo.Less(y.From()) {
-			lo = y.From()
+	return combine(a, b, eachIntersection[list4, list4], eachIntersection[list6, list6])
+}
+
+// combine returns the set of what op4 and op6 make of a's and b's lists
+// of each family.
+func combine(a, b *Set, op4 func(x, y list4, fn func(span)), op6 func(x, y list6, fn func(span))) *Set {
+	a4, a6 := a.lists()
+	b4, b6 := b.lists()
+	v4, _ := collect(true, len(a4)+len(b4), func(fn func(span)) { op4(a4, b4, fn) })
+	_, v6 := collect(false, len(a6)+len(b6), func(fn func(span)) { op6(a6, b6, fn) })
+	return setOfPacked(v4, v6)
+}
+
+// eachUnion calls fn, in order, with the spans of the union of a and b
+// (minimal sorted lists), a minimal sorted list itself.
+func eachUnion[A, B list](a A, b B, fn func(span)) {
+	var cur span
+	have := false
+	add := func(s span) {
+		// s touches cur when s.lo-1 <= cur.hi; s.lo == 0 means cur
+		// starts at 0 too.
+		if have && (s.lo == (U128{}) || !cur.hi.Less(s.lo.Sub64(1))) {
+			if cur.hi.Less(s.hi) {
+				cur.hi = s.hi
+			}
+			return
 		}
-		if y.To().Less(hi) {
-			hi = y.To()
+		if have {
+			fn(cur)
 		}
-		out = append(out, netipx.IPRangeFrom(lo, hi))
+		cur, have = s, true
+	}
+	i, j, na, nb := 0, 0, a.Len(), b.Len()
+	for i < na || j < nb {
+		if j == nb || i < na && a.At(i).lo.Less(b.At(j).lo) {
+			add(a.At(i))
+			i++
+		} else {
+			add(b.At(j))
+			j++
+		}
+	}
+	if have {
+		fn(cur)
+	}
+}
+
+// eachDifference calls fn, in order, with the spans of a minus b (both
+// minimal sorted lists), a minimal sorted list itself.
+func eachDifference[A, B list](a A, b B, fn func(span)) {
+	j, nb := 0, b.Len()
+	for i := range a.Len() {
+		r := a.At(i)
+		for j < nb && b.At(j).hi.Less(r.lo) {
+			j++
+		}
+		lo, done := r.lo, false
+		for k := j; k < nb; k++ {
+			bk := b.At(k)
+			if r.hi.Less(bk.lo) {
+				break
+			}
+			if lo.Less(bk.lo) {
+				fn(span{lo, bk.lo.Sub64(1)})
+			}
+			if !bk.hi.Less(r.hi) {
+				done = true
+				break
+			}
+			lo = bk.hi.Add64(1)
+		}
+		if !done {
+			fn(span{lo, r.hi})
+		}
+	}
+}
+
+// eachIntersection calls fn, in order, with the spans of both a and b
+// (minimal sorted lists), a minimal sorted list itself.
+func eachIntersection[A, B list](a A, b B, fn func(span)) {
+	eachOverlap(a, b, func(x, y span) bool {
+		lo, hi := x.lo, x.hi
+		if lo.Less(y.lo) {
+			lo = y.lo
+		}
+		if y.hi.Less(hi) {
+			hi = y.hi
+		}
+		fn(span{lo, hi})
 		return true
 	})
-	return newIPSet(fit(out))
 }
 
-// Family returns the addresses of s in the families asked for: s itself
-// when s has nothing of the others, otherwise a copy of the family's
-// ranges (the result often outlives s: a view would keep the other
-// family's ranges alive with it).
-func Family(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
-	rr, n4 := split(s)
+// Family returns the addresses of s in the families asked for (sharing
+// s's list of each).
+func Family(s *Set, v4, v6 bool) *Set {
+	a, b := s.lists()
 	switch {
-	case v4 && v6, v4 && n4 == len(rr), v6 && n4 == 0:
+	case (v4 || len(a) == 0) && (v6 || len(b) == 0):
 		return orEmpty(s)
 	case v4:
-		return newIPSet(slices.Clone(rr[:n4]))
+		return &Set{v4: a}
 	case v6:
-		return newIPSet(slices.Clone(rr[n4:]))
+		return &Set{v6: b}
 	}
-	return &netipx.IPSet{}
+	return &Set{}
 }
 
-func orEmpty(s *netipx.IPSet) *netipx.IPSet {
+func orEmpty(s *Set) *Set {
 	if s == nil {
-		return &netipx.IPSet{}
+		return &Set{}
 	}
 	return s
 }
 
-// overlaps reports whether a and b have an address in common, walking
-// their sorted ranges once without copying them.
-func overlaps(a, b *netipx.IPSet) bool {
+// overlaps reports whether a and b have an address in common.
+func overlaps(a, b *Set) bool {
+	a4, a6 := a.lists()
+	b4, b6 := b.lists()
 	found := false
-	eachOverlap(rangesOf(a), rangesOf(b), func(netipx.IPRange, netipx.IPRange) bool {
+	stop := func(span, span) bool {
 		found = true
 		return false
-	})
+	}
+	eachOverlap(a4, b4, stop)
+	if !found {
+		eachOverlap(a6, b6, stop)
+	}
 	return found
 }
 
-// eachOverlap calls fn, in order, with each pair of a range of ra and one
-// of rb that overlap (both sorted, minimal lists), until fn returns false.
-func eachOverlap(ra, rb []netipx.IPRange, fn func(x, y netipx.IPRange) bool) {
-	for i, j := 0, 0; i < len(ra) && j < len(rb); {
-		x, y := ra[i], rb[j]
+// eachOverlap calls fn, in order, with each pair of a span of a and one of
+// b that overlap (both minimal sorted lists), until fn returns false.
+func eachOverlap[A, B list](a A, b B, fn func(x, y span) bool) {
+	for i, j, na, nb := 0, 0, a.Len(), b.Len(); i < na && j < nb; {
+		x, y := a.At(i), b.At(j)
 		switch {
-		case x.To().Less(y.From()):
+		case x.hi.Less(y.lo):
 			i++
-		case y.To().Less(x.From()):
+		case y.hi.Less(x.lo):
 			j++
 		default:
 			if !fn(x, y) {
 				return
 			}
 			// The one that ends first overlaps nothing further.
-			if x.To().Less(y.To()) {
+			if x.hi.Less(y.hi) {
 				i++
 			} else {
 				j++

@@ -33,6 +33,22 @@ func randomSet(rng *rand.Rand) *netipx.IPSet {
 	return s
 }
 
+// toSet returns n as a Set, nil for nil (so that the functions are also
+// tested on nil operands).
+func toSet(n *netipx.IPSet) *Set {
+	if n == nil {
+		return nil
+	}
+	return FromIPSet(n)
+}
+
+// listsOf returns copies of s's lists, to check later that nothing
+// modified them.
+func listsOf(s *Set) ([]uint64, []span) {
+	v4, v6 := s.lists()
+	return slices.Clone(v4), slices.Clone(v6)
+}
+
 // TestSetOps checks Union, Subtract, Intersect and Family against
 // netipx.IPSetBuilder on random pairs of sets.
 func TestSetOps(t *testing.T) {
@@ -55,17 +71,20 @@ func TestSetOps(t *testing.T) {
 	}
 	for range iterations {
 		a, b := randomSet(rng), randomSet(rng)
-		beforeA, beforeB := slices.Clone(rangesOf(a)), slices.Clone(rangesOf(b))
+		sa, sb := toSet(a), toSet(b)
+		a4, a6 := listsOf(sa)
+		b4, b6 := listsOf(sb)
 		for _, c := range []struct {
-			name      string
-			got, want *netipx.IPSet
+			name string
+			got  *Set
+			want *netipx.IPSet
 		}{
-			{"union", Union(a, b), ref(a, b, (*netipx.IPSetBuilder).AddSet)},
-			{"subtract", Subtract(a, b), ref(a, b, (*netipx.IPSetBuilder).RemoveSet)},
-			{"intersect", Intersect(a, b), ref(a, b, (*netipx.IPSetBuilder).Intersect)},
+			{"union", Union(sa, sb), ref(a, b, (*netipx.IPSetBuilder).AddSet)},
+			{"subtract", Subtract(sa, sb), ref(a, b, (*netipx.IPSetBuilder).RemoveSet)},
+			{"intersect", Intersect(sa, sb), ref(a, b, (*netipx.IPSetBuilder).Intersect)},
 		} {
-			if c.got == nil || !slices.Equal(c.got.Ranges(), c.want.Ranges()) {
-				t.Fatalf("%s of\n%v\n%v\n= %v, want %v", c.name, rangesOf(a), rangesOf(b), rangesOf(c.got), c.want.Ranges())
+			if c.got == nil || !slices.Equal(c.got.Ranges(), c.want.Ranges()) || !c.got.Equal(FromIPSet(c.want)) {
+				t.Fatalf("%s of\n%v\n%v\n= %v, want %v", c.name, rangesOf(a), rangesOf(b), c.got.Ranges(), c.want.Ranges())
 			}
 		}
 		for _, fam := range [][2]bool{{true, true}, {true, false}, {false, true}, {false, false}} {
@@ -80,12 +99,15 @@ func TestSetOps(t *testing.T) {
 				x.RemovePrefix(fullPrefix6)
 			}
 			want, _ := x.IPSet()
-			if got := Family(a, fam[0], fam[1]); got == nil || !slices.Equal(got.Ranges(), want.Ranges()) {
-				t.Fatalf("family %v of %v = %v, want %v", fam, rangesOf(a), rangesOf(got), want.Ranges())
+			if got := Family(sa, fam[0], fam[1]); got == nil || !slices.Equal(got.Ranges(), want.Ranges()) || !got.Equal(FromIPSet(want)) {
+				t.Fatalf("family %v of %v = %v, want %v", fam, rangesOf(a), got.Ranges(), want.Ranges())
 			}
 		}
-		if !slices.Equal(rangesOf(a), beforeA) || !slices.Equal(rangesOf(b), beforeB) {
-			t.Fatalf("an operation modified an operand: %v, %v; were %v, %v", rangesOf(a), rangesOf(b), beforeA, beforeB)
+		x4, x6 := sa.lists()
+		y4, y6 := sb.lists()
+		if !slices.Equal(x4, a4) || !slices.Equal(x6, a6) || !slices.Equal(y4, b4) || !slices.Equal(y6, b6) ||
+			!slices.Equal(sa.Ranges(), rangesOf(a)) || !slices.Equal(sb.Ranges(), rangesOf(b)) {
+			t.Fatalf("an operation modified an operand: %v, %v; were %v, %v", sa.Ranges(), sb.Ranges(), rangesOf(a), rangesOf(b))
 		}
 	}
 }

@@ -50,62 +50,21 @@ func mergeSorted(ss []span) []span {
 	return out
 }
 
-// subtract returns the addresses of a not in b; both are minimal sorted
-// lists, and so is the result. Neither is modified; the result is a
-// itself when there is nothing to subtract.
-func subtract(a, b []span) []span {
-	if len(b) == 0 || len(a) == 0 {
-		return a
-	}
-	out := make([]span, 0, len(a))
-	eachDifference(a, b, func(s span) { out = append(out, s) })
-	return out
-}
-
-// eachDifference calls fn, in order, with the spans of a minus b (both
-// minimal sorted lists).
-func eachDifference(a, b []span, fn func(span)) {
-	j := 0
-	for _, r := range a {
-		for j < len(b) && b[j].hi.Less(r.lo) {
-			j++
-		}
-		lo, done := r.lo, false
-		for k := j; k < len(b) && !r.hi.Less(b[k].lo); k++ {
-			if lo.Less(b[k].lo) {
-				fn(span{lo, b[k].lo.Sub64(1)})
-			}
-			if !b[k].hi.Less(r.hi) {
-				done = true
-				break
-			}
-			lo = b[k].hi.Add64(1)
-		}
-		if !done {
-			fn(span{lo, r.hi})
-		}
-	}
-}
-
-// complement returns the addresses from 0 to max not in ss, a minimal
-// sorted list.
-func complement(ss []span, max U128) []span {
-	out := make([]span, 0, len(ss)+1)
-	next, more := U128{}, true // first address not yet accounted for
-	for _, s := range ss {
+// eachGap calls fn, in order, with the spans from 0 to max not in l (a
+// minimal sorted list), a minimal sorted list itself.
+func eachGap[L list](l L, max U128, fn func(span)) {
+	next := U128{} // first address not yet accounted for
+	for i := range l.Len() {
+		s := l.At(i)
 		if next.Less(s.lo) {
-			out = append(out, span{next, s.lo.Sub64(1)})
+			fn(span{next, s.lo.Sub64(1)})
 		}
 		if s.hi == max {
-			more = false
-			break
+			return
 		}
 		next = s.hi.Add64(1)
 	}
-	if more {
-		out = append(out, span{next, max})
-	}
-	return out
+	fn(span{next, max})
 }
 
 // forEachCIDR calls fn with the address and length of each prefix of the
@@ -184,18 +143,6 @@ func spansOf(s *netipx.IPSet) (v4, v6 []span) {
 	return v4, v6
 }
 
-// setOf returns the set of two minimal sorted lists.
-func setOf(v4, v6 []span) *netipx.IPSet {
-	rr := make([]netipx.IPRange, 0, len(v4)+len(v6))
-	for _, s := range v4 {
-		rr = append(rr, netipx.IPRangeFrom(s.lo.Addr(32), s.hi.Addr(32)))
-	}
-	for _, s := range v6 {
-		rr = append(rr, netipx.IPRangeFrom(s.lo.Addr(128), s.hi.Addr(128)))
-	}
-	return newIPSet(rr)
-}
-
 // CoverDiff returns how many prefixes the minimal CIDR covers of a minus b
 // and of b minus a hold, both families together; a and b are prefixes in
 // any order, overlapping or not. It sweeps sorted ranges: no set is built
@@ -204,7 +151,7 @@ func setOf(v4, v6 []span) *netipx.IPSet {
 func CoverDiff(a, b []netip.Prefix) (aOnly, bOnly int) {
 	a4, a6 := spansOfPrefixes(a)
 	b4, b6 := spansOfPrefixes(b)
-	return coverDiff(a4, a6, b4, b6)
+	return coverDiff(list6(a4), list6(a6), list6(b4), list6(b6))
 }
 
 // CoverDiffText is CoverDiff of prefixes written as text (as
@@ -213,41 +160,39 @@ func CoverDiff(a, b []netip.Prefix) (aOnly, bOnly int) {
 func CoverDiffText(a, b []string) (aOnly, bOnly int) {
 	a4, a6 := spansOfText(a)
 	b4, b6 := spansOfText(b)
-	return coverDiff(a4, a6, b4, b6)
+	return coverDiff(list6(a4), list6(a6), list6(b4), list6(b6))
 }
 
 // CoverDiffSets is CoverDiff of two sets (their minimal covers). It walks
-// their ranges in place: a daemon refreshing a 395k-range rule counts its
-// change with both sets live, and copies of them as spans took 24 MB more.
-func CoverDiffSets(a, b *netipx.IPSet) (aOnly, bOnly int) {
-	count := func(x, y []netipx.IPRange) int {
-		n := 0
-		eachDifferenceRange(x, y, func(r netipx.IPRange) { n += CountRange(r) })
-		return n
-	}
-	ra, rb := rangesOf(a), rangesOf(b)
-	return count(ra, rb), count(rb, ra)
+// their lists in place: a daemon refreshing a 395k-range rule counts its
+// change with both sets live.
+func CoverDiffSets(a, b *Set) (aOnly, bOnly int) {
+	a4, a6 := a.lists()
+	b4, b6 := b.lists()
+	return coverDiff(a4, a6, b4, b6)
 }
 
 // CoverDiffSet is CoverDiffText with a given as a set (its minimal
 // cover): an apply's new rule set against the text of its last record.
-func CoverDiffSet(a *netipx.IPSet, b []string) (aOnly, bOnly int) {
-	a4, a6 := spansOf(a)
+func CoverDiffSet(a *Set, b []string) (aOnly, bOnly int) {
+	a4, a6 := a.lists()
 	b4, b6 := spansOfText(b)
-	return coverDiff(a4, a6, b4, b6)
+	return coverDiff(a4, a6, list6(b4), list6(b6))
 }
 
 // coverDiff is CoverDiff of minimal sorted lists.
-func coverDiff(a4, a6, b4, b6 []span) (aOnly, bOnly int) {
-	// Counted as the differences come: no list of them is made.
-	count := func(a, b []span, width int) int {
-		n := 0
-		eachDifference(a, b, func(s span) { n += countCIDRs(s.lo, s.hi, width) })
-		return n
-	}
-	aOnly = count(a4, b4, 32) + count(a6, b6, 128)
-	bOnly = count(b4, a4, 32) + count(b6, a6, 128)
+func coverDiff[A4, B4, A6, B6 list](a4 A4, a6 A6, b4 B4, b6 B6) (aOnly, bOnly int) {
+	aOnly = countDifference(a4, b4, 32) + countDifference(a6, b6, 128)
+	bOnly = countDifference(b4, a4, 32) + countDifference(b6, a6, 128)
 	return aOnly, bOnly
+}
+
+// countDifference returns how many prefixes the minimal cover of a minus
+// b holds, counted as the differences come: no list of them is made.
+func countDifference[A, B list](a A, b B, width int) int {
+	n := 0
+	eachDifference(a, b, func(s span) { n += countCIDRs(s.lo, s.hi, width) })
+	return n
 }
 
 // spansOfText returns the minimal sorted spans of the prefixes ps holds

@@ -17,7 +17,7 @@ import (
 // text). For IPv4 this is the output of FireHOL's
 // `iprange --print-suffix-ips /32`. A nil s writes nothing. It returns the
 // first error writing w.
-func WriteCIDRs(w io.Writer, s *netipx.IPSet) error {
+func WriteCIDRs(w io.Writer, s *Set) error {
 	return write(w, s, appendCIDRs, lines)
 }
 
@@ -25,7 +25,7 @@ func WriteCIDRs(w io.Writer, s *netipx.IPSet) error {
 // IPv6, in address order, as "first-last", or just the address for a
 // range of one address. A nil s writes nothing. It returns the first
 // error writing w.
-func WriteRanges(w io.Writer, s *netipx.IPSet) error {
+func WriteRanges(w io.Writer, s *Set) error {
 	return write(w, s, appendRange, lines)
 }
 
@@ -33,7 +33,7 @@ func WriteRanges(w io.Writer, s *netipx.IPSet) error {
 // {"ipv4":["192.0.2.0/24",...],"ipv6":[...]}, the entries written as by
 // WriteCIDRs, or as by WriteRanges when ranges is true. Both arrays are
 // always present. It returns the first error writing w.
-func WriteJSON(w io.Writer, s *netipx.IPSet, ranges bool) error {
+func WriteJSON(w io.Writer, s *Set, ranges bool) error {
 	f := appendCIDRs
 	if ranges {
 		f = appendRange
@@ -45,7 +45,7 @@ func WriteJSON(w io.Writer, s *netipx.IPSet, ranges bool) error {
 // of strings, ["192.0.2.0/24","2001:db8::/32"], without a newline: what
 // json.Marshal writes of them as a []string, without the list. It
 // returns the first error writing w.
-func WriteJSONArray(w io.Writer, s *netipx.IPSet) error {
+func WriteJSONArray(w io.Writer, s *Set) error {
 	return write(w, s, appendCIDRs, jsonArray)
 }
 
@@ -59,7 +59,7 @@ const (
 )
 
 // write writes the ranges of s, each formatted by f, framed by fr.
-func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, before, after string) []byte, fr frame) error {
+func write(w io.Writer, s *Set, f func(b []byte, r span, is4 bool, before, after string) []byte, fr frame) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	before, after := "", "\n"
 	switch fr {
@@ -71,25 +71,24 @@ func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, befo
 	if fr != lines {
 		before, after = `,"`, `"`
 	}
-	first, v6 := true, false // first: no item yet in this JSON array
+	first := true // no item yet in this JSON array
 	var b []byte
-	for _, r := range rangesOf(s) {
-		if fr == jsonObject && !v6 && r.From().Is6() {
-			first, v6 = true, true
+	for _, is4 := range []bool{true, false} {
+		if fr == jsonObject && !is4 {
+			first = true
 			bw.WriteString(`],"ipv6":[`)
 		}
-		b = f(b[:0], r, before, after)
-		out := b
-		if fr != lines && first {
-			out, first = b[1:], false // no comma before the first item
-		}
-		bw.Write(out)
+		s.each(is4, func(r span) {
+			b = f(b[:0], r, is4, before, after)
+			out := b
+			if fr != lines && first {
+				out, first = b[1:], false // no comma before the first item
+			}
+			bw.Write(out)
+		})
 	}
 	switch fr {
 	case jsonObject:
-		if !v6 {
-			bw.WriteString(`],"ipv6":[`)
-		}
 		bw.WriteString("]}\n")
 	case jsonArray:
 		bw.WriteString("]")
@@ -99,12 +98,8 @@ func write(w io.Writer, s *netipx.IPSet, f func(b []byte, r netipx.IPRange, befo
 
 // appendCIDRs appends each prefix of the minimal cover of r, between before
 // and after.
-func appendCIDRs(b []byte, r netipx.IPRange, before, after string) []byte {
-	is4, width := r.From().Is4(), 128
-	if is4 {
-		width = 32
-	}
-	forEachCIDR(U128From(r.From()), U128From(r.To()), width, func(a U128, bits int) {
+func appendCIDRs(b []byte, r span, is4 bool, before, after string) []byte {
+	forEachCIDR(r.lo, r.hi, widthOf(is4), func(a U128, bits int) {
 		b = append(b, before...)
 		b = appendAddr(b, a, is4)
 		b = append(b, '/')
@@ -116,12 +111,12 @@ func appendCIDRs(b []byte, r netipx.IPRange, before, after string) []byte {
 
 // appendRange appends "first-last", or the one address, between before and
 // after.
-func appendRange(b []byte, r netipx.IPRange, before, after string) []byte {
+func appendRange(b []byte, r span, is4 bool, before, after string) []byte {
 	b = append(b, before...)
-	b = r.From().AppendTo(b)
-	if r.From() != r.To() {
+	b = appendAddr(b, r.lo, is4)
+	if r.lo != r.hi {
 		b = append(b, '-')
-		b = r.To().AppendTo(b)
+		b = appendAddr(b, r.hi, is4)
 	}
 	return append(b, after...)
 }
@@ -152,46 +147,41 @@ var decimal = func() (d [256]string) {
 
 // Count returns the number of IPv4 and IPv6 prefixes in the minimal CIDR
 // cover of s (what WriteCIDRs writes). A nil s counts as empty.
-func Count(s *netipx.IPSet) (v4, v6 int) {
-	for _, r := range rangesOf(s) {
-		if r.From().Is4() {
-			v4 += CountRange(r)
-		} else {
-			v6 += CountRange(r)
-		}
-	}
+func Count(s *Set) (v4, v6 int) {
+	s.each(true, func(r span) { v4 += countCIDRs(r.lo, r.hi, 32) })
+	s.each(false, func(r span) { v6 += countCIDRs(r.lo, r.hi, 128) })
 	return v4, v6
 }
 
 // CountRange returns the number of prefixes of the minimal CIDR cover of
 // r, a valid range.
 func CountRange(r netipx.IPRange) int {
-	width := 128
-	if r.From().Is4() {
-		width = 32
+	return countCIDRs(U128From(r.From()), U128From(r.To()), widthOf(r.From().Is4()))
+}
+
+// widthOf is the bits of an address of the family (is4: IPv4).
+func widthOf(is4 bool) int {
+	if is4 {
+		return 32
 	}
-	return countCIDRs(U128From(r.From()), U128From(r.To()), width)
+	return 128
 }
 
 // NumAddrs returns the number of IPv4 and IPv6 addresses in s (up to 2^32
 // and 2^128). A nil s counts as empty.
-func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
+func NumAddrs(s *Set) (v4 uint64, v6 *big.Int) {
 	v6 = new(big.Int)
 	one := big.NewInt(1)
 	var n big.Int
 	var b [16]byte
-	for _, r := range rangesOf(s) {
-		lo, hi := U128From(r.From()), U128From(r.To())
-		if r.From().Is4() {
-			v4 += hi.Lo - lo.Lo + 1
-			continue
-		}
-		d := hi.Sub(lo) // one less than the size, which may be 2^128
+	s.each(true, func(r span) { v4 += r.hi.Lo - r.lo.Lo + 1 })
+	s.each(false, func(r span) {
+		d := r.hi.Sub(r.lo) // one less than the size, which may be 2^128
 		binary.BigEndian.PutUint64(b[:8], d.Hi)
 		binary.BigEndian.PutUint64(b[8:], d.Lo)
 		v6.Add(v6, n.SetBytes(b[:]))
 		v6.Add(v6, one)
-	}
+	})
 	return v4, v6
 }
 
@@ -199,31 +189,30 @@ func NumAddrs(s *netipx.IPSet) (v4 uint64, v6 *big.Int) {
 // 0.0.0.0/0 if v4, ::/0 if v6. Addresses of s in a family not asked for
 // are ignored, so the result holds nothing of that family. A nil s counts
 // as empty.
-func Complement(s *netipx.IPSet, v4, v6 bool) *netipx.IPSet {
-	s4, s6 := spansOf(s)
-	var c4, c6 []span
+func Complement(s *Set, v4, v6 bool) *Set {
+	s4, s6 := s.lists()
+	var c4 []uint64
+	var c6 []span
 	if v4 {
-		c4 = complement(s4, max4)
+		c4, _ = collect(true, len(s4)+1, func(fn func(span)) { eachGap(s4, max4, fn) })
 	}
 	if v6 {
-		c6 = complement(s6, max6)
+		_, c6 = collect(false, len(s6)+1, func(fn func(span)) { eachGap(s6, max6, fn) })
 	}
-	return setOf(c4, c6)
+	return setOfPacked(c4, c6)
 }
 
 // Prefixes returns the minimal CIDR cover of s, IPv4 then IPv6, each in
-// address order (what WriteCIDRs writes); s.Prefixes() gives the same,
-// more slowly. A nil s has none.
-func Prefixes(s *netipx.IPSet) []netip.Prefix {
+// address order (what WriteCIDRs writes). A nil s has none.
+func Prefixes(s *Set) []netip.Prefix {
 	n4, n6 := Count(s)
 	out := make([]netip.Prefix, 0, n4+n6)
-	for _, r := range rangesOf(s) {
-		width := 128
-		if r.From().Is4() {
-			width = 32
-		}
-		forEachCIDR(U128From(r.From()), U128From(r.To()), width, func(a U128, bits int) {
-			out = append(out, netip.PrefixFrom(a.Addr(width), bits))
+	for _, is4 := range []bool{true, false} {
+		width := widthOf(is4)
+		s.each(is4, func(r span) {
+			forEachCIDR(r.lo, r.hi, width, func(a U128, bits int) {
+				out = append(out, netip.PrefixFrom(a.Addr(width), bits))
+			})
 		})
 	}
 	return out
@@ -232,11 +221,8 @@ func Prefixes(s *netipx.IPSet) []netip.Prefix {
 // Partition calls fn, in address order, with each prefix of the minimal
 // CIDR covers of one family (is4) of s and of its complement in that
 // family, in saying which: the prefixes tile the family's address space.
-func Partition(s *netipx.IPSet, is4 bool, fn func(p netip.Prefix, in bool)) {
-	width := 128
-	if is4 {
-		width = 32
-	}
+func Partition(s *Set, is4 bool, fn func(p netip.Prefix, in bool)) {
+	width := widthOf(is4)
 	Pieces(s, is4, func(a U128, bits int, in bool, _, _ U128) { fn(netip.PrefixFrom(a.Addr(width), bits), in) })
 }
 
@@ -244,30 +230,31 @@ func Partition(s *netipx.IPSet, is4 bool, fn func(p netip.Prefix, in bool)) {
 // as its address and length, its side, and the first and last address of
 // the run it belongs to: the range of s, or the gap between two, that the
 // prefix is part of. It allocates nothing, however many prefixes it
-// calls fn for: it reads s's ranges in place.
-func Pieces(s *netipx.IPSet, is4 bool, fn func(a U128, bits int, in bool, runLo, runHi U128)) {
-	all, n4 := split(s)
-	rr, top, width := all[n4:], max6, 128
-	if is4 {
-		rr, top, width = all[:n4], max4, 32
+// calls fn for: it reads s's list in place.
+func Pieces(s *Set, is4 bool, fn func(a U128, bits int, in bool, runLo, runHi U128)) {
+	width, top := 32, max4
+	if !is4 {
+		width, top = 128, max6
 	}
 	emit := func(sp span, in bool) {
 		forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(a, bits, in, sp.lo, sp.hi) })
 	}
-	// The gaps are walked as they come (complement's, without its list).
+	// The gaps are walked as they come (eachGap's, between the runs).
 	next, more := U128{}, true // first address not yet emitted
-	for _, r := range rr {
-		sp := span{U128From(r.From()), U128From(r.To())}
+	s.each(is4, func(sp span) {
+		if !more {
+			return
+		}
 		if next.Less(sp.lo) {
 			emit(span{next, sp.lo.Sub64(1)}, false)
 		}
 		emit(sp, true)
 		if sp.hi == top {
 			more = false
-			break
+			return
 		}
 		next = sp.hi.Add64(1)
-	}
+	})
 	if more {
 		emit(span{next, top}, false)
 	}

@@ -90,12 +90,12 @@ func checkFuzz(t *testing.T, format, in string) {
 	}
 	{
 		for m := range src.allMatches {
-			if !src.Set().ContainsRange(m.Range) {
+			if !src.Set().IPSet().ContainsRange(m.Range) {
 				t.Fatalf("row %v not in Set", m)
 			}
 			if m.Country != "" {
 				cs, err := src.Countries([]string{m.Country}, false)
-				if err != nil || !cs.ContainsRange(m.Range) {
+				if err != nil || !cs.IPSet().ContainsRange(m.Range) {
 					t.Fatalf("row %v not in Countries(%s): %v", m, m.Country, err)
 				}
 			}

@@ -131,7 +131,7 @@ func (s *Source) IsCountry() bool { return s.format != FormatList }
 
 // Set returns all addresses of the source (for a country source: of every
 // country), built from its rows at each call (see finish).
-func (s *Source) Set() *netipx.IPSet { return s.build(nil) }
+func (s *Source) Set() *prefix.Set { return s.build(nil) }
 
 // Prefixes returns how many prefixes the minimal cover of Set has, per
 // family.
@@ -161,7 +161,7 @@ func (s *Source) Stale() (bool, error) {
 // (or XK) nor present in the data, gives an *UnknownCountryError; a valid
 // code absent from the data selects nothing. A list source gives an error
 // wrapping ErrNotCountry.
-func (s *Source) Countries(codes []string, invert bool) (*netipx.IPSet, error) {
+func (s *Source) Countries(codes []string, invert bool) (*prefix.Set, error) {
 	if !s.IsCountry() {
 		return nil, fmt.Errorf("selecting countries of source %s: it has format %s: %w", s.name, s.format, ErrNotCountry)
 	}
@@ -186,7 +186,7 @@ func (s *Source) Countries(codes []string, invert bool) (*netipx.IPSet, error) {
 
 // build returns the union of the rows whose country sel selects (nil: all
 // rows).
-func (s *Source) build(sel *[numCodes]bool) *netipx.IPSet {
+func (s *Source) build(sel *[numCodes]bool) *prefix.Set {
 	var b prefix.Builder
 	s.v4.addTo(&b, sel)
 	s.v6.addTo(&b, sel)

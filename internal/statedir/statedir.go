@@ -31,7 +31,6 @@ import (
 	"slices"
 	"time"
 
-	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
@@ -180,7 +179,7 @@ type RuleApplied struct {
 	// here (Summarize) holds its plan's set instead (set), written
 	// straight from it (PrefixList gives both as text).
 	Prefixes []string `json:"prefixes"`
-	set      *netipx.IPSet
+	set      *prefix.Set
 	// Direction and Stateless are the rule's (see plan.Rule).
 	Direction plan.Direction `json:"direction,omitempty"`
 	Stateless bool           `json:"stateless,omitempty"`

@@ -7,9 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 func TestLock(t *testing.T) {
@@ -31,11 +30,11 @@ func TestLock(t *testing.T) {
 
 func TestCompareAndSave(t *testing.T) {
 	mk := func(action plan.Action, ps ...string) *plan.Plan {
-		var b netipx.IPSetBuilder
+		var b prefix.Builder
 		for _, p := range ps {
 			b.AddPrefix(netip.MustParsePrefix(p))
 		}
-		s, _ := b.IPSet()
+		s, _ := b.Build()
 		return &plan.Plan{Rules: []*plan.Rule{{Name: "r", Action: action, Set: s,
 			V4: &plan.Layout{Is4: true, Kind: plan.KindPlain}, V6: &plan.Layout{Kind: plan.KindEmpty}}}}
 	}

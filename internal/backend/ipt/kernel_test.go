@@ -18,12 +18,13 @@ import (
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 	"github.com/ipfence/ipfence/internal/pktgen/pktgentest"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
-// set builds an IPSet of prefixes or ranges.
-func set(t testing.TB, items ...string) *netipx.IPSet {
+// set builds a set of prefixes, ranges or addresses.
+func set(t testing.TB, items ...string) *prefix.Set {
 	t.Helper()
-	var b netipx.IPSetBuilder
+	var b prefix.Builder
 	for _, s := range items {
 		if p, err := netip.ParsePrefix(s); err == nil {
 			b.AddPrefix(p)
@@ -33,7 +34,7 @@ func set(t testing.TB, items ...string) *netipx.IPSet {
 			b.Add(netip.MustParseAddr(s))
 		}
 	}
-	s, err := b.IPSet()
+	s, err := b.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func sample(p *plan.Plan, n int) []netip.Addr {
 	r := rand.New(rand.NewPCG(9, 9))
 	var srcs []netip.Addr
 	for _, rule := range p.Rules {
-		srcs = append(srcs, demo.Sample(r, rule.Set, n)...)
+		srcs = append(srcs, demo.Sample(r, rule.Set.IPSet(), n)...)
 	}
 	return srcs
 }

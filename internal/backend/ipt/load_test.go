@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/netns"
@@ -22,9 +20,9 @@ import (
 // feedPrefixes returns a set of n random prefixes shaped like a big
 // threat feed: 3/4 IPv4 (single addresses, /24s and /16-/23), 1/4 IPv6
 // (/32-/64), almost none adjacent.
-func feedPrefixes(b *testing.B, n int) *netipx.IPSet {
+func feedPrefixes(b *testing.B, n int) *prefix.Set {
 	r := rand.New(rand.NewPCG(uint64(n), 5))
-	var sb netipx.IPSetBuilder
+	var sb prefix.Builder
 	for range n {
 		if r.IntN(4) > 0 {
 			bits := []int{32, 32, 24, 16 + r.IntN(8)}[r.IntN(4)]
@@ -39,7 +37,7 @@ func feedPrefixes(b *testing.B, n int) *netipx.IPSet {
 		}
 		sb.AddPrefix(netip.PrefixFrom(netip.AddrFrom16(a), 32+r.IntN(33)).Masked())
 	}
-	s, err := sb.IPSet()
+	s, err := sb.Build()
 	if err != nil {
 		b.Fatal(err)
 	}

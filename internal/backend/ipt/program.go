@@ -60,6 +60,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // Family is IPv4 (iptables, ipset family inet) or IPv6 (ip6tables, inet6).
@@ -252,7 +253,7 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 	// Each rule's prefixes, by family, listed once for both families.
 	prefixes := make([][2][]netip.Prefix, len(p.Rules))
 	for i, r := range p.Rules {
-		for _, pr := range r.Set.Prefixes() {
+		for _, pr := range prefix.Prefixes(r.Set) {
 			f := IPv6
 			if pr.Addr().Is4() {
 				f = IPv4

@@ -10,11 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"go4.org/netipx"
-
 	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/demo"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // compile compiles in and lowers it.
@@ -143,7 +142,7 @@ func TestSplitTree(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		action plan.Action
-		set    *netipx.IPSet
+		set    *prefix.Set
 	}{
 		{"IPv4 feed", plan.Drop, randomSet(r, 4, 20000)},
 		{"IPv6 feed", plan.Drop, randomSet(r, 6, 20000)},
@@ -154,7 +153,7 @@ func TestSplitTree(t *testing.T) {
 	} {
 		for _, flavour := range []string{ipt.Legacy, ipt.NFT} {
 			t.Run(tc.name+"/"+flavour, func(t *testing.T) {
-				v6 := tc.set.Prefixes()[0].Addr().Is6()
+				v6 := prefix.Prefixes(tc.set)[0].Addr().Is6()
 				in := &plan.Input{Backend: plan.IPTablesSplit, Rules: []plan.RuleInput{
 					{Name: "r", Action: tc.action, IPv4: !v6, IPv6: v6, Set: tc.set}}}
 				p, err := plan.Compile(in, plan.Options{})
@@ -179,12 +178,12 @@ func TestSplitTree(t *testing.T) {
 				// Legacy: 16 blocks and 14 shorter prefixes (stride 4), or
 				// 32 plain prefixes; and the rule that goes on. nft: leaves
 				// of up to 1/512 of the prefixes, at most 5 × 512 chains.
-				n := len(rule.Set.Prefixes())
+				n := len(prefix.Prefixes(rule.Set))
 				if flavour == ipt.Legacy && longest > 33 || flavour == ipt.NFT && (longest > max(33, n/512+1) || len(chains) > 5*512) {
 					t.Errorf("%d chains, the longest of %d rules, for %d prefixes", len(chains), longest, n)
 				}
 				var path, most int
-				for _, a := range append(demo.Sample(r, tc.set, 5000), randomAddrs(r, v6, 5000)...) {
+				for _, a := range append(demo.Sample(r, tc.set.IPSet(), 5000), randomAddrs(r, v6, 5000)...) {
 					hit := walk(t, chains, prog.InChain(), a, &path) == prog.HitChain(0)
 					most = max(most, path)
 					if want := rule.Set.Contains(a) != (tc.action == plan.AllowOnly); hit != want {
@@ -241,8 +240,8 @@ func walk(t *testing.T, chains map[string]*ipt.Chain, start string, a netip.Addr
 // randomSet is n random prefixes of the family, feed-shaped: single
 // addresses and prefixes of many lengths, clustered in a few blocks as
 // real data is.
-func randomSet(r *rand.Rand, family, n int) *netipx.IPSet {
-	var b netipx.IPSetBuilder
+func randomSet(r *rand.Rand, family, n int) *prefix.Set {
+	var b prefix.Builder
 	for range n {
 		a := randomBytes(r)
 		if family == 4 {
@@ -254,7 +253,7 @@ func randomSet(r *rand.Rand, family, n int) *netipx.IPSet {
 		a[0], a[1] = 0x24, byte(r.IntN(3))
 		b.AddPrefix(netip.PrefixFrom(netip.AddrFrom16(a), 24+r.IntN(105)).Masked())
 	}
-	s, _ := b.IPSet()
+	s, _ := b.Build()
 	return s
 }
 

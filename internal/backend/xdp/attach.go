@@ -3,7 +3,6 @@ package xdp
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,11 +12,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // FromPlan returns the rules of p that run in XDP (see plan.XDPRules) as
@@ -29,29 +28,14 @@ func FromPlan(p *plan.Plan) []Rule {
 	for _, r := range p.XDPRules() {
 		drop := r.Set
 		if r.Action == plan.AllowOnly {
-			var b netipx.IPSetBuilder
-			for _, l := range []*plan.Layout{r.V4, r.V6} {
-				if l.Kind == plan.KindEmpty {
-					continue
-				}
-				full := netip4All
-				if !l.Is4 {
-					full = netip6All
-				}
-				b.AddPrefix(full)
-			}
-			b.RemoveSet(r.Set)
-			drop = mustSet(&b)
+			drop = prefix.Complement(r.Set, r.V4.Kind != plan.KindEmpty, r.V6.Kind != plan.KindEmpty)
 		}
-		out = append(out, Rule{Name: r.Name, Drop: drop, Stateless: r.Stateless})
+		// The XDP tables are built from a netipx set; it lives while
+		// they are.
+		out = append(out, Rule{Name: r.Name, Drop: drop.IPSet(), Stateless: r.Stateless})
 	}
 	return out
 }
-
-var (
-	netip4All = netip.MustParsePrefix("0.0.0.0/0")
-	netip6All = netip.MustParsePrefix("::/0")
-)
 
 // DefaultPinDir is where Attach pins what must outlive ipfence: a folder
 // per network namespace holding the program, the counters and a link per

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 )
 
 // ErrConflict is returned when another publisher moved a group's pointer
@@ -445,7 +445,7 @@ func (h *Hub) each(ctx context.Context, bucket, filter string, fn func(key strin
 // is left out: full is called once the deltas are made, so that a caller
 // can encode the bundle meanwhile. It is best effort: the errors say
 // which bases have no delta, whose hosts then fetch the whole bundle.
-func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, next *fleet.Bundle, nextSets map[string]*netipx.IPSet, full func() int) ([]Delta, []error) {
+func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, next *fleet.Bundle, nextSets map[string]*prefix.Set, full func() int) ([]Delta, []error) {
 	raw, err := h.Pointer(ctx, group)
 	switch {
 	case err != nil:
@@ -485,7 +485,7 @@ func (h *Hub) Deltas(ctx context.Context, group string, pub ed25519.PublicKey, n
 }
 
 // delta is the encoded delta of next from base's bundle.
-func (h *Hub) delta(ctx context.Context, base fleet.Target, next *fleet.Bundle, nextSets map[string]*netipx.IPSet) ([]byte, error) {
+func (h *Hub) delta(ctx context.Context, base fleet.Target, next *fleet.Bundle, nextSets map[string]*prefix.Set) ([]byte, error) {
 	raw, err := h.Bundle(ctx, base.Digest, base.Size)
 	if err != nil {
 		return nil, err
