@@ -91,3 +91,54 @@ func FromCgroup(root string, procSelfCgroup []byte) (int64, bool) {
 	}
 	return best, best != math.MaxInt64
 }
+
+// Within holds the process, for a span of work that builds a second copy
+// of what it has loaded (a daemon's reload), to factor times the memory
+// it has resident now: it lowers the runtime's soft memory limit to that,
+// less the binary's own pages (RssFile, resident already and not the
+// runtime's), and returns a function that puts the limit in force before
+// back. A lower limit in force (GOMEMLIMIT, the cgroup's share) stays.
+// The limit is soft: when the work needs more live memory than that, the
+// runtime collects as often as it may (up to half the CPU) and then lets
+// the heap grow. Without /proc it does nothing.
+func Within(factor float64) (restore func()) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return func() {}
+	}
+	limit, ok := WithinLimit(status, factor)
+	old := debug.SetMemoryLimit(-1) // reads it
+	if !ok || limit >= old {
+		return func() {}
+	}
+	debug.SetMemoryLimit(limit)
+	return func() { debug.SetMemoryLimit(old) }
+}
+
+// WithinLimit is Within's limit for the process whose /proc/PID/status
+// is status: factor × VmRSS − RssFile, in bytes; false when status lacks
+// them or the limit would be under a mebibyte.
+func WithinLimit(status []byte, factor float64) (int64, bool) {
+	var rss, file int64
+	var seen int
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		name, v, _ := strings.Cut(sc.Text(), ":")
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "VmRSS":
+			rss, seen = n<<10, seen|1
+		case "RssFile":
+			file, seen = n<<10, seen|2
+		}
+	}
+	limit := int64(factor*float64(rss)) - file
+	return limit, seen == 3 && limit >= 1<<20
+}

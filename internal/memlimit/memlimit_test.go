@@ -1,8 +1,10 @@
 package memlimit
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 )
 
@@ -47,4 +49,43 @@ func TestFromCgroup(t *testing.T) {
 	if v, ok := FromCgroup(root, v1); !ok || v != 1<<30 {
 		t.Fatalf("cgroup v1: got %d, %v", v, ok)
 	}
+}
+
+// TestWithinLimit: factor × VmRSS less the binary's pages; nothing when
+// the status lacks either or the limit would be tiny.
+func TestWithinLimit(t *testing.T) {
+	status := []byte("Name:\tipfence\nVmHWM:\t  90876 kB\nVmRSS:\t   40000 kB\nRssAnon:\t   18000 kB\nRssFile:\t   22000 kB\nRssShmem:\t       0 kB\n")
+	if v, ok := WithinLimit(status, 1.5); !ok || v != (60000-22000)<<10 {
+		t.Fatalf("got %d, %v; want %d", v, ok, (60000-22000)<<10)
+	}
+	for _, s := range []string{"VmRSS:\t40000 kB\n", "RssFile:\t22000 kB\n", "VmRSS:\t1000 kB\nRssFile:\t1000 kB\n", ""} {
+		if v, ok := WithinLimit([]byte(s), 1.5); ok {
+			t.Errorf("%q: got %d", s, v)
+		}
+	}
+}
+
+// TestWithin: the limit is lowered for the span and put back after; a
+// lower limit in force stays.
+func TestWithin(t *testing.T) {
+	if _, err := os.ReadFile("/proc/self/status"); err != nil {
+		t.Fatal(err)
+	}
+	orig := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(orig)
+	restore := Within(1.5)
+	during := debug.SetMemoryLimit(-1)
+	if during == math.MaxInt64 || during <= 0 {
+		t.Fatalf("limit during the span: %d", during)
+	}
+	restore()
+	if after := debug.SetMemoryLimit(-1); after != math.MaxInt64 {
+		t.Fatalf("limit after: %d, want none", after)
+	}
+	debug.SetMemoryLimit(1 << 20)
+	restore = Within(1.5)
+	if during := debug.SetMemoryLimit(-1); during != 1<<20 {
+		t.Fatalf("a lower limit in force was raised to %d", during)
+	}
+	restore()
 }

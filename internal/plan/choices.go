@@ -62,7 +62,7 @@ func record(l *Layout, s *prefix.Set) *Choices {
 		Cost: l.Cost, Order: slices.Clone(l.Levels[l.Root].Order)}
 	var ds []Entry
 	for _, lv := range l.Levels {
-		for _, e := range lv.Entries {
+		for _, e := range lv.All() {
 			if e.Kind == DescendIn || e.Kind == DescendOut {
 				ds = append(ds, e)
 			}

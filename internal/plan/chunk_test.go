@@ -114,7 +114,7 @@ func sameLayout(t *testing.T, a, b *Layout) {
 	}
 	same := len(a.Levels) == len(b.Levels)
 	for i := 0; same && i < len(a.Levels); i++ {
-		same = slices.Equal(a.Levels[i].Entries, b.Levels[i].Entries)
+		same = slices.Equal(entriesOf(&a.Levels[i]), entriesOf(&b.Levels[i]))
 	}
 	t.Logf("objective %.9g, %d elements, identical: %v", a.objective, a.Entries(), same)
 }
@@ -155,4 +155,40 @@ func countrySet(t *testing.T, cc ...string) *prefix.Set {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// entriesOf is the entries of lv, in order.
+func entriesOf(lv *Level) []Entry {
+	out := make([]Entry, 0, lv.Len())
+	for _, e := range lv.All() {
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestChoiceLog: the log reads back what was written, in order, across
+// blocks, and lets each block go once it is read.
+func TestChoiceLog(t *testing.T) {
+	var l choiceLog
+	for _, n := range []int{0, 1, choiceBlock, 3*choiceBlock + 17} {
+		l.reset()
+		for i := range n {
+			l.add(byte(i * 7))
+		}
+		if want := (n + choiceBlock - 1) / choiceBlock; len(l.blocks) != want {
+			t.Fatalf("n=%d: %d blocks, want %d", n, len(l.blocks), want)
+		}
+		for i := range n {
+			if b := l.next(); b != byte(i*7) {
+				t.Fatalf("n=%d: choice %d = %d, want %d", n, i, b, byte(i*7))
+			}
+			left := (n+choiceBlock-1)/choiceBlock - (i+1)/choiceBlock
+			if i+1 == n {
+				left = 0
+			}
+			if len(l.blocks) != left {
+				t.Fatalf("n=%d: after %d read, %d blocks kept, want %d", n, i+1, len(l.blocks), left)
+			}
+		}
+	}
 }

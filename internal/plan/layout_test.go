@@ -319,7 +319,7 @@ func TestBitmapRoot(t *testing.T) {
 			t.Fatalf("iter %d: root level /%d, bitmap %v", iter, l.Levels[l.Root].Bits, l.Levels[l.Root].Bitmap)
 		}
 		next := int32(-1)
-		for _, e := range l.Levels[l.Root].Entries {
+		for _, e := range l.Levels[l.Root].All() {
 			if e.Kind == DescendIn || e.Kind == DescendOut {
 				if next >= 0 && e.Next != next {
 					t.Fatalf("iter %d: root entries descend to levels %d and %d", iter, next, e.Next)
@@ -449,8 +449,8 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("after Release: %d entries, %s; want %d, %s", l.Entries(), after, n, before)
 	}
 	for _, lv := range l.Levels {
-		if lv.Entries != nil {
-			t.Fatalf("level /%d keeps %d entries", lv.Bits, len(lv.Entries))
+		if lv.Len() != 0 || lv.spare() != 0 {
+			t.Fatalf("level /%d keeps %d entries (room for %d more)", lv.Bits, lv.Len(), lv.spare())
 		}
 	}
 	defer func() {
@@ -553,8 +553,60 @@ func TestEntriesRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, lv := range l.Levels {
-			if n := len(lv.Entries); cap(lv.Entries) > n+n/4+1024 {
-				t.Errorf("%s: level /%d at depth %d: %d entries, room for %d", name, lv.Bits, lv.Depth, n, cap(lv.Entries))
+			if n := lv.Len(); lv.spare() > n/4+1024 {
+				t.Errorf("%s: level /%d at depth %d: %d entries, room for %d more", name, lv.Bits, lv.Depth, n, lv.spare())
+			}
+		}
+	}
+}
+
+// TestEntryPacking: an IPv4 level's packed entries read back as they were
+// added (key, kind, child length and Next), and an IPv6 level's whole.
+func TestEntryPacking(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 8))
+	for _, is4 := range []bool{true, false} {
+		bits := 1 + r.IntN(32)
+		if !is4 {
+			bits = 1 + r.IntN(128)
+		}
+		lv := Level{Bits: bits, Depth: 3}
+		var want []Entry
+		for i := range 2000 {
+			var a netip.Addr
+			if is4 {
+				a = netip.AddrFrom4([4]byte{byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32())})
+			} else {
+				var b [16]byte
+				for k := range b {
+					b[k] = byte(r.Uint32())
+				}
+				a = netip.AddrFrom16(b)
+			}
+			if i == 0 {
+				a = netip.IPv4Unspecified()
+				if !is4 {
+					a = netip.IPv6Unspecified()
+				}
+			}
+			e := NewEntry(netip.PrefixFrom(a, bits).Masked(), EntryKind(1+r.IntN(5)), int32(r.IntN(1<<16)))
+			e.next = uint8(r.IntN(129))
+			if i == 1 {
+				e.Next, e.next = 1<<16-1, 255
+			}
+			lv.add(e)
+			want = append(want, e)
+			if i%7 == 0 {
+				next := int32(r.IntN(1 << 16))
+				lv.setNext(i, next)
+				want[i].Next = next
+			}
+		}
+		if lv.Len() != len(want) {
+			t.Fatalf("is4=%v: %d entries, want %d", is4, lv.Len(), len(want))
+		}
+		for i, e := range lv.All() {
+			if e != want[i] || lv.Entry(i) != e || e.Key() != want[i].Key() {
+				t.Fatalf("is4=%v: entry %d = %+v (key %v), want %+v (key %v)", is4, i, e, e.Key(), want[i], want[i].Key())
 			}
 		}
 	}

@@ -236,9 +236,44 @@ type chooser struct {
 	// (replayLevels) instead of running the programme again. One byte
 	// a bucket: the child's length above the bucket's (1 to 127: cands
 	// start at /1 at least), and the default.
-	rec       []byte
-	recAt     int
+	rec       choiceLog
 	recording bool
+}
+
+// choiceLog is the chooser's recorded choices: written in one pass, read
+// back in order in the next. It is kept in blocks, and a block goes as
+// soon as it is read, while the emit pass's entries grow: for a
+// 400k-line feed the log is about 5 MB, and a daemon refreshing it held
+// the whole log beside the whole layout.
+type choiceLog struct {
+	blocks [][]byte
+	at     int // the next byte to read, from the first block
+}
+
+// choiceBlock is the size of a choiceLog block.
+const choiceBlock = 64 << 10
+
+// reset empties the log for writing.
+func (l *choiceLog) reset() { l.blocks, l.at = nil, 0 }
+
+// add appends a choice.
+func (l *choiceLog) add(b byte) {
+	n := len(l.blocks)
+	if n == 0 || len(l.blocks[n-1]) == choiceBlock {
+		l.blocks = append(l.blocks, make([]byte, 0, choiceBlock))
+		n++
+	}
+	l.blocks[n-1] = append(l.blocks[n-1], b)
+}
+
+// next reads the next choice; the log must hold one.
+func (l *choiceLog) next() byte {
+	b := l.blocks[0][l.at]
+	if l.at++; l.at == len(l.blocks[0]) {
+		l.blocks[0] = nil // read: it goes
+		l.blocks, l.at = l.blocks[1:], 0
+	}
+	return b
 }
 
 // childSum is a sum over consecutive mixed buckets of one length: what
@@ -512,7 +547,7 @@ func (c *chooser) solveLevels(price float64) {
 }
 
 // replayLevels lists the mixed buckets of every candidate length as
-// solveLevels does, with the choices it recorded (rec, from recAt), and
+// solveLevels does, with the choices it recorded (rec, read in turn), and
 // their sums of in addresses (what sharedAt needs of them; no costs).
 func (c *chooser) replayLevels() {
 	c.sortByLen()
@@ -523,8 +558,7 @@ func (c *chooser) replayLevels() {
 		sums := append(c.sums[l][:0], childSum{})
 		for bi := range bs {
 			b := &bs[bi]
-			r := c.rec[c.recAt]
-			c.recAt++
+			r := c.rec.next()
 			b.child, b.def = uint8(l)+r&0x7f, r&0x80 != 0
 			sums = append(sums, c.add(sums[bi], *b, 0, 0))
 		}
@@ -566,7 +600,7 @@ func (c *chooser) solveLevel(l int, price float64) {
 		}
 		sums = append(sums, c.add(sums[bi], *b, cost, elems))
 		if c.recording {
-			c.rec = append(c.rec, byte(int(b.child)-l)|byte(b2i(b.def))<<7)
+			c.rec.add(byte(int(b.child)-l) | byte(b2i(b.def))<<7)
 		}
 	}
 	c.sums[l] = sums
@@ -805,7 +839,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 				}
 				for k := uint64(0); k < n; k++ {
 					a := p.addr.Add(prefix.U128{Lo: k}.Shl(c.w - o))
-					lv.Entries = append(lv.Entries, NewEntry(netip.PrefixFrom(a.Addr(c.w), o), kind, 0))
+					lv.add(NewEntry(netip.PrefixFrom(a.Addr(c.w), o), kind, 0))
 				}
 			}
 			i++
@@ -835,7 +869,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 		if depth+1 >= MaxDepth {
 			// No room for more levels: the rest of this bucket goes
 			// into the interval set.
-			lv.Entries = append(lv.Entries, NewEntry(key, DescendRest, 0))
+			lv.add(NewEntry(key, DescendRest, 0))
 			for k := ch.start; k < ch.end; k++ {
 				if c.pieces[k].in {
 					t.rest = append(t.rest, c.pieces[k].prefix(c.w))
@@ -853,7 +887,7 @@ func (t *treeBuilder) build(b dpBucket, depth int) {
 		}
 		e := NewEntry(key, kind, 0)
 		e.next = ch.child
-		lv.Entries = append(lv.Entries, e)
+		lv.add(e)
 		t.build(ch, depth+1)
 		i = int(ch.end)
 	}
@@ -886,18 +920,16 @@ func (t *treeBuilder) reserve(done, total int) {
 	}
 	emitted := 0
 	for _, lv := range t.levels {
-		emitted += len(lv.Entries)
+		emitted += lv.Len()
 	}
 	room := max(0, t.expect-emitted) + 1<<16
 	for _, lv := range t.levels {
-		n := len(lv.Entries)
+		n := lv.Len()
 		proj := min(int(float64(n)*float64(total)/float64(done))+64, n+room)
-		if cap(lv.Entries) >= proj {
+		if n+lv.spare() >= proj {
 			continue
 		}
-		grown := make([]Entry, n, proj+proj/10) // slices.Grow would round up to a quarter more
-		copy(grown, lv.Entries)
-		lv.Entries = grown
+		lv.grow(proj+proj/10, t.c.w == 32)
 	}
 }
 
@@ -920,7 +952,8 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 	c := &chooser{family: f}
 	for ; price < 1e3; price *= 4 {
 		p := price / 1e6
-		c.rec, c.recording = c.rec[:0], true
+		c.rec.reset()
+		c.recording = true
 		r := c.rootSums(seq, p)
 		c.recording = false
 		root, cost, elems, _ := f.root(r, p, false)
@@ -940,8 +973,7 @@ func buildTree(l *Layout, seq pieceSeq, f *family, maxEntries int, price float64
 			}
 			continue
 		}
-		t := &treeBuilder{levels: map[[2]int]*Level{}, left: maxEntries, expect: int(elems)}
-		c.recAt = 0
+		t := &treeBuilder{c: c, levels: map[[2]int]*Level{}, left: maxEntries, expect: int(elems)}
 		done := 0
 		chunks(seq, f.w, f.chunkLen(), func(ps []piece, cs pieceSeq) {
 			if t.left < 0 {
@@ -989,16 +1021,14 @@ func (t *treeBuilder) finish(l *Layout, root dpBucket, bitmap bool) {
 		// a copy would cost more on the way. A level whose entries
 		// came early, reserved for more, is copied to its size.
 		lv := *t.levels[k]
-		if n := len(lv.Entries); cap(lv.Entries) > n+n/4+1024 {
-			lv.Entries = slices.Clone(lv.Entries)
-		}
+		lv.fit()
 		l.Levels = append(l.Levels, lv)
 	}
 	for i := range l.Levels {
-		for k := range l.Levels[i].Entries {
-			e := &l.Levels[i].Entries[k]
+		lv := &l.Levels[i]
+		for k, e := range lv.All() {
 			if e.Kind == DescendIn || e.Kind == DescendOut {
-				e.Next = int32(index[[2]int{l.Levels[i].Depth + 1, int(e.next)}])
+				lv.setNext(k, int32(index[[2]int{lv.Depth + 1, int(e.next)}]))
 			}
 		}
 	}

@@ -90,6 +90,13 @@ func (b *Builder) RemoveSet(s *Set) {
 	b.out4, b.out6 = append(b.out4, v4...), append(b.out6, v6...)
 }
 
+// Grow makes room for n4 more IPv4 and n6 more IPv6 ranges to add: a
+// caller that knows how many are coming saves the appends' growth (for
+// 400k ranges, five times their size in allocations).
+func (b *Builder) Grow(n4, n6 int) {
+	b.in4, b.in6 = slices.Grow(b.in4, n4), slices.Grow(b.in6, n6)
+}
+
 // Len returns how many IPv4 and IPv6 ranges have been added: one per
 // address, prefix or range (or range of an added set), until Build merges
 // them. Nonzero means something of that family was added, whatever was

@@ -188,6 +188,7 @@ func (s *Source) Countries(codes []string, invert bool) (*prefix.Set, error) {
 // rows).
 func (s *Source) build(sel *[numCodes]bool) *prefix.Set {
 	var b prefix.Builder
+	b.Grow(s.v4.n, s.v6.n) // the union has no more ranges than rows
 	s.v4.addTo(&b, sel)
 	s.v6.addTo(&b, sel)
 	set, _ := b.Build() // cannot fail: every range added is valid

@@ -119,12 +119,13 @@ func TestBitmapRulesFollowOrder(t *testing.T) {
 	p16 := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 	for _, order := range [][]plan.EntryKind{{plan.In, plan.DescendOut}, {plan.DescendOut, plan.In}} {
 		l := &plan.Layout{Is4: true, Kind: plan.KindTree, Levels: []plan.Level{
-			{Bits: 16, Depth: 1, Bitmap: true, Order: order, Entries: []plan.Entry{
+			plan.NewLevel(16, 1,
 				plan.NewEntry(p16("20.0.0.0/16"), plan.In, 0),
 				plan.NewEntry(p16("30.0.0.0/16"), plan.DescendOut, 1),
-			}},
-			{Bits: 24, Depth: 2, Entries: []plan.Entry{plan.NewEntry(p16("30.0.7.0/24"), plan.In, 0)}},
+			),
+			plan.NewLevel(24, 2, plan.NewEntry(p16("30.0.7.0/24"), plan.In, 0)),
 		}}
+		l.Levels[0].Bitmap, l.Levels[0].Order = true, order
 		prog := &Program{}
 		lowerLayout(prog, l, IPv4, "r", plan.AllowOnly, "hit")
 		var got []string

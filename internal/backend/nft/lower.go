@@ -498,7 +498,7 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 	need := make([][2]bool, len(l.Levels)) // [level][in?]
 	need[l.Root][boolIdx(l.RootIn)] = true
 	for _, lv := range l.Levels {
-		for _, e := range lv.Entries {
+		for _, e := range lv.All() {
 			switch e.Kind {
 			case plan.DescendIn:
 				need[e.Next][1] = true
@@ -529,8 +529,8 @@ func lowerLayout(prog *Program, l *plan.Layout, fam Family, name string, a plan.
 	for j, lv := range l.Levels {
 		m := &Set{Name: fmt.Sprintf("%s_d%d_l%d", name, lv.Depth, lv.Bits), Family: fam, KeyBits: lv.Bits, Key: key, IsMap: true,
 			Comment: fmt.Sprintf("lookup %d: /%d buckets", lv.Depth, lv.Bits)}
-		m.Elems.Grow(len(lv.Entries))
-		for _, e := range lv.Entries {
+		m.Elems.Grow(lv.Len())
+		for _, e := range lv.All() {
 			var v Verdict
 			switch e.Kind {
 			case plan.In:
@@ -587,7 +587,7 @@ func bitmapRules(prog *Program, m *Set, lv plan.Level, name string, inV, outV Ve
 			sets[e.Verdict] = b
 			order = append(order, e.Verdict)
 			rank[e.Verdict] = len(lv.Order)
-			if i := slices.Index(lv.Order, lv.Entries[k].Kind); i >= 0 {
+			if i := slices.Index(lv.Order, lv.Entry(k).Kind); i >= 0 {
 				rank[e.Verdict] = i
 			}
 		}
