@@ -261,7 +261,7 @@ func diffSet(a, b *prefix.Set) SetPatch {
 }
 
 func packNonEmpty(s *prefix.Set) []byte {
-	if len(s.Ranges()) == 0 {
+	if s.Empty() {
 		return nil
 	}
 	return prefix.Pack(s)

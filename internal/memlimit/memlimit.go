@@ -15,9 +15,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Share is the part of the cgroup's limit the heap is held to: the rest
@@ -98,9 +101,14 @@ func FromCgroup(root string, procSelfCgroup []byte) (int64, bool) {
 // less the binary's own pages (RssFile, resident already and not the
 // runtime's), and returns a function that puts the limit in force before
 // back. A lower limit in force (GOMEMLIMIT, the cgroup's share) stays.
-// The limit is soft: when the work needs more live memory than that, the
-// runtime collects as often as it may (up to half the CPU) and then lets
-// the heap grow. Without /proc it does nothing.
+//
+// When the work needs more live memory than that (a reload that loads a
+// much bigger feed), holding the limit would only cost CPU: the runtime
+// would collect at every step and then let the heap grow anyway. So the
+// limit is lifted for the rest of the span once the heap live after a
+// collection passes it (checked every Tick). Spans must not overlap (the
+// last to end would put back the limit of the first). Without /proc it
+// does nothing.
 func Within(factor float64) (restore func()) {
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
@@ -112,7 +120,39 @@ func Within(factor float64) (restore func()) {
 		return func() {}
 	}
 	debug.SetMemoryLimit(limit)
-	return func() { debug.SetMemoryLimit(old) }
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		if watch(stop, limit) {
+			debug.SetMemoryLimit(old)
+		}
+	}()
+	return sync.OnceFunc(func() {
+		close(stop)
+		<-done
+		debug.SetMemoryLimit(old)
+	})
+}
+
+// Tick is how often Within looks at the live heap.
+const Tick = 20 * time.Millisecond
+
+// watch reports true, at once, when the heap live after a collection
+// passed limit, and false when stop closes first.
+func watch(stop <-chan struct{}, limit int64) bool {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	t := time.NewTicker(Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-t.C:
+		}
+		if metrics.Read(s); s[0].Value.Kind() == metrics.KindUint64 && int64(s[0].Value.Uint64()) > limit {
+			return true
+		}
+	}
 }
 
 // WithinLimit is Within's limit for the process whose /proc/PID/status

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
 // TestFromCgroup: the lowest memory.high or memory.max of the cgroup and
@@ -88,4 +89,33 @@ func TestWithin(t *testing.T) {
 		t.Fatalf("a lower limit in force was raised to %d", during)
 	}
 	restore()
+}
+
+// TestWithinLifts: work that needs more live memory than the limit gets
+// the limit lifted (the collector would take half the CPU to no end),
+// and the limit in force before is back after the span.
+func TestWithinLifts(t *testing.T) {
+	orig := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(orig)
+	restore := Within(1.5)
+	defer restore()
+	limit := debug.SetMemoryLimit(-1)
+	if limit == math.MaxInt64 {
+		t.Fatal("no limit set")
+	}
+	var live [][]byte
+	for debug.SetMemoryLimit(-1) == limit {
+		if len(live) > 1024 { // 1 GiB, many times the limit
+			t.Fatalf("the limit (%d MiB) stayed while %d MiB were live", limit>>20, len(live))
+		}
+		b := make([]byte, 1<<20)
+		b[0] = 1
+		live = append(live, b)
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("limit %d MiB lifted at %d MiB live", limit>>20, len(live))
+	restore()
+	if after := debug.SetMemoryLimit(-1); after != math.MaxInt64 {
+		t.Fatalf("limit after: %d, want none", after)
+	}
 }

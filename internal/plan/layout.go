@@ -169,6 +169,9 @@ func (lv *Level) add(e Entry) {
 // setNext sets entry i's Next.
 func (lv *Level) setNext(i int, next int32) {
 	if lv.e4 != nil {
+		if next < 0 || next > 1<<16-1 {
+			panic(fmt.Sprintf("plan: IPv4 level index %d out of its packing", next))
+		}
 		lv.e4[i] = lv.e4[i]&^(1<<16-1) | uint64(next)
 		return
 	}
@@ -216,6 +219,9 @@ func (lv *Level) release() { lv.e4, lv.e6 = nil, nil }
 // Next is a level index: an IPv4 layout has at most MaxDepth times 33
 // levels.
 func packEntry4(e Entry) uint64 {
+	if e.Next < 0 || e.Next > 1<<16-1 {
+		panic(fmt.Sprintf("plan: IPv4 entry's level index %d out of its packing", e.Next))
+	}
 	a := uint64(e.addr[12])<<24 | uint64(e.addr[13])<<16 | uint64(e.addr[14])<<8 | uint64(e.addr[15])
 	return a<<32 | uint64(e.Kind)<<24 | uint64(e.next)<<16 | uint64(uint16(e.Next))
 }

@@ -188,7 +188,12 @@ func (s *Source) Countries(codes []string, invert bool) (*prefix.Set, error) {
 // rows).
 func (s *Source) build(sel *[numCodes]bool) *prefix.Set {
 	var b prefix.Builder
-	b.Grow(s.v4.n, s.v6.n) // the union has no more ranges than rows
+	if !s.IsCountry() {
+		// A list's rows are compacted (none within another): their
+		// union has about as many ranges. A country table's rows
+		// merge into far fewer, and sel picks some of them.
+		b.Grow(s.v4.n, s.v6.n)
+	}
 	s.v4.addTo(&b, sel)
 	s.v6.addTo(&b, sel)
 	set, _ := b.Build() // cannot fail: every range added is valid
