@@ -4,7 +4,6 @@
 package daemonproc
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/memlimit"
 )
 
 // Options say which daemon to run.
@@ -128,18 +128,8 @@ func (p *Proc) Memory() (rss, peak float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-		switch k {
-		case "VmHWM":
-			peak = kb / 1024
-		case "VmRSS":
-			rss = kb / 1024
-		}
-	}
-	return rss, peak, nil
+	sizes := memlimit.StatusSizes(status)
+	return float64(sizes["VmRSS"]) / (1 << 20), float64(sizes["VmHWM"]) / (1 << 20), nil
 }
 
 // CPU is the daemon's user and system time so far, in seconds.

@@ -159,8 +159,17 @@ func watch(stop <-chan struct{}, limit int64) bool {
 // is status: factor × VmRSS − RssFile, in bytes; false when status lacks
 // them or the limit would be under a mebibyte.
 func WithinLimit(status []byte, factor float64) (int64, bool) {
-	var rss, file int64
-	var seen int
+	sizes := StatusSizes(status)
+	rss, ok1 := sizes["VmRSS"]
+	file, ok2 := sizes["RssFile"]
+	limit := int64(factor*float64(rss)) - file
+	return limit, ok1 && ok2 && limit >= 1<<20
+}
+
+// StatusSizes returns the sizes a /proc/PID/status file gives in kB
+// (VmRSS, VmHWM, RssFile, ...), in bytes, by name.
+func StatusSizes(status []byte) map[string]int64 {
+	out := map[string]int64{}
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		name, v, _ := strings.Cut(sc.Text(), ":")
@@ -168,17 +177,9 @@ func WithinLimit(status []byte, factor float64) (int64, bool) {
 		if len(f) != 2 || f[1] != "kB" {
 			continue
 		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "VmRSS":
-			rss, seen = n<<10, seen|1
-		case "RssFile":
-			file, seen = n<<10, seen|2
+		if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+			out[name] = n << 10
 		}
 	}
-	limit := int64(factor*float64(rss)) - file
-	return limit, seen == 3 && limit >= 1<<20
+	return out
 }

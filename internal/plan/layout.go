@@ -183,32 +183,27 @@ func (lv *Level) spare() int { return cap(lv.e4) - len(lv.e4) + cap(lv.e6) - len
 
 // grow makes room for n entries in all (the family of the first: is4).
 func (lv *Level) grow(n int, is4 bool) {
-	// slices.Grow would round up to a quarter more.
 	if is4 {
-		grown := make([]uint64, len(lv.e4), n)
-		copy(grown, lv.e4)
-		lv.e4 = grown
-		return
+		lv.e4 = withCap(lv.e4, n)
+	} else {
+		lv.e6 = withCap(lv.e6, n)
 	}
-	grown := make([]Entry, len(lv.e6), n)
-	copy(grown, lv.e6)
-	lv.e6 = grown
+}
+
+// withCap is a copy of s with room for n (slices.Grow would round up to
+// a quarter more).
+func withCap[T any](s []T, n int) []T {
+	out := make([]T, len(s), n)
+	copy(out, s)
+	return out
 }
 
 // fit copies the entries to their size when they keep much more room
 // than that.
 func (lv *Level) fit() {
 	if n := lv.Len(); lv.spare() > n/4+1024 {
-		lv.e4, lv.e6 = clip(lv.e4), clip(lv.e6)
+		lv.e4, lv.e6 = slices.Clone(lv.e4), slices.Clone(lv.e6)
 	}
-}
-
-// clip is a copy of s to its length (nil for nil).
-func clip[T any](s []T) []T {
-	if s == nil {
-		return nil
-	}
-	return append(make([]T, 0, len(s)), s...)
 }
 
 // release drops the entries.

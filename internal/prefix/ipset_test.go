@@ -31,11 +31,7 @@ func TestIPSetDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b Builder
-	if err := b.Read(bytes.NewReader(in), "x"); err != nil {
-		t.Fatal(err)
-	}
-	set, err := b.Build()
+	set, err := ReadSet(bytes.NewReader(in), "x")
 	if err != nil {
 		t.Fatal(err)
 	}

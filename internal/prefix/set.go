@@ -182,8 +182,8 @@ func (s *Set) Contains(a netip.Addr) bool {
 	}
 	// The last range starting at or before a holds a if any does.
 	u := U128From(a)
-	i := s.search(a.Is4(), u)
-	return i >= 0 && !s.at(a.Is4(), i).hi.Less(u)
+	r, ok := s.startingBy(a.Is4(), u)
+	return ok && !r.hi.Less(u)
 }
 
 // each calls fn with each range of the family is4 of s, in order.
@@ -206,56 +206,54 @@ func eachOf[L list](l L, fn func(span)) {
 // ContainsPrefix reports whether s holds every address of p (false for
 // an invalid p).
 func (s *Set) ContainsPrefix(p netip.Prefix) bool {
-	if !p.IsValid() {
-		return false
-	}
-	r := prefixSpan(U128From(p.Addr()), p.Bits(), widthOf(p.Addr().Is4()))
-	i := s.search(p.Addr().Is4(), r.lo)
-	return i >= 0 && !s.at(p.Addr().Is4(), i).hi.Less(r.hi)
+	is4, q, ok := spanOfPrefix(p)
+	r, found := s.startingBy(is4, q.lo)
+	return ok && found && !r.hi.Less(q.hi)
 }
 
 // OverlapsPrefix reports whether s holds an address of p (false for an
 // invalid p).
 func (s *Set) OverlapsPrefix(p netip.Prefix) bool {
-	if !p.IsValid() {
-		return false
-	}
-	is4 := p.Addr().Is4()
-	r := prefixSpan(U128From(p.Addr()), p.Bits(), widthOf(is4))
 	// The last range starting at or before p's last address overlaps p
 	// if any does.
-	i := s.search(is4, r.hi)
-	return i >= 0 && !s.at(is4, i).hi.Less(r.lo)
+	is4, q, ok := spanOfPrefix(p)
+	r, found := s.startingBy(is4, q.hi)
+	return ok && found && !r.hi.Less(q.lo)
 }
 
-// search returns the index of the last range of the family is4 that
-// starts at or before a, -1 if none does.
-func (s *Set) search(is4 bool, a U128) int {
+// spanOfPrefix returns p's family and addresses; false for an invalid p.
+func spanOfPrefix(p netip.Prefix) (is4 bool, q span, ok bool) {
+	if !p.IsValid() {
+		return false, span{}, false
+	}
+	is4 = p.Addr().Is4()
+	return is4, prefixSpan(U128From(p.Addr()), p.Bits(), widthOf(is4)), true
+}
+
+// startingBy returns the last range of the family is4 that starts at or
+// before a; false if none does.
+func (s *Set) startingBy(is4 bool, a U128) (span, bool) {
 	v4, v6 := s.lists()
-	var i int
 	if is4 {
 		// The first range starting after a: a range from a to the
 		// last address packs to the key itself.
-		var found bool
-		if i, found = slices.BinarySearch(v4, a.Lo<<32|mask32); found {
+		i, found := slices.BinarySearch(v4, a.Lo<<32|mask32)
+		if found {
 			i++
 		}
-	} else {
-		i, _ = slices.BinarySearchFunc(v6, a, func(sp span, a U128) int {
-			if a.Less(sp.lo) {
-				return 1
-			}
-			return -1
-		})
+		if i == 0 {
+			return span{}, false
+		}
+		return v4.At(i - 1), true
 	}
-	return i - 1
-}
-
-// at returns range i of the family is4.
-func (s *Set) at(is4 bool, i int) span {
-	v4, v6 := s.lists()
-	if is4 {
-		return v4.At(i)
+	i, _ := slices.BinarySearchFunc(v6, a, func(sp span, a U128) int {
+		if a.Less(sp.lo) {
+			return 1
+		}
+		return -1
+	})
+	if i == 0 {
+		return span{}, false
 	}
-	return v6[i]
+	return v6[i-1], true
 }

@@ -50,21 +50,33 @@ func mergeSorted(ss []span) []span {
 	return out
 }
 
-// eachGap calls fn, in order, with the spans from 0 to max not in l (a
-// minimal sorted list), a minimal sorted list itself.
-func eachGap[L list](l L, max U128, fn func(span)) {
+// eachRun calls fn, in order, with the runs that tile 0 to max: the
+// spans of l (a minimal sorted list), in, and the gaps between them, not
+// in.
+func eachRun[L list](l L, max U128, fn func(s span, in bool)) {
 	next := U128{} // first address not yet accounted for
 	for i := range l.Len() {
 		s := l.At(i)
 		if next.Less(s.lo) {
-			fn(span{next, s.lo.Sub64(1)})
+			fn(span{next, s.lo.Sub64(1)}, false)
 		}
+		fn(s, true)
 		if s.hi == max {
 			return
 		}
 		next = s.hi.Add64(1)
 	}
-	fn(span{next, max})
+	fn(span{next, max}, false)
+}
+
+// eachGap calls fn, in order, with the spans from 0 to max not in l (a
+// minimal sorted list), a minimal sorted list itself.
+func eachGap[L list](l L, max U128, fn func(span)) {
+	eachRun(l, max, func(s span, in bool) {
+		if !in {
+			fn(s)
+		}
+	})
 }
 
 // forEachCIDR calls fn with the address and length of each prefix of the

@@ -232,30 +232,15 @@ func Partition(s *Set, is4 bool, fn func(p netip.Prefix, in bool)) {
 // prefix is part of. It allocates nothing, however many prefixes it
 // calls fn for: it reads s's list in place.
 func Pieces(s *Set, is4 bool, fn func(a U128, bits int, in bool, runLo, runHi U128)) {
-	width, top := 32, max4
-	if !is4 {
-		width, top = 128, max6
+	emit := func(width int) func(sp span, in bool) {
+		return func(sp span, in bool) {
+			forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(a, bits, in, sp.lo, sp.hi) })
+		}
 	}
-	emit := func(sp span, in bool) {
-		forEachCIDR(sp.lo, sp.hi, width, func(a U128, bits int) { fn(a, bits, in, sp.lo, sp.hi) })
-	}
-	// The gaps are walked as they come (eachGap's, between the runs).
-	next, more := U128{}, true // first address not yet emitted
-	s.each(is4, func(sp span) {
-		if !more {
-			return
-		}
-		if next.Less(sp.lo) {
-			emit(span{next, sp.lo.Sub64(1)}, false)
-		}
-		emit(sp, true)
-		if sp.hi == top {
-			more = false
-			return
-		}
-		next = sp.hi.Add64(1)
-	})
-	if more {
-		emit(span{next, top}, false)
+	// The gaps are walked as they come, between the set's runs.
+	if v4, v6 := s.lists(); is4 {
+		eachRun(v4, max4, emit(32))
+	} else {
+		eachRun(v6, max6, emit(128))
 	}
 }
