@@ -41,6 +41,7 @@ type policyFlags struct {
 	// (publish writes them into the bundle); the others let the compile
 	// drop them as it goes (apply.CompileOptions.Consume).
 	keepInput bool
+	monitor   bool // every blocking rule in monitor mode
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
@@ -48,6 +49,7 @@ func (f *policyFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.stateDir, "state", statedir.DefaultDir, "state folder: feed caches, last good loads, what was applied")
 	c.Flags().StringVar(&f.backend, "backend", "", "override the policy's backend: nftables, ipset, iptables-split, xdp or auto")
 	c.Flags().StringVar(&f.iptables, "iptables", "", "iptables flavour of the ipset and iptables-split backends: legacy or nft (default: the one `iptables` is)")
+	c.Flags().BoolVar(&f.monitor, "monitor", false, "every rule that drops or rejects only counts what it would stop (mode: monitor), whatever the policy says")
 	_ = c.MarkFlagRequired("policy")
 }
 
@@ -66,6 +68,9 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	pol, err := policy.Load(f.policy)
 	if err != nil {
 		return nil, err
+	}
+	if f.monitor {
+		pol.MonitorAll()
 	}
 	l := &source.Loader{StateDir: f.stateDir, Logger: g.logger, Offline: f.offline, Namespace: f.netns}
 	res, err := pol.Resolve(ctx, l)
@@ -295,7 +300,7 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 				strings.Join(c.Plan.Interfaces, ", "), r.V4.Prefixes, r.V6.Prefixes)
 			continue
 		}
-		fmt.Fprintf(w, "  rule %-16s %-10s ipv4 %s; ipv6 %s\n", r.Name, r.Action, describeLayout(r.V4), describeLayout(r.V6))
+		fmt.Fprintf(w, "  rule %-16s %-10s ipv4 %s; ipv6 %s\n", r.Name, ruleMode(r), describeLayout(r.V4), describeLayout(r.V6))
 	}
 	printXDPApply(w, rep.XDP)
 	if len(rep.Changes) == 0 {
@@ -304,6 +309,15 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 	for _, ch := range rep.Changes {
 		fmt.Fprintf(w, "  %s\n", ch)
 	}
+}
+
+// ruleMode is a rule's action as listed, "monitor (drop)" for one in
+// monitor mode.
+func ruleMode(r *plan.Rule) string {
+	if r.Monitor {
+		return "monitor (" + string(r.Hit()) + ")"
+	}
+	return string(r.Action)
 }
 
 func describeLayout(l *plan.Layout) string {
@@ -446,7 +460,11 @@ func printStatus(w io.Writer, ts nft.TableStatus, a *statedir.Applied) {
 	for _, c := range ts.Chains {
 		for _, r := range c.Rules {
 			if r.HasCounter {
-				fmt.Fprintf(w, "  chain %-24s %12d packets %14d bytes\n", c.Name, r.Packets, r.Bytes)
+				note := ""
+				if verb, ok := strings.CutPrefix(r.Comment, nft.MonitorComment); ok {
+					note = " (monitor mode: would " + verb + ", passed on)"
+				}
+				fmt.Fprintf(w, "  chain %-24s %12d packets %14d bytes%s\n", c.Name, r.Packets, r.Bytes, note)
 			}
 		}
 	}
@@ -459,7 +477,11 @@ func printApplied(w io.Writer, a *statedir.Applied) {
 	}
 	fmt.Fprintf(w, "applied %s from %d rules\n", a.Time.Format(time.RFC3339), len(a.Rules))
 	for _, r := range a.Rules {
-		fmt.Fprintf(w, "  rule %-16s %-10s %d IPv4 + %d IPv6 prefixes\n", r.Name, r.Action, r.PrefixesV4, r.PrefixesV6)
+		act := string(r.Action)
+		if r.Monitor {
+			act = "monitor (" + act + ")"
+		}
+		fmt.Fprintf(w, "  rule %-16s %-10s %d IPv4 + %d IPv6 prefixes\n", r.Name, act, r.PrefixesV4, r.PrefixesV6)
 	}
 }
 
@@ -632,8 +654,10 @@ type ruleExplain struct {
 	InSet   bool        `json:"in_set"`
 	Applies bool        `json:"applies"`
 	// Stateless: the rule also judges packets of known connections.
-	Stateless bool            `json:"stateless,omitempty"`
-	Origins   []policy.Origin `json:"origins,omitempty"`
+	Stateless bool `json:"stateless,omitempty"`
+	// Monitor: the rule is in monitor mode (it only counts).
+	Monitor bool            `json:"monitor,omitempty"`
+	Origins []policy.Origin `json:"origins,omitempty"`
 }
 
 func explain(c *compiled, pkt plan.Packet) explanation {
@@ -653,7 +677,7 @@ func explain(c *compiled, pkt plan.Packet) explanation {
 		if !addr.Is4() {
 			l = r.V6
 		}
-		re := ruleExplain{Name: r.Name, Action: r.Action, InSet: r.Set.Contains(addr), Applies: l.Kind != plan.KindEmpty, Stateless: r.Stateless}
+		re := ruleExplain{Name: r.Name, Action: r.Action, InSet: r.Set.Contains(addr), Applies: l.Kind != plan.KindEmpty, Stateless: r.Stateless, Monitor: r.Monitor}
 		re.Origins = c.res.Explain(r.Name, addr)
 		ex.Rules = append(ex.Rules, re)
 	}
@@ -674,6 +698,9 @@ func printExplain(w io.Writer, ex explanation) {
 		what = "to " + ex.Addr
 	}
 	fmt.Fprintf(w, "%s: %s (%s)\n", what, ex.Decision.Verdict, who)
+	if len(ex.Decision.Monitored) > 0 {
+		fmt.Fprintf(w, "  rule %s would have stopped it: in monitor mode, counted and passed on\n", strings.Join(ex.Decision.Monitored, ", rule "))
+	}
 	if ex.Protected {
 		fmt.Fprintln(w, "  the address is protected: no rule blocks it")
 	}
@@ -685,7 +712,11 @@ func printExplain(w io.Writer, ex explanation) {
 		if !r.Applies {
 			in += ", rule does not apply to this family"
 		}
-		fmt.Fprintf(w, "  rule %s (%s): %s\n", r.Name, r.Action, in)
+		act := string(r.Action)
+		if r.Monitor {
+			act += ", monitor"
+		}
+		fmt.Fprintf(w, "  rule %s (%s): %s\n", r.Name, act, in)
 		for _, o := range r.Origins {
 			cc := ""
 			if o.Country != "" {

@@ -25,7 +25,14 @@ func TestREADMEExplain(t *testing.T) {
 			t.Errorf("README.md does not show the output of `ipfence explain %s`:\n%s", addr, out)
 		}
 	}
-	out, err := run(t, "geo", "--countries", "IT", "--count")
+	out, err := run(t, "explain", "--policy", "../../examples/europe.yaml", "--monitor", "--state", t.TempDir(), "8.8.8.8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), out) {
+		t.Errorf("README.md does not show the output of `ipfence explain --monitor 8.8.8.8`:\n%s", out)
+	}
+	out, err = run(t, "geo", "--countries", "IT", "--count")
 	if err != nil || !strings.Contains(out, "10557") && !strings.Contains(out, "10,557") {
 		t.Errorf("geo --countries IT --count: %v\n%s", err, out)
 	}

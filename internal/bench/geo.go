@@ -78,7 +78,9 @@ var (
 const geoAttackers = 4096
 
 // GeoConfigs are the ways of blocking a country set that Geo compares.
-var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "ipfence-xdp", "xdp-lpm", "ipfence-ipset", "ipfence-split"}
+// ipfence-monitor is ipfence's layout with the rule in monitor mode: it
+// passes the blocked traffic, counted.
+var GeoConfigs = []string{"nft-interval-set", "ipset-hash-net", "iptables-split-legacy", "iptables-split-nft", "iptables-linear", "ipfence", "ipfence-monitor", "ipfence-xdp", "xdp-lpm", "ipfence-ipset", "ipfence-split"}
 
 // geoConfig returns the config name blocking prefixes, all of one family
 // (v6: IPv6).
@@ -105,12 +107,13 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool)
 			fmt.Fprintf(&b, "-A PREROUTING -s %s -j DROP\n", p)
 		}
 		return Config{Name: name, Load: xt("legacy", rawTable(b.String()))}, nil
-	case "ipfence":
-		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, IPv4: !v6, IPv6: v6, Set: prefix.FromIPSet(set)}}}, plan.Options{})
+	case "ipfence", "ipfence-monitor":
+		monitor := name == "ipfence-monitor"
+		p, err := plan.Compile(&plan.Input{Rules: []plan.RuleInput{{Name: "geo", Action: plan.Drop, Monitor: monitor, IPv4: !v6, IPv6: v6, Set: prefix.FromIPSet(set)}}}, plan.Options{})
 		if err != nil {
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
-		return Config{Name: name, Program: nft.FromPlan(p, nft.Bans{})}, nil
+		return Config{Name: name, Program: nft.FromPlan(p, nft.Bans{}), PassAll: monitor}, nil
 	case "ipfence-ipset", "ipfence-split":
 		b := plan.IPSet
 		if name == "ipfence-split" {

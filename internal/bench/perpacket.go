@@ -22,6 +22,10 @@ type Config struct {
 	Name    string
 	Program *nft.Program
 	Load    Loader
+	// PassAll: the config passes every packet (rules in monitor mode,
+	// which only count): its cells expect that, whatever the traffic's
+	// Expect says.
+	PassAll bool
 }
 
 func (c Config) baseline() bool { return c.Program == nil && c.Load == nil }
@@ -164,7 +168,7 @@ func PerPacket(ctx context.Context, lab *netns.Lab, cfgs []Config, traffic []Tra
 				}
 			}
 			mo := pktgen.MeasureOptions{Local: tr.Local, Expect: tr.Expect}
-			if c.baseline() && tr.Expect != pktgen.ExpectAny {
+			if (c.baseline() || c.PassAll) && tr.Expect != pktgen.ExpectAny {
 				mo.Expect = pktgen.ExpectPass
 			}
 			v, err := measure(labOf(ci), tr.Srcs, n, mo)

@@ -78,11 +78,12 @@ var (
 	descPackets  = prometheus.NewDesc("ipfence_rule_packets_total", "Packets a rule (or the bans) acted on.", []string{"rule"}, nil)
 	descBytes    = prometheus.NewDesc("ipfence_rule_bytes_total", "Bytes a rule (or the bans) acted on.", []string{"rule"}, nil)
 	descApplied  = prometheus.NewDesc("ipfence_applied_timestamp_seconds", "When the ruleset in force was loaded.", nil, nil)
+	descMonitor  = prometheus.NewDesc("ipfence_rule_monitor", "1 when the rule is in monitor mode: its packets counts are what it would have dropped or rejected.", []string{"rule"}, nil)
 	descXDPPass  = prometheus.NewDesc("ipfence_xdp_passed_packets_total", "Packets the XDP program passed on to nftables (since its last swap).", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass} {
+	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass, descMonitor} {
 		ch <- d
 	}
 }
@@ -109,6 +110,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range d.plan.Rules {
 		ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(r.V4.Prefixes), r.Name, "ipv4")
 		ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(r.V6.Prefixes), r.Name, "ipv6")
+		ch <- prometheus.MustNewConstMetric(descMonitor, prometheus.GaugeValue, b2f(r.Monitor), r.Name)
 	}
 	for i, r := range d.plan.Rules {
 		if r.Backend != plan.XDP { // counted by the XDP program

@@ -191,7 +191,10 @@ func (d *Daemon) Status() api.Status {
 	st := api.Status{Policy: d.cfg.Policy, NetNS: d.cfg.NetNS, Table: d.plan.Table, Started: d.started,
 		Applied: d.applied, Bans: c, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
 	for _, r := range d.plan.Rules {
-		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend)}
+		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend), Mode: "enforce"}
+		if r.Monitor {
+			rs.Mode = "monitor"
+		}
 		switch {
 		case r.ReplayNote != "":
 			rs.Layout = "not replayed: " + r.ReplayNote
@@ -263,7 +266,7 @@ func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	v := d.plan.Verdict(plan.Packet{Src: addr, Proto: proto, DPort: uint16(port)})
 	d.mu.Unlock()
-	ex.Verdict, ex.Rule = v.Verdict, v.Rule
+	ex.Verdict, ex.Rule, ex.Monitored = v.Verdict, v.Rule, v.Monitored
 	if ex.Banned != nil && v.Verdict == "accept" && !d.allowlisted(v.Rule) {
 		ex.Verdict, ex.Rule = "drop", "ban"
 	}

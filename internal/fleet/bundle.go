@@ -29,8 +29,15 @@ import (
 // 1, which older agents read as this build does (they run every rule
 // stateless, as they always did). 3 added the layouts the publisher
 // chose (BundleRule.Layout4/6), which older agents refuse: upgrade the
-// agents before the publisher.
-const BundleVersion = 3
+// agents before the publisher. 4 added rules in monitor mode, which an
+// older reader would enforce; a bundle without them keeps its version.
+const BundleVersion = 4
+
+// The versions that added the layouts and monitor mode.
+const (
+	layoutsVersion = 3
+	monitorVersion = 4
+)
 
 // Bundle is one revision of a group's policy: the policy file, for the
 // record, and what it resolved to on the publisher, so that every agent
@@ -66,12 +73,14 @@ type BundleRule struct {
 	// Direction and Stateless: see plan.Rule ("" is in).
 	Direction plan.Direction `json:"direction,omitempty"`
 	Stateless bool           `json:"stateless,omitempty"`
-	Ports     []plan.Port    `json:"ports,omitempty"`
-	Backend   string         `json:"backend,omitempty"`
-	IPv4      bool           `json:"ipv4"`
-	IPv6      bool           `json:"ipv6"`
-	Where     string         `json:"where,omitempty"`
-	Prefixes  string         `json:"prefixes"`
+	// Monitor: see plan.Rule (mode monitor).
+	Monitor  bool        `json:"monitor,omitempty"`
+	Ports    []plan.Port `json:"ports,omitempty"`
+	Backend  string      `json:"backend,omitempty"`
+	IPv4     bool        `json:"ipv4"`
+	IPv6     bool        `json:"ipv6"`
+	Where    string      `json:"where,omitempty"`
+	Prefixes string      `json:"prefixes"`
 	// Layout4 and Layout6 are the tree layouts the publisher chose for
 	// the rule's set, as plan.Choices text: agents on nftables replay
 	// them instead of searching (the search is most of a compile's CPU).
@@ -129,9 +138,12 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 	b.Version = 1
 	for _, r := range in.Rules {
 		if r.Direction.Out() {
-			b.Version = 2
+			b.Version = max(b.Version, 2)
 		}
-		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
+		if r.Monitor {
+			b.Version = monitorVersion
+		}
+		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless, Monitor: r.Monitor,
 			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set), set: r.Set})
 	}
 	return b
@@ -161,7 +173,7 @@ func (b *Bundle) AddLayouts(p *plan.Plan) error {
 				return fmt.Errorf("rule %s: %w", r.Name, err)
 			}
 			*f.out = string(text)
-			b.Version = BundleVersion
+			b.Version = max(b.Version, layoutsVersion)
 		}
 	}
 	return nil
@@ -195,7 +207,7 @@ func (b *Bundle) Input() (*plan.Input, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %s: %v", ErrBundle, r.Name, err)
 		}
-		ri := plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless,
+		ri := plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless, Monitor: r.Monitor,
 			Backend: plan.Backend(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Set: set}
 		for _, f := range []struct {
 			text string

@@ -91,7 +91,7 @@ func TestBundleRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.AddLayouts(pub); err != nil || b.Version != fleet.BundleVersion || b.Rules[0].Layout4 == "" {
+	if err := b.AddLayouts(pub); err != nil || b.Version != 3 || b.Rules[0].Layout4 == "" {
 		t.Fatalf("layouts: %v, version %d, %d and %d bytes", err, b.Version, len(b.Rules[0].Layout4), len(b.Rules[0].Layout6))
 	}
 	if data, err = b.Encode(); err != nil {
@@ -303,8 +303,9 @@ func TestDrift(t *testing.T) {
 }
 
 // TestBundleVersion writes version 2 only for a policy with outbound
-// rules, which a version-1 reader would load as inbound ones, and reads
-// the direction back.
+// rules, which a version-1 reader would load as inbound ones, and 4 only
+// for one with monitor rules, which an older reader would enforce; and
+// reads the direction and mode back.
 func TestBundleVersion(t *testing.T) {
 	var b prefix.Builder
 	b.AddPrefix(netip.MustParsePrefix("192.0.2.0/24"))
@@ -321,6 +322,17 @@ func TestBundleVersion(t *testing.T) {
 	got, err := bd.Input()
 	if err != nil || got.Rules[0].Direction != plan.BothWays {
 		t.Errorf("read back: %v, direction %q; want both", err, got.Rules[0].Direction)
+	}
+	// A rule in monitor mode: version 4, which older agents refuse
+	// rather than enforce the rule.
+	in.Rules[0].Monitor = true
+	bd = fleet.NewBundle(in, 0, "p.yaml", "", time.Now())
+	if bd.Version != 4 {
+		t.Errorf("a monitor rule: version %d, want 4", bd.Version)
+	}
+	got, err = bd.Input()
+	if err != nil || !got.Rules[0].Monitor {
+		t.Errorf("read back: %v, monitor %v; want true", err, got.Rules[0].Monitor)
 	}
 }
 

@@ -112,7 +112,10 @@ type RuleInput struct {
 	// Otherwise is what an allow-only rule does with the sources outside
 	// its set: Drop ("") or Reject.
 	Otherwise Action
-	Ports     []Port
+	// Monitor makes a rule that drops or rejects (drop, reject,
+	// allow-only) only count the packets it would stop; see Rule.
+	Monitor bool
+	Ports   []Port
 	// Backend is where the policy asks the rule to run; "" is the
 	// Input's Backend.
 	Backend Backend
@@ -199,10 +202,14 @@ type Rule struct {
 	Stateless bool `json:"stateless,omitempty"`
 	// Otherwise is Reject for an allow-only rule that rejects the sources
 	// outside its set, "" otherwise.
-	Otherwise Action  `json:"otherwise,omitempty"`
-	Ports     []Port  `json:"ports,omitempty"`
-	V4        *Layout `json:"ipv4"`
-	V6        *Layout `json:"ipv6"`
+	Otherwise Action `json:"otherwise,omitempty"`
+	// Monitor: the rule is loaded in full, but its hit only counts the
+	// packets it would drop or reject; they go on to the later rules as
+	// if it were absent (Verdict lists it in Decision.Monitored).
+	Monitor bool    `json:"monitor,omitempty"`
+	Ports   []Port  `json:"ports,omitempty"`
+	V4      *Layout `json:"ipv4"`
+	V6      *Layout `json:"ipv6"`
 	// Backend is where the rule runs (XDP or the Plan's Backend);
 	// BackendNote says why a rule that asked for XDP does not.
 	Backend     Backend `json:"backend"`
@@ -395,6 +402,9 @@ func (p *Plan) assignBackends(in *Input) error {
 			return fmt.Errorf("%s: rule %q asks for backend %s, but the policy's rules run in %s", in.Rules[i].Where, r.Name, want, p.Backend)
 		}
 		r.Backend = p.Backend
+		if r.Monitor && p.Backend != NFTables {
+			return fmt.Errorf("%s: rule %q: %w (the policy's rules run in %s)", in.Rules[i].Where, r.Name, ErrMonitorBackend, p.Backend)
+		}
 		var note string
 		switch {
 		case want != XDP:
@@ -402,6 +412,8 @@ func (p *Plan) assignBackends(in *Input) error {
 			return fmt.Errorf("%s: rule %q asks for backend xdp, which runs ahead of an nftables table; with backend %s no rule can", in.Rules[i].Where, r.Name, p.Backend)
 		case blocker != "":
 			note = fmt.Sprintf("it follows rule %q, which runs in nftables, and XDP runs first", blocker)
+		case r.Monitor:
+			note = "a rule in monitor mode counts in nftables, where later rules still see what it would drop"
 		case r.Hit() == Reject:
 			note = "XDP can drop but not reject"
 		case r.Action == Accept:
@@ -505,8 +517,23 @@ func compileRule(ri *RuleInput, prot *prefix.Set) (*Rule, []string, error) {
 	default:
 		return nil, nil, fmt.Errorf("%s: rule %q: otherwise %q (use drop or reject)", ri.Where, ri.Name, ri.Otherwise)
 	}
+	if ri.Monitor {
+		if ri.Action == Accept {
+			return nil, nil, fmt.Errorf("%s: rule %q: %w", ri.Where, ri.Name, ErrMonitorAccept)
+		}
+		r.Monitor = true
+	}
 	return r, warn, nil
 }
+
+// ErrMonitorAccept is returned for an accept rule in monitor mode: it
+// stops nothing, so there is nothing to try out (and an accept rule that
+// let packets go on would let later rules and bans drop what it allows).
+var ErrMonitorAccept = errors.New("monitor mode is for rules that drop or reject; an accept rule blocks nothing")
+
+// ErrMonitorBackend is returned for monitor rules in a plan whose rules
+// run in ipset/iptables: monitor mode needs nftables.
+var ErrMonitorBackend = errors.New("monitor mode needs the nftables backend")
 
 // Hit is what the rule does with the packets it decides: its action, or
 // for allow-only rules Drop or Reject (Otherwise).
@@ -658,12 +685,16 @@ type Decision struct {
 	Rule string `json:"rule,omitempty"`
 	// InSet says whether the source is in the deciding rule's set.
 	InSet bool `json:"in_set"`
+	// Monitored are the rules in monitor mode that would have dropped
+	// or rejected the packet, in policy order, before the deciding one.
+	Monitored []string `json:"monitored,omitempty"`
 }
 
 // Verdict evaluates the plan for a packet as the kernel should, from the
 // rules' sets (not their layouts): the reference model.
 func (p *Plan) Verdict(pkt Packet) Decision {
 	src := pkt.key()
+	var monitored []string
 	for _, r := range p.Rules {
 		if !r.judgedBy(pkt) || !r.matchesPort(pkt) {
 			continue
@@ -676,22 +707,31 @@ func (p *Plan) Verdict(pkt Packet) Decision {
 			continue // Compile refuses allow-only rules with an empty family
 		}
 		in := r.Set.Contains(src)
+		var d Decision
 		switch r.Action {
 		case Drop, Reject:
 			if in {
-				return Decision{Verdict: string(r.Action), Rule: r.Name, InSet: true}
+				d = Decision{Verdict: string(r.Action), Rule: r.Name, InSet: true}
 			}
 		case Accept:
 			if in {
-				return Decision{Verdict: "accept", Rule: r.Name, InSet: true}
+				d = Decision{Verdict: "accept", Rule: r.Name, InSet: true}
 			}
 		case AllowOnly:
 			if !in {
-				return Decision{Verdict: string(r.Hit()), Rule: r.Name}
+				d = Decision{Verdict: string(r.Hit()), Rule: r.Name}
 			}
 		}
+		switch {
+		case d.Rule == "":
+		case r.Monitor:
+			monitored = append(monitored, r.Name)
+		default:
+			d.Monitored = monitored
+			return d
+		}
 	}
-	d := Decision{Verdict: "accept"}
+	d := Decision{Verdict: "accept", Monitored: monitored}
 	if p.protect != nil && p.protect.Contains(src) {
 		d.Rule = "protect"
 	}

@@ -71,6 +71,9 @@ type Policy struct {
 	// Stateless is the rules' default: judge every packet before
 	// conntrack (false: connection-aware, the default).
 	Stateless bool
+	// Monitor is the blocking rules' default mode: monitor (only count
+	// what they would drop or reject) rather than enforce.
+	Monitor bool
 	// RejectMark is the packet mark bit the iptables backends use to
 	// reject in the filter table what reject rules match in raw (0: the
 	// backend's default).
@@ -136,7 +139,9 @@ type RuleDef struct {
 	Backend   plan.Backend
 	Direction plan.Direction
 	Stateless bool
-	Line      int
+	// Monitor: mode monitor (only count what it would drop or reject).
+	Monitor bool
+	Line    int
 }
 
 // Where is "file:line" of the rule.
@@ -155,6 +160,8 @@ type doc struct {
 	Interfaces []string `yaml:"interfaces"`
 	// Stateless: the rules' default statefulness.
 	Stateless bool `yaml:"stateless"`
+	// Mode: the blocking rules' default mode (enforce or monitor).
+	Mode string `yaml:"mode"`
 }
 
 type sourceDoc struct {
@@ -187,6 +194,7 @@ type ruleDoc struct {
 	Backend   string   `yaml:"backend"`
 	Direction string   `yaml:"direction"`
 	Stateless *bool    `yaml:"stateless"`
+	Mode      string   `yaml:"mode"`
 }
 
 type matchDoc struct {
@@ -257,6 +265,13 @@ func Parse(data []byte, file string) (*Policy, error) {
 		p.RejectMark = uint32(m)
 	}
 	p.Stateless = d.Stateless
+	switch d.Mode {
+	case "", "enforce":
+	case "monitor":
+		p.Monitor = true
+	default:
+		return nil, &Error{File: file, Line: lines.key("mode"), Msg: fmt.Sprintf("mode %q: use enforce or monitor", d.Mode)}
+	}
 	seenIf := map[string]bool{}
 	for _, name := range d.Interfaces {
 		if !validIfName(name) {
@@ -456,7 +471,31 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 	if rd.Stateless != nil {
 		r.Stateless = *rd.Stateless
 	}
+	switch rd.Mode {
+	case "":
+		r.Monitor = p.Monitor && r.Action != plan.Accept // accept rules stop nothing
+	case "enforce":
+	case "monitor":
+		if r.Action == plan.Accept {
+			return nil, bad("rule %q: %v; remove `mode: monitor`", rd.Name, plan.ErrMonitorAccept)
+		}
+		r.Monitor = true
+	default:
+		return nil, bad("rule %q: mode %q (use enforce or monitor)", rd.Name, rd.Mode)
+	}
 	return r, nil
+}
+
+// MonitorAll puts every rule that drops or rejects in monitor mode
+// (apply --monitor): it only counts what it would stop. Accept rules,
+// which stop nothing, are left as they are.
+func (p *Policy) MonitorAll() {
+	p.Monitor = true
+	for _, r := range p.Rules {
+		if r.Action != plan.Accept {
+			r.Monitor = true
+		}
+	}
 }
 
 // validIfName reports whether s can name a network interface.
@@ -665,7 +704,7 @@ func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse fun
 			return nil, &Error{File: p.File, Line: r.Line, Msg: fmt.Sprintf("rule %q: %v", r.Name, err), Err: err}
 		}
 		in.Rules = append(in.Rules, plan.RuleInput{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports,
-			IPv4: r.IPv4, IPv6: r.IPv6, Backend: r.Backend, Direction: r.Direction, Stateless: r.Stateless, Set: set, Where: r.where(p.File)})
+			IPv4: r.IPv4, IPv6: r.IPv6, Backend: r.Backend, Direction: r.Direction, Stateless: r.Stateless, Monitor: r.Monitor, Set: set, Where: r.where(p.File)})
 	}
 	res.Input = in
 	return res, nil

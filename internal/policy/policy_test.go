@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad refresh", "sources:\n  x: {format: list, paths: [f], refresh: soon}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `refresh "soon"`},
 		{"refresh too short", "sources:\n  x: {format: list, paths: [f], refresh: 10s}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "at least 1m"},
 		{"bad backend", "backend: ebpf\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `unknown backend "ebpf"`},
+		{"bad mode", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, mode: trial}\n", 2, `mode "trial"`},
+		{"accept monitor", "rules:\n  - {name: a, action: accept, match: {prefixes: [1.2.3.4]}, mode: monitor}\n", 2, "blocks nothing"},
+		{"bad top mode", "mode: dry\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `mode "dry"`},
 		{"bad rule backend", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, backend: tc}\n", 2, `unknown backend "tc"`},
 		{"rule backend ipset", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}, backend: ipset}\n", 2, "policy's top-level backend"},
 		{"otherwise on drop", "rules:\n  - {name: a, action: drop, otherwise: reject, match: {prefixes: [1.2.3.4]}}\n", 2, "otherwise is for allow-only"},
@@ -307,5 +311,26 @@ func TestParsePort(t *testing.T) {
 		if _, err := ParsePort(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
+	}
+}
+
+// TestParseMode: a rule's mode, the policy's default for its blocking
+// rules (accept rules stop nothing and keep enforcing), and MonitorAll.
+func TestParseMode(t *testing.T) {
+	p, err := Parse([]byte(`mode: monitor
+rules:
+  - {name: ok,   action: accept, match: {prefixes: [192.0.2.1]}}
+  - {name: feed, action: drop, match: {prefixes: [192.0.2.0/24]}}
+  - {name: ssh,  action: allow-only, ports: [tcp/22], mode: enforce, match: {prefixes: [198.51.100.0/24]}}
+`), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []bool{p.Rules[0].Monitor, p.Rules[1].Monitor, p.Rules[2].Monitor}; !slices.Equal(got, []bool{false, true, false}) {
+		t.Errorf("modes %v, want accept enforcing, feed monitoring, ssh enforcing", got)
+	}
+	p.MonitorAll()
+	if got := []bool{p.Rules[0].Monitor, p.Rules[1].Monitor, p.Rules[2].Monitor}; !slices.Equal(got, []bool{false, true, true}) {
+		t.Errorf("after MonitorAll: modes %v, want every blocking rule monitoring", got)
 	}
 }

@@ -183,6 +183,16 @@ type RuleApplied struct {
 	// Direction and Stateless are the rule's (see plan.Rule).
 	Direction plan.Direction `json:"direction,omitempty"`
 	Stateless bool           `json:"stateless,omitempty"`
+	// Monitor: the rule only counted what it would stop (mode monitor).
+	Monitor bool `json:"monitor,omitempty"`
+}
+
+// Mode is "monitor" or "enforce".
+func (r RuleApplied) Mode() string {
+	if r.Monitor {
+		return "monitor"
+	}
+	return "enforce"
 }
 
 // backend is where the rule ran; records older than backends say
@@ -204,7 +214,7 @@ func Summarize(p *plan.Plan) *Applied {
 	}
 	for _, r := range p.Rules {
 		ra := RuleApplied{Name: r.Name, Action: r.Action, Ports: r.Ports, Backend: r.Backend, PrefixesV4: r.V4.Prefixes, PrefixesV6: r.V6.Prefixes,
-			Direction: r.Direction, Stateless: r.Stateless}
+			Direction: r.Direction, Stateless: r.Stateless, Monitor: r.Monitor}
 		if r.V4.Kind == plan.KindEmpty {
 			ra.PrefixesV4 = 0
 		}
@@ -302,6 +312,8 @@ func Compare(prev, cur *Applied) []Change {
 			note = "ports changed"
 		} else if o.backend() != r.backend() {
 			note = fmt.Sprintf("backend %s → %s", o.backend(), r.backend())
+		} else if o.Monitor != r.Monitor {
+			note = fmt.Sprintf("mode %s → %s", o.Mode(), r.Mode())
 		}
 		if added+removed > 0 || note != "" {
 			out = append(out, Change{Rule: r.Name, Kind: "changed", Added: added, Removed: removed, Note: note})

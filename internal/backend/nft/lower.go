@@ -69,7 +69,7 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 				}
 			}
 			if used {
-				prog.Chains = append(prog.Chains, hitChain(hit, r.Hit(), v6, d.dst))
+				prog.Chains = append(prog.Chains, hitChain(hit, r.Hit(), r.Monitor, v6, d.dst))
 			}
 		}
 	}
@@ -77,7 +77,7 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 		s.Elems = bans.of(i)
 		prog.Sets = append(prog.Sets, s)
 	}
-	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, true, false))
+	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, false, true, false))
 	heads := Heads(p)
 	var base []*Chain
 	if c := BaseChain(heads, p.Priority, bans); len(c.Rules) > 0 {
@@ -440,22 +440,31 @@ func portMatches(ps []plan.Port) []portMatch {
 }
 
 // hitChain is where a rule's matching packets go: it counts and applies
-// the rule's action. A blocking one first lets loopback and (when the rule
-// sees IPv6) neighbour discovery through, which no rule may block.
-func hitChain(name string, a plan.Action, v6, out bool) *Chain {
+// action a. Packets a blocking rule must never stop (loopback, IPv6
+// neighbour discovery) are accepted first, uncounted. A rule in monitor
+// mode (monitor) only counts: what it would stop returns to the base
+// chain, which goes on with the next rule as if this one were absent;
+// the exempt packets return uncounted, as they would have passed.
+func hitChain(name string, a plan.Action, monitor, v6, out bool) *Chain {
 	c := &Chain{Name: name}
+	exempt := Verdict{Kind: Accept}
+	if monitor {
+		exempt = Verdict{Kind: Return}
+	}
 	if a != plan.Accept {
 		if !out { // outbound: loopback destinations are protected
-			c.Rules = append(c.Rules, Rule{Iif: "lo", Verdict: Verdict{Kind: Accept}, Comment: "loopback"})
+			c.Rules = append(c.Rules, Rule{Iif: "lo", Verdict: exempt, Comment: "loopback"})
 		}
 		if v6 {
-			c.Rules = append(c.Rules, Rule{NDP: true, Verdict: Verdict{Kind: Accept}, Comment: "IPv6 neighbour discovery"})
+			c.Rules = append(c.Rules, Rule{NDP: true, Verdict: exempt, Comment: "IPv6 neighbour discovery"})
 		}
 	}
-	switch a {
-	case plan.Accept:
+	switch {
+	case monitor:
+		c.Rules = append(c.Rules, Rule{Counter: true, Comment: MonitorComment + string(a)})
+	case a == plan.Accept:
 		c.Rules = append(c.Rules, Rule{Counter: true, Verdict: Verdict{Kind: Accept}})
-	case plan.Reject:
+	case a == plan.Reject:
 		c.Rules = append(c.Rules,
 			Rule{Proto: ProtoTCP, Counter: true, Reject: RejectTCPReset},
 			Rule{Counter: true, Reject: RejectAdminProhibited})
@@ -464,6 +473,10 @@ func hitChain(name string, a plan.Action, v6, out bool) *Chain {
 	}
 	return c
 }
+
+// MonitorComment begins the comment of a monitor rule's counting rule
+// ("monitor: would drop").
+const MonitorComment = "monitor: would "
 
 // lowerLayout adds the chains and maps of one family of one rule. name is
 // the rule's root chain for the family.

@@ -96,9 +96,12 @@ type Status struct {
 
 // RuleStatus is one rule of the applied policy.
 type RuleStatus struct {
-	Name       string `json:"name"`
-	Action     string `json:"action"`
-	Backend    string `json:"backend"` // nftables or xdp
+	Name    string `json:"name"`
+	Action  string `json:"action"`
+	Backend string `json:"backend"` // nftables or xdp
+	// Mode is "monitor" for a rule that only counts what it would
+	// drop or reject, "enforce" otherwise.
+	Mode       string `json:"mode"`
 	PrefixesV4 int    `json:"prefixes_ipv4"`
 	PrefixesV6 int    `json:"prefixes_ipv6"`
 	// Layout is "replayed" when the rule runs the layout its fleet
@@ -137,7 +140,10 @@ type Explanation struct {
 	Verdict string   `json:"verdict"`
 	Rule    string   `json:"rule,omitempty"`
 	Banned  *ban.Ban `json:"ban,omitempty"`
-	Detail  []string `json:"detail,omitempty"`
+	// Monitored are the rules in monitor mode that would have dropped
+	// or rejected it (they only count it).
+	Monitored []string `json:"monitored,omitempty"`
+	Detail    []string `json:"detail,omitempty"`
 }
 
 // Error is the body of an error response.
