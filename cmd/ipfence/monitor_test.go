@@ -99,6 +99,17 @@ func TestMonitorRules(t *testing.T) {
 	}
 	pktgentest.Expect(t, lab, srcs, 9999, pktgentest.Passes(decisions), "apply --monitor")
 	expectMonitorCounts(t, lab, cm.Plan, decisions)
+
+	// The boot-time restore keeps the trial; an apply ends it.
+	out, err = run(t, "apply", "--offline", "--policy", pol, "--netns", lab.FW, "--state", dir)
+	if err != nil || !strings.Contains(out, "no change against the last apply") || !strings.Contains(out, "monitor (reject)") {
+		t.Errorf("apply --offline after --monitor: %v\n%s", err, out)
+	}
+	out, err = run(t, "apply", "--policy", pol, "--netns", lab.FW, "--state", dir)
+	if err != nil || !strings.Contains(out, "rule feed: +0 -0 prefixes (mode monitor → enforce)") {
+		t.Errorf("apply after --monitor: %v\n%s", err, out)
+	}
+	pktgentest.ExpectModel(t, lab, c.Plan, srcs, 9999)
 }
 
 // monitorSources samples the sets of p's rules, boundaries included.

@@ -69,6 +69,14 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if err != nil {
 		return nil, err
 	}
+	if !f.monitor && f.offline && f.probe {
+		// The boot-time restore: a trial run (apply --monitor) stays
+		// one until an apply without --offline says otherwise.
+		if prev, err := (statedir.Dir{Path: f.stateDir}).LoadApplied(f.netns); err == nil && prev.MonitorAll {
+			g.logger.Warn("the last apply put every blocking rule in monitor mode (--monitor): kept; run apply without --offline to enforce")
+			f.monitor = true
+		}
+	}
 	if f.monitor {
 		pol.MonitorAll()
 	}
@@ -233,7 +241,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 					return err
 				}
 				defer bans.Close()
-				r, err := t.Apply(ctx, c.Compiled, bans.Controller, apply.Options{})
+				r, err := t.Apply(ctx, c.Compiled, bans.Controller, apply.Options{MonitorAll: pf.monitor})
 				if r != nil {
 					rep.Report = r
 				}

@@ -268,6 +268,10 @@ type Options struct {
 	// daemon): the last record's prefix lists are taken from its sets
 	// instead of being read as text (statedir.Dir.LoadAppliedFor).
 	Previous *plan.Plan
+	// MonitorAll records that every blocking rule of c is in monitor
+	// mode by the caller's choice (apply --monitor), not the policy's
+	// (statedir.Applied.MonitorAll).
+	MonitorAll bool
 }
 
 // LeftoverError is a Report's Leftover: the new rules are in force and
@@ -317,6 +321,7 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	}
 	cur := statedir.Summarize(c.Plan)
 	cur.Flavour = c.Flavour
+	cur.MonitorAll = o.MonitorAll
 	rep := &Report{Backend: c.Plan.Backend, Changes: statedir.Compare(prev, cur), Applied: cur}
 	// Only Compare reads the last record's prefix lists (cur holds the
 	// plan's sets, no text).

@@ -96,7 +96,7 @@ func (s *NFTSink) Send(ctx context.Context, ch Change) error {
 		// The base chain exists only while it has rules (nft.FromPlan):
 		// created with the first ban, deleted with the last one, unless
 		// stateless rules keep it.
-		u.Ensure = []*nft.Chain{nft.BaseChain(s.Heads, s.Priority, presence(ch.Present))}
+		u.Ensure = []*nft.Chain{nft.BaseChain(s.Heads, s.Priority, nft.BansPresent(ch.Present))}
 	}
 	return s.apply(ctx, u)
 }
@@ -205,26 +205,6 @@ func (s Snapshot) Nft(now time.Time) nft.Bans {
 		eachElem(es, now, func(e nft.Elem) { out[i].Append(e) })
 	}
 	return nft.Bans{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
-}
-
-// presence is a Bans value whose sets are non-empty where p says so: what
-// BaseChain needs to know.
-func presence(p [4]bool) nft.Bans {
-	one := nft.ElemsOf(nft.Elem{})
-	var b nft.Bans
-	if p[0] {
-		b.Addrs4 = one
-	}
-	if p[1] {
-		b.Addrs6 = one
-	}
-	if p[2] {
-		b.Nets4 = one
-	}
-	if p[3] {
-		b.Nets6 = one
-	}
-	return b
 }
 
 // elems turns ban elements into set elements with their time left at now

@@ -716,9 +716,12 @@ func sameXDP(a, b *plan.Plan) bool {
 	return true
 }
 
-// sameHeads reports whether two plans have the same base chain.
+// sameHeads reports whether two plans have the same base chains,
+// whatever the bans: the ban sink, which rewrites them from the heads of
+// the last full load, then writes what b's heads would. A rule switched
+// between monitor and enforce keeps them, unless it moves the bans.
 func sameHeads(a, b *plan.Plan) bool {
-	return a != nil && b != nil && a.Priority == b.Priority && reflect.DeepEqual(nft.Heads(a), nft.Heads(b))
+	return a != nil && b != nil && a.Priority == b.Priority && nft.SameChains(nft.Heads(a), nft.Heads(b), a.Priority)
 }
 
 // due reports whether a source's refresh interval has passed.

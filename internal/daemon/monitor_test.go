@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/netns/netnstest"
 )
 
@@ -66,5 +67,37 @@ func TestMonitorSwitch(t *testing.T) {
 	}
 	if m := metrics(); !strings.Contains(m, `ipfence_rule_monitor{rule="feed"} 1`) {
 		t.Errorf("metrics after the switch back lack the monitor gauge:\n%s", m)
+	}
+}
+
+// TestMonitorKeepsAllowlist: a rule in monitor mode ahead of an accept
+// rule does not end the leading accept rules, which win over bans: a
+// banned address the allowlist holds still passes, as it would without
+// the monitor rule; a banned address outside it is dropped.
+func TestMonitorKeepsAllowlist(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "feed.txt"), "203.0.113.0/24\n192.0.2.0/24\n")
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "sources:\n  feed: {format: list, paths: [feed.txt]}\nprotect: [198.18.0.0/15, 2001:2::/48]\n"+
+		"rules:\n  - {name: trial, action: drop, mode: monitor, match: {source: feed}}\n"+
+		"  - {name: office, action: accept, match: {prefixes: [203.0.113.0/24]}}\n"+
+		"  - {name: late, action: drop, match: {prefixes: [100.64.0.0/16]}}\n")
+	cfg := Config{Policy: pol, NetNS: lab.FW, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), Tick: time.Hour}
+	r := startDaemon(t, cfg)
+	ctx := context.Background()
+	for _, a := range []string{"203.0.113.5", "192.0.2.5"} {
+		if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: a, TTL: "1h"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// office's banned address passes, the other banned one does not;
+	// the monitor rule stops neither of the unbanned ones.
+	if got := verdicts(t, lab, "203.0.113.5", "192.0.2.5", "203.0.113.6", "192.0.2.6", "100.64.0.1"); got != "pdppd" {
+		t.Errorf("verdicts %q, want pdppd", got)
+	}
+	ex, err := r.cl.Explain(ctx, "203.0.113.5", "udp", 9999)
+	if err != nil || ex.Verdict != "accept" || ex.Rule != "office" {
+		t.Errorf("explain 203.0.113.5: %+v, %v; want accepted by office", ex, err)
 	}
 }

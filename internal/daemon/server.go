@@ -274,11 +274,14 @@ func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {
 }
 
 // allowlisted reports whether rule is one of the policy's leading accept
-// rules, which bans do not override.
+// rules (rules in monitor mode aside), which bans do not override.
 func (d *Daemon) allowlisted(rule string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, r := range d.plan.Rules {
+		if r.Monitor {
+			continue // stops nothing: the accept rules after it still lead
+		}
 		if r.Action != plan.Accept {
 			return false
 		}

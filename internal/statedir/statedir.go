@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +70,10 @@ type Applied struct {
 	// tables loaded before connection-aware rules, whose base chain (at
 	// raw) ran every rule; Lowering for today's.
 	Lowering int `json:"lowering,omitempty"`
+	// MonitorAll: `apply --monitor` put every blocking rule in monitor
+	// mode, whatever the policy says; the boot-time restore (`apply
+	// --offline`) keeps it that way.
+	MonitorAll bool `json:"monitor_all,omitempty"`
 	// Marked: written by an ipfence that marks its nftables table
 	// (nft.Mark) and its iptables chains (ipt.Mark). Records from before
 	// the marks have false: see Vouches and VouchesChains.
@@ -305,16 +310,20 @@ func Compare(prev, cur *Applied) []Change {
 		}
 		delete(old, r.Name)
 		added, removed := diff(o, r)
-		var note string
+		var notes []string
 		if o.Action != r.Action {
-			note = fmt.Sprintf("action %s → %s", o.Action, r.Action)
-		} else if fmt.Sprint(o.Ports) != fmt.Sprint(r.Ports) {
-			note = "ports changed"
-		} else if o.backend() != r.backend() {
-			note = fmt.Sprintf("backend %s → %s", o.backend(), r.backend())
-		} else if o.Monitor != r.Monitor {
-			note = fmt.Sprintf("mode %s → %s", o.Mode(), r.Mode())
+			notes = append(notes, fmt.Sprintf("action %s → %s", o.Action, r.Action))
 		}
+		if fmt.Sprint(o.Ports) != fmt.Sprint(r.Ports) {
+			notes = append(notes, "ports changed")
+		}
+		if o.backend() != r.backend() {
+			notes = append(notes, fmt.Sprintf("backend %s → %s", o.backend(), r.backend()))
+		}
+		if o.Monitor != r.Monitor {
+			notes = append(notes, fmt.Sprintf("mode %s → %s", o.Mode(), r.Mode()))
+		}
+		note := strings.Join(notes, ", ")
 		if added+removed > 0 || note != "" {
 			out = append(out, Change{Rule: r.Name, Kind: "changed", Added: added, Removed: removed, Note: note})
 		}

@@ -37,6 +37,7 @@ func TestBaseChainsKeepPolicyOrder(t *testing.T) {
 	h := func(name string, a plan.Action, stateless bool, dir plan.Direction) RuleHead {
 		return RuleHead{Name: name, Action: a, Stateless: stateless, Direction: dir, V4: true}
 	}
+	monitor := func(h RuleHead) RuleHead { h.Monitor = true; return h }
 	in, out, both := plan.Inbound, plan.Outbound, plan.BothWays
 	banned := Bans{Addrs4: ElemsOf(Elem{})}
 	for _, tc := range []struct {
@@ -55,6 +56,10 @@ func TestBaseChainsKeepPolicyOrder(t *testing.T) {
 			"trusted", "known trusted feed", "-", "-", "-"},
 		{"an accept between stateless rules", []RuleHead{h("s1", plan.Drop, true, in), h("a", plan.Accept, false, in), h("s2", plan.Drop, true, in), h("geo", plan.AllowOnly, false, in)}, banned,
 			"ban s1 a s2", "known a geo", "-", "-", "-"},
+		{"a monitor rule does not end the allowlist", []RuleHead{monitor(h("trial", plan.Drop, false, in)), h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, banned,
+			"ok ban", "known trial ok geo", "-", "-", "-"},
+		{"a stateless monitor rule before the allowlist", []RuleHead{monitor(h("edge", plan.Drop, true, in)), h("ok", plan.Accept, false, in), h("feed", plan.Drop, false, in)}, banned,
+			"edge ok ban", "known ok feed", "-", "-", "-"},
 		{"outbound", []RuleHead{h("trustout", plan.Accept, true, out), h("edge", plan.Drop, true, both), h("c2", plan.Reject, false, out)}, Bans{},
 			"edge", "-", "trustout edge", "known trustout c2", "trustout edge known trustout c2"},
 	} {
@@ -142,6 +147,28 @@ func TestBitmapRulesFollowOrder(t *testing.T) {
 		want := map[plan.EntryKind]string{plan.In: "in", plan.DescendOut: "d2_l24_out"}
 		if len(got) != 2 || got[0] != want[order[0]] || got[1] != want[order[1]] {
 			t.Errorf("order %v: root chain looks up %v", order, got)
+		}
+	}
+}
+
+// TestSameChains: heads that differ in a rule's mode make the same
+// chains unless the mode moves the bans (a monitor rule ahead of an
+// accept rule); a different rule does not.
+func TestSameChains(t *testing.T) {
+	accept := RuleHead{Name: "ok", Action: plan.Accept, V4: true}
+	feed := RuleHead{Name: "feed", Action: plan.Drop, V4: true}
+	monitor := func(h RuleHead) RuleHead { h.Monitor = true; return h }
+	for _, tc := range []struct {
+		name string
+		a, b []RuleHead
+		same bool
+	}{
+		{"the last rule's mode", []RuleHead{accept, feed}, []RuleHead{accept, monitor(feed)}, true},
+		{"a mode that moves the bans", []RuleHead{feed, accept}, []RuleHead{monitor(feed), accept}, false},
+		{"another rule", []RuleHead{accept, feed}, []RuleHead{accept, {Name: "geo", Action: plan.AllowOnly, V4: true}}, false},
+	} {
+		if got := SameChains(tc.a, tc.b, -300); got != tc.same {
+			t.Errorf("%s: SameChains = %v, want %v", tc.name, got, tc.same)
 		}
 	}
 }

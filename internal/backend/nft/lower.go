@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"reflect"
+
 	"cmp"
 	"fmt"
 	"net/netip"
@@ -142,6 +144,37 @@ func BanSets() []*Set {
 	}
 }
 
+// BansPresent is Bans whose sets, in the order of Bans' fields, hold
+// one element where p is true and none where it is false: what the base
+// chain looks up (BaseChain only asks which sets are empty).
+func BansPresent(p [4]bool) Bans {
+	one := ElemsOf(Elem{})
+	var b Bans
+	for i, e := range []*Elems{&b.Addrs4, &b.Addrs6, &b.Nets4, &b.Nets6} {
+		if p[i] {
+			*e = one
+		}
+	}
+	return b
+}
+
+// SameChains reports whether the rule heads a and b make the same base
+// chains (BaseChain, ConnChain, OutChains) at priority, whichever ban
+// sets hold elements: heads that differ only in what the chains do not
+// show, such as a rule's mode where it does not move the bans.
+func SameChains(a, b []RuleHead, priority int32) bool {
+	if !reflect.DeepEqual(ConnChain(a), ConnChain(b)) || !reflect.DeepEqual(OutChains(a, priority), OutChains(b, priority)) {
+		return false
+	}
+	for mask := range 16 {
+		p := [4]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0}
+		if !reflect.DeepEqual(BaseChain(a, priority, BansPresent(p)), BaseChain(b, priority, BansPresent(p))) {
+			return false
+		}
+	}
+	return true
+}
+
 // Bans is what the ban sets hold: single addresses (/32, /128) and
 // disjoint prefixes, each with its remaining time (Timeout 0: for good).
 type Bans struct {
@@ -188,6 +221,9 @@ type RuleHead struct {
 	// Direction: inbound rules run in the prerouting chains, outbound
 	// ones in OutChains ("" is inbound).
 	Direction plan.Direction `json:"direction,omitempty"`
+	// Monitor: the rule only counts (plan.Rule.Monitor); it stops
+	// nothing, so it does not end the leading accept rules.
+	Monitor bool `json:"monitor,omitempty"`
 }
 
 // Heads returns the rule heads of a plan. Rules that run in XDP have
@@ -196,7 +232,7 @@ func Heads(p *plan.Plan) []RuleHead {
 	hs := make([]RuleHead, len(p.Rules))
 	for i, r := range p.Rules {
 		nft := r.Backend != plan.XDP
-		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, Stateless: r.Stateless, Direction: r.Direction,
+		hs[i] = RuleHead{Name: r.Name, Action: r.Action, Ports: r.Ports, Stateless: r.Stateless, Direction: r.Direction, Monitor: r.Monitor,
 			V4: nft && r.V4.Kind != plan.KindEmpty, V6: nft && r.V6.Kind != plan.KindEmpty}
 	}
 	return hs
@@ -210,7 +246,8 @@ func Heads(p *plan.Plan) []RuleHead {
 // and family (and per protocol when the rule has ports) into the root
 // chains of every inbound rule up to the last stateless one. Bans are
 // absolute: they drop packets of every connection, and come after the
-// leading accept rules only, so that an allowlist ahead of everything
+// leading accept rules only (rules in monitor mode, which stop nothing,
+// do not end them), so that an allowlist ahead of everything
 // else also wins over bans; those accept rules are here only when bans or
 // stateless rules follow them. The plan puts stateless rules before every
 // connection-aware blocking rule, so what runs here is accept rules and
@@ -235,7 +272,7 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 		if !h.Direction.In() {
 			continue
 		}
-		if h.Action != plan.Accept && !banned {
+		if h.Action != plan.Accept && !h.Monitor && !banned {
 			banned = true
 			base.Rules = append(base.Rules, lookups...)
 			tail = -1 // the bans follow the jumps before them

@@ -39,7 +39,11 @@ func TestMonitorDiff(t *testing.T) {
 			hit := HitChain(0, "feed")
 			rules := chainOf(monitor, hit).Rules
 			last := rules[len(rules)-1]
-			if !last.Counter || last.Verdict.Kind != Continue || last.Reject != NoReject || last.Comment != MonitorComment+string(plan.Drop) && last.Comment != MonitorComment+string(plan.Reject) {
+			want := MonitorComment + "drop"
+			if a == plan.Reject {
+				want = MonitorComment + "reject"
+			}
+			if !last.Counter || last.Verdict.Kind != Continue || last.Reject != NoReject || last.Comment != want {
 				t.Errorf("the monitor hit chain ends with %+v, want a counter and no verdict", last)
 			}
 			for _, r := range rules[:len(rules)-1] {
