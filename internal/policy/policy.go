@@ -179,6 +179,9 @@ type sourceDoc struct {
 	MaxBytes   string   `yaml:"max_bytes"`
 	MaxEntries int      `yaml:"max_entries"`
 	AllowBroad bool     `yaml:"allow_broad"`
+	// JSON formats: the records picked by service and region.
+	Services []string `yaml:"services"`
+	Regions  []string `yaml:"regions"`
 	// crowdsec sources: the bouncer key, or a file holding it.
 	APIKey     string `yaml:"api_key"`
 	APIKeyFile string `yaml:"api_key_file"`
@@ -346,6 +349,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_entries %d is negative", n, sd.MaxEntries)}
 		}
 		spec.MaxEntries, spec.AllowBroad = sd.MaxEntries, sd.AllowBroad
+		spec.Services, spec.Regions = sd.Services, sd.Regions
 		switch sd.Refresh {
 		case "":
 		case "never":
@@ -357,12 +361,14 @@ func Parse(data []byte, file string) (*Policy, error) {
 			}
 			spec.Refresh = d
 		}
-		switch spec.Format {
-		case source.FormatList, source.FormatCountryCSV, source.FormatRIRDelegated:
-		case "":
-			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has no format (use list, country-csv, rir-delegated or crowdsec)", n)}
-		default:
-			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: unknown format %q (use list, country-csv, rir-delegated or crowdsec)", n, spec.Format)}
+		formats := strings.Join(append(source.Formats(), FormatCrowdSec), ", ")
+		switch {
+		case spec.Format == "":
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has no format (use %s)", n, formats)}
+		case !slices.Contains(source.Formats(), spec.Format):
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: unknown format %q (use %s)", n, spec.Format, formats)}
+		case len(spec.Services)+len(spec.Regions) > 0 && !source.IsJSONFormat(spec.Format):
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: services and regions pick records of the JSON formats (aws-json, google-json, github-meta), not of %s", n, spec.Format)}
 		}
 		if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has neither paths nor url", n)}

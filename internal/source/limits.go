@@ -19,6 +19,9 @@ const (
 	// the largest real inputs (RIR delegated-extended files, a 1M-line
 	// feed) are tens of MiB.
 	DefaultMaxBytes = 256 << 20
+	// DefaultMaxJSONBytes is DefaultMaxBytes for the JSON formats, which
+	// are read whole: the largest (AWS's ip-ranges.json) is a few MiB.
+	DefaultMaxJSONBytes = 32 << 20
 	// DefaultMaxEntries bounds a source's rows (addresses, prefixes,
 	// ranges), all files together: the bundled country data has 550k,
 	// ipfence's range is up to 1M prefixes. Each row costs 16 (IPv4) or
@@ -32,17 +35,22 @@ const (
 	GrowthFloor = 10_000
 )
 
-// limits are a Spec's input limits, defaults resolved.
+// limits are a Spec's input limits, defaults resolved, and the records
+// it picks of a JSON file.
 type limits struct {
 	bytes   int64
 	entries int
 	broad   bool // list rows may be broader than bans may (ban.MinBits)
+	pick    pick
 }
 
 func (s Spec) limits() limits {
-	l := limits{bytes: s.MaxBytes, entries: s.MaxEntries, broad: s.AllowBroad}
+	l := limits{bytes: s.MaxBytes, entries: s.MaxEntries, broad: s.AllowBroad, pick: pick{services: s.Services, regions: s.Regions}}
 	if l.bytes <= 0 {
 		l.bytes = DefaultMaxBytes
+		if IsJSONFormat(s.Format) {
+			l.bytes = DefaultMaxJSONBytes
+		}
 	}
 	if l.entries <= 0 {
 		l.entries = DefaultMaxEntries

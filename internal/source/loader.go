@@ -154,10 +154,17 @@ func (l *Loader) check(spec Spec) error {
 	if !validName(spec.Name) {
 		return bad("a source name is 1 to 100 letters, digits, '.', '_' and '-', not starting with '.'")
 	}
-	switch spec.Format {
-	case FormatList, FormatCountryCSV, FormatRIRDelegated:
-	default:
-		return bad("unknown format %q: use %s, %s or %s", spec.Format, FormatList, FormatCountryCSV, FormatRIRDelegated)
+	switch jf, isJSON := jsonFormats[spec.Format]; {
+	case spec.Format == FormatList, spec.Format == FormatCountryCSV, spec.Format == FormatRIRDelegated:
+		if len(spec.Services)+len(spec.Regions) > 0 {
+			return bad("services and regions are for the JSON formats that have them (%s, %s, %s)", FormatAWSJSON, FormatGoogleJSON, FormatGitHubMeta)
+		}
+	case !isJSON:
+		return bad("unknown format %q: use %s", spec.Format, strings.Join(Formats(), ", "))
+	case len(spec.Services) > 0 && !jf.services:
+		return bad("format %s has no services to pick", spec.Format)
+	case len(spec.Regions) > 0 && !jf.regions:
+		return bad("format %s has no regions to pick", spec.Format)
 	}
 	if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
 		return bad("no paths and no URLs: nothing to read")

@@ -228,6 +228,9 @@ func readPart(r io.Reader, format, name string, file uint16, lim limits) (*part,
 // readRows is readPart after decompression.
 func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part, error) {
 	p := new(part)
+	if IsJSONFormat(format) {
+		return readJSON(r, format, name, file, lim)
+	}
 	tooMany := &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
 	if format == FormatList {
 		// Errors name the file already: a *prefix.ParseError, or a read

@@ -60,7 +60,7 @@ type Spec struct {
 	// Name identifies the source in messages and names its state and cache
 	// directories: letters, digits, '.', '_' and '-', not starting with '.'.
 	Name   string
-	Format string // FormatList, FormatCountryCSV or FormatRIRDelegated
+	Format string // FormatList, FormatCountryCSV, FormatRIRDelegated or a JSON format (json.go)
 	// Paths are files to read, absolute (the policy resolves relative
 	// ones), or BuiltinPrefix and the name of an embedded file.
 	Paths []string
@@ -88,6 +88,11 @@ type Spec struct {
 	// or /16 (IPv6), which are refused otherwise. Country data is not
 	// checked: registries allocate such blocks.
 	AllowBroad bool
+	// Services and Regions pick the records of a JSON format that has
+	// them (aws-json, google-json; github-meta: services, its lists'
+	// names): those of one of the services and one of the regions
+	// listed, compared without case; none listed: all.
+	Services, Regions []string
 }
 
 // DefaultMaxShrink is the MaxShrink of a Spec that sets none.
@@ -127,7 +132,9 @@ func (s *Source) Format() string { return s.format }
 
 // IsCountry reports whether the rows carry country codes (formats
 // country-csv and rir-delegated).
-func (s *Source) IsCountry() bool { return s.format != FormatList }
+func (s *Source) IsCountry() bool {
+	return s.format == FormatCountryCSV || s.format == FormatRIRDelegated
+}
 
 // Set returns all addresses of the source (for a country source: of every
 // country), built from its rows at each call (see finish).
