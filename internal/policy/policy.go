@@ -296,6 +296,9 @@ func Parse(data []byte, file string) (*Policy, error) {
 		sd := d.Sources[n]
 		line := lines.sources[n]
 		if sd.Format == FormatCrowdSec {
+			if len(sd.Services)+len(sd.Regions) > 0 {
+				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: services and regions are for JSON address lists, not crowdsec", n)}
+			}
 			cs, err := crowdSecDef(file, n, line, sd)
 			if err != nil {
 				return nil, err
@@ -367,8 +370,9 @@ func Parse(data []byte, file string) (*Policy, error) {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has no format (use %s)", n, formats)}
 		case !slices.Contains(source.Formats(), spec.Format):
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: unknown format %q (use %s)", n, spec.Format, formats)}
-		case len(spec.Services)+len(spec.Regions) > 0 && !source.IsJSONFormat(spec.Format):
-			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: services and regions pick records of the JSON formats (aws-json, google-json, github-meta), not of %s", n, spec.Format)}
+		}
+		if err := source.CheckPicks(spec.Format, spec.Services, spec.Regions); err != nil {
+			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: %v", n, err)}
 		}
 		if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has neither paths nor url", n)}

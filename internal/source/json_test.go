@@ -120,6 +120,36 @@ func TestJSONErrors(t *testing.T) {
 	if err := load(FormatFastlyJSON, write("f.json", `{"addresses":["10.0.0.0/7"]}`), nil, nil); !errors.As(err, &be) || be.Line != 1 {
 		t.Errorf("broad prefix: %v, want a BroadError", err)
 	}
+	// Files that would load partly, or empty: refused.
+	for _, tc := range []struct{ format, name, text string }{
+		{FormatAWSJSON, "cut.json", "{\"prefixes\": [{\"ip_prefix\": \"3.5.140.0/22\"}]"},
+		{FormatAWSJSON, "tail.json", "{\"prefixes\": [{\"ip_prefix\": \"3.5.140.0/22\"}]} {\"x\": 1}"},
+		{FormatAWSJSON, "forbidden.json", `{"message": "Forbidden"}`},
+		{FormatFastlyJSON, "other.json", `{"hooks": ["192.30.252.0/22"]}`},
+		{FormatSpamhausJSON, "meta.json", "\n\n{\"type\":\"metadata\",\"records\":0}\n"},
+		{FormatSpamhausJSON, "blank.json", strings.Repeat("\n", 1<<20)},
+	} {
+		if err := load(tc.format, write(tc.name, tc.text), nil, nil); !errors.As(err, &pe) {
+			t.Errorf("%s: %v, want a ParseError", tc.name, err)
+		}
+	}
+	// A list of prefixes in GitHub's meta is read whole: a bad element
+	// is an error, at its line.
+	err = load(FormatGitHubMeta, write("meta.json", "{\n \"ssh_keys\": [\"ssh-ed25519 AAAA\"],\n \"hooks\": [\n  \"192.30.252.0/22\",\n  \"192.0.2.0/33\"\n ]\n}\n"), nil, nil)
+	if !errors.As(err, &pe) || pe.Line != 5 || strings.Count(err.Error(), "cannot parse") != 1 {
+		t.Errorf("bad GitHub prefix: %v, want one ParseError at line 5", err)
+	}
+	// A bad record is reported where it begins.
+	err = load(FormatGoogleJSON, write("g.json", "{\"prefixes\": [\n {\"ipv4Prefix\": \"8.8.4.0/24\"},\n {\"ipv4Prefix\": 7}\n]}\n"), nil, nil)
+	if !errors.As(err, &pe) || pe.Line != 3 {
+		t.Errorf("bad Google record: %v, want a ParseError at line 3", err)
+	}
+	// goog.json has no services: a pick takes nothing from it, and is
+	// no error there.
+	src, err := loadJSON(t, FormatGoogleJSON, "goog.json", []string{"Google Cloud"}, nil)
+	if err != nil || !src.Set().Empty() {
+		t.Errorf("goog.json with a service pick: %v", err)
+	}
 }
 
 func writeFileForTest(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }

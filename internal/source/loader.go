@@ -154,17 +154,11 @@ func (l *Loader) check(spec Spec) error {
 	if !validName(spec.Name) {
 		return bad("a source name is 1 to 100 letters, digits, '.', '_' and '-', not starting with '.'")
 	}
-	switch jf, isJSON := jsonFormats[spec.Format]; {
-	case spec.Format == FormatList, spec.Format == FormatCountryCSV, spec.Format == FormatRIRDelegated:
-		if len(spec.Services)+len(spec.Regions) > 0 {
-			return bad("services and regions are for the JSON formats that have them (%s, %s, %s)", FormatAWSJSON, FormatGoogleJSON, FormatGitHubMeta)
-		}
-	case !isJSON:
+	if !slices.Contains(Formats(), spec.Format) {
 		return bad("unknown format %q: use %s", spec.Format, strings.Join(Formats(), ", "))
-	case len(spec.Services) > 0 && !jf.services:
-		return bad("format %s has no services to pick", spec.Format)
-	case len(spec.Regions) > 0 && !jf.regions:
-		return bad("format %s has no regions to pick", spec.Format)
+	}
+	if err := CheckPicks(spec.Format, spec.Services, spec.Regions); err != nil {
+		return bad("%v", err)
 	}
 	if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
 		return bad("no paths and no URLs: nothing to read")
