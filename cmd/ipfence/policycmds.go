@@ -72,7 +72,7 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	if !f.monitor && f.offline && f.probe {
 		// The boot-time restore: a trial run (apply --monitor) stays
 		// one until an apply without --offline says otherwise.
-		if prev, err := (statedir.Dir{Path: f.stateDir}).LoadApplied(f.netns); err == nil && prev.MonitorAll {
+		if (statedir.Dir{Path: f.stateDir}).AppliedMonitorAll(f.netns) {
 			g.logger.Warn("the last apply put every blocking rule in monitor mode (--monitor): kept; run apply without --offline to enforce")
 			f.monitor = true
 		}
@@ -323,10 +323,13 @@ func printApply(w io.Writer, c *compiled, rep applyReport) {
 // monitor mode.
 func ruleMode(r *plan.Rule) string {
 	if r.Monitor {
-		return "monitor (" + string(r.Hit()) + ")"
+		return monitorLabel(r.Hit())
 	}
 	return string(r.Action)
 }
+
+// monitorLabel is how a rule in monitor mode that would act a is listed.
+func monitorLabel(a plan.Action) string { return "monitor (" + string(a) + ")" }
 
 func describeLayout(l *plan.Layout) string {
 	switch l.Kind {
@@ -487,7 +490,7 @@ func printApplied(w io.Writer, a *statedir.Applied) {
 	for _, r := range a.Rules {
 		act := string(r.Action)
 		if r.Monitor {
-			act = "monitor (" + act + ")"
+			act = monitorLabel(r.Action)
 		}
 		fmt.Fprintf(w, "  rule %-16s %-10s %d IPv4 + %d IPv6 prefixes\n", r.Name, act, r.PrefixesV4, r.PrefixesV6)
 	}

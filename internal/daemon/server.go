@@ -191,10 +191,7 @@ func (d *Daemon) Status() api.Status {
 	st := api.Status{Policy: d.cfg.Policy, NetNS: d.cfg.NetNS, Table: d.plan.Table, Started: d.started,
 		Applied: d.applied, Bans: c, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
 	for _, r := range d.plan.Rules {
-		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend), Mode: "enforce"}
-		if r.Monitor {
-			rs.Mode = "monitor"
-		}
+		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend), Mode: plan.ModeName(r.Monitor)}
 		switch {
 		case r.ReplayNote != "":
 			rs.Layout = "not replayed: " + r.ReplayNote

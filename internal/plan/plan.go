@@ -526,6 +526,14 @@ func compileRule(ri *RuleInput, prot *prefix.Set) (*Rule, []string, error) {
 	return r, warn, nil
 }
 
+// ModeName is a rule's mode as shown: "monitor", or "enforce".
+func ModeName(monitor bool) string {
+	if monitor {
+		return "monitor"
+	}
+	return "enforce"
+}
+
 // ErrMonitorAccept is returned for an accept rule in monitor mode: it
 // stops nothing, so there is nothing to try out (and an accept rule that
 // let packets go on would let later rules and bans drop what it allows).

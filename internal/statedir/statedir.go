@@ -192,14 +192,6 @@ type RuleApplied struct {
 	Monitor bool `json:"monitor,omitempty"`
 }
 
-// Mode is "monitor" or "enforce".
-func (r RuleApplied) Mode() string {
-	if r.Monitor {
-		return "monitor"
-	}
-	return "enforce"
-}
-
 // backend is where the rule ran; records older than backends say
 // nothing: nftables.
 func (r RuleApplied) backend() plan.Backend {
@@ -321,7 +313,7 @@ func Compare(prev, cur *Applied) []Change {
 			notes = append(notes, fmt.Sprintf("backend %s → %s", o.backend(), r.backend()))
 		}
 		if o.Monitor != r.Monitor {
-			notes = append(notes, fmt.Sprintf("mode %s → %s", o.Mode(), r.Mode()))
+			notes = append(notes, fmt.Sprintf("mode %s → %s", plan.ModeName(o.Monitor), plan.ModeName(r.Monitor)))
 		}
 		note := strings.Join(notes, ", ")
 		if added+removed > 0 || note != "" {
@@ -392,6 +384,20 @@ func (d Dir) LoadApplied(netns string) (*Applied, error) {
 		return nil, fmt.Errorf("reading %s: %w", d.appliedPath(netns), err)
 	}
 	return &a, nil
+}
+
+// AppliedMonitorAll reads only Applied.MonitorAll of what was applied in
+// netns (false when nothing readable was): the boot-time restore asks
+// it before its compile, without the record's prefix lists as strings.
+func (d Dir) AppliedMonitorAll(netns string) bool {
+	data, err := os.ReadFile(d.appliedPath(netns))
+	if err != nil {
+		return false
+	}
+	var a struct {
+		MonitorAll bool `json:"monitor_all"`
+	}
+	return json.Unmarshal(data, &a) == nil && a.MonitorAll
 }
 
 // LoadAppliedFor reads what was applied in netns, as LoadApplied, but

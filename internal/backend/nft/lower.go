@@ -1,11 +1,10 @@
 package nft
 
 import (
-	"reflect"
-
 	"cmp"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
