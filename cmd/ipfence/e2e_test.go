@@ -272,6 +272,22 @@ func TestForeignTablesUntouched(t *testing.T) {
 	}
 }
 
+// TestTableRenamed: a policy that renames ipfence's table leaves no
+// table of the old name enforcing the last apply's rules.
+func TestTableRenamed(t *testing.T) {
+	lab := netnstest.New(t)
+	dir := t.TempDir()
+	for _, table := range []string{"ipf_one", "ipf_two"} {
+		write(t, dir, "p.yaml", "table: "+table+"\nrules:\n  - {name: f, action: drop, match: {prefixes: [192.0.2.0/24]}}\n")
+		if _, err := run(t, "apply", "--policy", filepath.Join(dir, "p.yaml"), "--netns", lab.FW, "--state", dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tables := netnstest.Exec(t, lab.FW, "nft", "list", "tables"); strings.TrimSpace(tables) != "table inet ipf_two" {
+		t.Errorf("tables after the rename:\n%s", tables)
+	}
+}
+
 // TestLoopbackAndNeighbourDiscoveryPass: no rule blocks loopback traffic
 // or IPv6 neighbour discovery, even from sources the rule blocks (UDP
 // from the same sources through the veth is dropped and counted).

@@ -70,6 +70,7 @@ func newRootCmd() *cobra.Command {
 		newGeoCmd(g),
 		newCompileCmd(g),
 		newApplyCmd(g),
+		newConfirmCmd(g),
 		newStatusCmd(g),
 		newFlushCmd(g),
 		newExplainCmd(g),

@@ -24,6 +24,7 @@ import (
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/source"
 	"github.com/ipfence/ipfence/internal/statedir"
+	"github.com/ipfence/ipfence/internal/trial"
 )
 
 // policyFlags are the flags of every command that reads a policy.
@@ -42,6 +43,9 @@ type policyFlags struct {
 	// drop them as it goes (apply.CompileOptions.Consume).
 	keepInput bool
 	monitor   bool // every blocking rule in monitor mode
+	// resolved, when set, is called with the policy resolved, before
+	// the compile (which may consume its sets): apply keeps a copy.
+	resolved func(*policy.Resolved) error
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
@@ -84,6 +88,11 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 	res, err := pol.Resolve(ctx, l)
 	if err != nil {
 		return nil, err
+	}
+	if f.resolved != nil {
+		if err := f.resolved(res); err != nil {
+			return nil, err
+		}
 	}
 	o := apply.CompileOptions{Host: assumeNFTables, IPTables: f.iptables, Logger: g.logger, Record: f.record, Consume: !f.keepInput, Parallel: f.parallel}
 	if f.probe {
@@ -194,8 +203,9 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var pf policyFlags
 	var xf xdpFlags
 	var dry bool
+	var confirm time.Duration
 	c := &cobra.Command{
-		Use:   "apply --policy FILE [--netns NAME] [--dry-run]",
+		Use:   "apply --policy FILE [--netns NAME] [--dry-run] [--confirm 2m]",
 		Short: "Compile a policy and load it in one atomic transaction",
 		Long: `Apply compiles the policy and replaces ipfence's own nftables table (inet
 ipfence) in one netlink transaction: either the whole new ruleset is in force or
@@ -207,17 +217,53 @@ Rules with backend xdp (the policy's top-level 'backend:' or a rule's own) run
 in an XDP program on the policy's 'interfaces:', ahead of the table: the
 leading drop and allow-only rules without ports. The program is swapped in one
 step (bpf_link update) and pinned under --pin-dir, so it keeps running when
-ipfence exits; 'ipfence flush' detaches it.`,
+ipfence exits; 'ipfence flush' detaches it.
+
+--confirm 2m loads the policy on trial: unless 'ipfence confirm' runs within two
+minutes, what was in force before is put back, by a process of its own (see
+ipfence confirm). Each apply keeps a copy of what it loaded for that.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			netns := pf.netns
 			pf.probe = true
-			c, err := pf.compile(ctx, g)
-			if err != nil {
-				return err
+			if confirm != 0 {
+				if err := trial.CheckWindow(confirm); err != nil {
+					return usageError{fmt.Errorf("--confirm: %w", err)}
+				}
+				if dry || pf.offline {
+					return usageError{errors.New("--confirm: a trial is an apply of the operator's own (not with --dry-run or --offline)")}
+				}
 			}
 			t := &apply.Target{NetNS: netns, State: statedir.Dir{Path: pf.stateDir}, XDP: xf.options(), Logger: g.logger}
+			var rv *applyRevision
+			if !dry {
+				// Locked before the compile: the copy of what is
+				// loaded is written as the policy resolves.
+				unlock, err := t.State.Lock()
+				if err != nil {
+					return err
+				}
+				defer unlock()
+				store := trial.Store{Dir: t.State, NetNS: netns}
+				rv = &applyRevision{store: store, roller: &trial.Roller{Store: store, Target: t, Logger: g.logger}, window: confirm, xf: xf}
+				if err := rv.checkPending(); err != nil && !pf.offline {
+					return err
+				}
+				if pf.offline {
+					if done, err := rv.restoreRefused(ctx, cmd.OutOrStdout(), pf.policy); done {
+						return err
+					}
+				}
+				pf.resolved = rv.candidate
+			}
+			c, err := pf.compile(ctx, g)
+			if err != nil {
+				if rv != nil {
+					rv.store.DropCandidate()
+				}
+				return err
+			}
 			// The new rules are in force, but the last apply's backend
 			// could not be emptied: said after the report, as a failure.
 			var leftover error
@@ -230,25 +276,10 @@ ipfence exits; 'ipfence flush' detaches it.`,
 				}
 				rep.Changes = statedir.Compare(t.Previous(), statedir.Summarize(c.Plan))
 			} else {
-				unlock, err := t.State.Lock()
-				if err != nil {
+				if err := rv.apply(ctx, t, c, &rep, pf.monitor, pf.offline); err != nil {
 					return err
 				}
-				defer unlock()
-				// Bans stay: the new ruleset holds them with their time left.
-				bans, err := t.OpenBans(ctx, c.Plan.Table, false)
-				if err != nil {
-					return err
-				}
-				defer bans.Close()
-				r, err := t.Apply(ctx, c.Compiled, bans.Controller, apply.Options{MonitorAll: pf.monitor})
-				if r != nil {
-					rep.Report = r
-				}
-				if err != nil {
-					return err
-				}
-				leftover = r.Leftover
+				leftover = rep.Leftover
 				for _, src := range c.res.Sources {
 					if err := c.loader.Commit(src); err != nil {
 						g.logger.Warn("recording last good source", "source", src.Name(), "err", err)
@@ -259,6 +290,9 @@ ipfence exits; 'ipfence flush' detaches it.`,
 				return errors.Join(writeJSON(cmd.OutOrStdout(), rep), leftover)
 			}
 			printApply(cmd.OutOrStdout(), c, rep)
+			if rv != nil {
+				printTrial(cmd.OutOrStdout(), rv.pending)
+			}
 			return leftover
 		},
 	}
@@ -266,6 +300,7 @@ ipfence exits; 'ipfence flush' detaches it.`,
 	c.Flags().StringVar(&pf.netns, "netns", "", "network namespace to apply in (as listed by `ip netns list`; default: the current one)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "compile and show what would change, touch nothing")
 	c.Flags().BoolVar(&pf.offline, "offline", false, "download nothing: URL sources from their last good copies (boot-time restore, before the network is up)")
+	c.Flags().DurationVar(&confirm, "confirm", 0, "load on trial: unless `ipfence confirm` runs within this time (e.g. 2m), what was in force before is put back")
 	xf.register(c, true)
 	return c
 }
@@ -401,12 +436,25 @@ func newStatusCmd(g *globals) *cobra.Command {
 			}); err != nil {
 				return err
 			}
+			ts := trial.Store{Dir: t.State, NetNS: kf.netns}
+			pending, err := ts.Pending()
+			if err != nil {
+				return err
+			}
+			refused, err := ts.Refused()
+			if err != nil {
+				return err
+			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					*apply.Status
-					Daemon *api.Status `json:"daemon,omitempty"`
-				}{st, ds})
+					Daemon *api.Status    `json:"daemon,omitempty"`
+					Trial  *trial.Pending `json:"trial,omitempty"`
+					// RolledBack is the last trial rolled back.
+					RolledBack *trial.Refused `json:"rolled_back,omitempty"`
+				}{st, ds, pending, refused})
 			}
+			printTrialStatus(cmd.OutOrStdout(), pending, refused)
 			if st.IPTables != nil {
 				printIPTStatus(cmd.OutOrStdout(), st.IPTables, st.Applied)
 			} else {
@@ -565,8 +613,18 @@ leaves every firewall alone. Pins of a namespace that exists are never removed.`
 			if err != nil {
 				return err
 			}
+			// Nothing of ipfence's is loaded: no copy of it is kept,
+			// and a trial has nothing left to put back.
+			store := trial.Store{Dir: t.State, NetNS: kf.netns}
+			p, _ := store.Pending()
+			if err := errors.Join(store.ClearPending(), store.ForgetRevision()); err != nil {
+				g.logger.Warn("forgetting the copy of what was applied", "err", err)
+			}
 			if g.json {
 				return writeJSON(w, r)
+			}
+			if p != nil {
+				fmt.Fprintf(w, "the apply on trial (%s) ends: nothing is put back\n", p.Policy)
 			}
 			switch {
 			case r.Table:

@@ -445,7 +445,8 @@ func (t *Target) report(rep *Report, ms, xs Stage) {
 }
 
 // handOver empties the backend the last apply (prev) ran its rules in,
-// when c runs them in another.
+// when c runs them in another, or the last apply's table when c's has
+// another name.
 func (t *Target) handOver(ctx context.Context, prev *statedir.Applied, c *Compiled, main Backend) error {
 	table := c.Plan.Table
 	if prev != nil && prev.Table != "" {
@@ -465,6 +466,10 @@ func (t *Target) handOver(ctx context.Context, prev *statedir.Applied, c *Compil
 		}
 	case prev != nil && prev.IPTables():
 		old = t.backend(prev.Backend, prev.Flavour, prev)
+	case prev != nil && prev.Table != "" && prev.Table != c.Plan.Table:
+		// The policy renamed the table: the old one would go on
+		// enforcing the last apply's rules beside c's.
+		old = t.nftables(prev)
 	default:
 		return nil
 	}

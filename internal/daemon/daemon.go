@@ -45,6 +45,7 @@ import (
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/source"
 	"github.com/ipfence/ipfence/internal/statedir"
+	"github.com/ipfence/ipfence/internal/trial"
 )
 
 // Config configures a Daemon.
@@ -191,6 +192,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	if err := d.endTrial(ctx); err != nil {
+		return err
+	}
 
 	store, err := d.target.OpenStore()
 	if err != nil {
@@ -263,6 +267,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 // Ready is closed once Run has loaded the policy and serves the API:
 // from then on Reload, Ban and Unban may be called.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// trials is the daemon's namespace's trials (apply --confirm).
+func (d *Daemon) trials() trial.Store { return trial.Store{Dir: d.target.State, NetNS: d.cfg.NetNS} }
+
+// endTrial rolls back an apply on trial (apply --confirm) that the
+// daemon finds as it starts: with the state folder locked for the
+// daemon's life, neither ipfence confirm nor the trial's own rollback
+// could end it. Its policy file, if it is the daemon's, is then not
+// loaded (StandIn). A fleet agent's revisions are no trial's.
+func (d *Daemon) endTrial(ctx context.Context) error {
+	ts := d.trials()
+	p, err := ts.Pending()
+	if err != nil || p == nil || d.cfg.Input != nil {
+		return err
+	}
+	d.log.Warn("an apply is on trial, and the daemon that starts now holds the state folder: it cannot be confirmed any more, and is rolled back",
+		"policy", p.Policy, "deadline", p.Deadline)
+	r := &trial.Roller{Store: ts, Target: d.target, Logger: d.log}
+	if _, err := r.Roll(ctx, p, "the daemon started within the trial's window"); err != nil {
+		return fmt.Errorf("rolling back the apply on trial: %w", err)
+	}
+	return nil
+}
 
 // loop runs the periodic work until ctx is done or a server fails.
 func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
@@ -358,6 +385,17 @@ func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
 		if err != nil {
 			return nil, err
 		}
+		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
+	}
+	// A policy file an unconfirmed trial was rolled back from is not
+	// loaded while it stays as it was: the last confirmed ruleset is.
+	in, rev, ref, err := d.trials().StandIn(d.cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		d.log.Warn("the policy file is the one an unconfirmed trial was rolled back from: the last confirmed ruleset is loaded in its place until the file changes",
+			"policy", d.cfg.Policy, "rolled_back", ref.Time, "why", ref.Why, "confirmed", rev.Policy, "applied", rev.Applied)
 		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
 	}
 	pol, err := policy.Load(d.cfg.Policy)

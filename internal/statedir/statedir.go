@@ -10,6 +10,12 @@
 //	applied/NS.json       what was loaded in NS (Applied)
 //	bans/NS.db            the bans of NS (a ban.Store)
 //	fleet/NS/             a fleet agent's revisions for NS
+//	revision/NS.bundle    a copy of what the last apply in NS loaded, and
+//	revision/NS.json      its record (package trial)
+//	trial/NS.json         an apply on trial in NS (apply --confirm), and
+//	trial/NS.bundle       the revision it puts back unless confirmed;
+//	trial/NS.refused.json the policy a trial that was not confirmed
+//	                      tried; trial/NS.log the rollback's log
 //	sources/NAME.json     a source's last good load (package source)
 //	sources/@NS/NAME.json the same for namespace NS (--netns)
 //	cache/NAME/           a source's downloads (package source), with a
@@ -386,18 +392,33 @@ func (d Dir) LoadApplied(netns string) (*Applied, error) {
 	return &a, nil
 }
 
-// AppliedMonitorAll reads only Applied.MonitorAll of what was applied in
-// netns (false when nothing readable was): the boot-time restore asks
-// it before its compile, without the record's prefix lists as strings.
-func (d Dir) AppliedMonitorAll(netns string) bool {
+// Head is what an applied record says besides its rules: read without
+// their prefix lists as strings.
+type Head struct {
+	Time  time.Time `json:"time"`
+	Table string    `json:"table"`
+	// MonitorAll: see Applied.
+	MonitorAll bool `json:"monitor_all"`
+}
+
+// AppliedHead reads the Head of what was applied in netns (false when
+// nothing readable was): the boot-time restore asks it before its
+// compile, and a trial (package trial) whether what it loaded is still
+// in force.
+func (d Dir) AppliedHead(netns string) (Head, bool) {
 	data, err := os.ReadFile(d.appliedPath(netns))
 	if err != nil {
-		return false
+		return Head{}, false
 	}
-	var a struct {
-		MonitorAll bool `json:"monitor_all"`
-	}
-	return json.Unmarshal(data, &a) == nil && a.MonitorAll
+	var h Head
+	return h, json.Unmarshal(data, &h) == nil
+}
+
+// AppliedMonitorAll reads only Applied.MonitorAll of what was applied in
+// netns (false when nothing readable was).
+func (d Dir) AppliedMonitorAll(netns string) bool {
+	h, ok := d.AppliedHead(netns)
+	return ok && h.MonitorAll
 }
 
 // LoadAppliedFor reads what was applied in netns, as LoadApplied, but

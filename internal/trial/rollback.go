@@ -1,0 +1,291 @@
+package trial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/apply"
+	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/statedir"
+)
+
+// Roller puts a trial's revision back.
+type Roller struct {
+	Store  Store
+	Target *apply.Target // Store's namespace and folder
+	Logger *slog.Logger
+}
+
+// Roll puts p's Back in force again (or, with none, flushes what the
+// trial loaded), records the trial's policy as refused for why, and
+// ends the trial. The caller holds the state folder's lock. On an error
+// the trial stays recorded.
+func (r *Roller) Roll(ctx context.Context, p *Pending, why string) (*apply.Report, error) {
+	var rep *apply.Report
+	if p.Back == nil {
+		if _, err := r.Target.Flush(ctx, p.Table); err != nil {
+			return nil, err
+		}
+		if err := r.Store.ForgetRevision(); err != nil {
+			r.Logger.Warn("forgetting the copy of what was applied", "err", err)
+		}
+	} else {
+		var err error
+		if rep, err = r.load(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.Store.refuse(Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: p.PolicyDigest, Why: why}); err != nil {
+		r.Logger.Warn("recording the policy that was rolled back", "err", err)
+	}
+	return rep, r.Store.ClearPending()
+}
+
+// load applies p's Back, with the bans in force, as it was applied.
+func (r *Roller) load(ctx context.Context, p *Pending) (*apply.Report, error) {
+	data, err := r.Store.backBundle(p)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := r.Apply(ctx, data, p.Back)
+	if err != nil {
+		return nil, err
+	}
+	if p.Table != rep.Applied.Table {
+		// The trial renamed the table: the apply removed the trial's.
+		r.Logger.Info("the trial's table was removed", "table", p.Table)
+	}
+	h, _ := r.Target.State.AppliedHead(r.Target.NetNS)
+	if err := r.Store.restoreRevision(p, data, h.Time); err != nil {
+		r.Logger.Warn("keeping the copy of what was put back", "err", err)
+	}
+	return rep, nil
+}
+
+// Apply loads the revision whose bundle is data, recorded as rev, with
+// the bans in force. The caller holds the state folder's lock.
+func (r *Roller) Apply(ctx context.Context, data []byte, rev *Revision) (*apply.Report, error) {
+	in, err := input(data)
+	if err != nil {
+		return nil, err
+	}
+	return r.applyInput(ctx, in, rev)
+}
+
+// applyInput loads in, of revision rev, with the bans in force.
+func (r *Roller) applyInput(ctx context.Context, in *plan.Input, rev *Revision) (*apply.Report, error) {
+	c, err := apply.Compile(in, apply.CompileOptions{Backend: rev.Backend, IPTables: rev.Flavour, Logger: r.Logger, Consume: true})
+	if err != nil {
+		return nil, fmt.Errorf("compiling the revision applied at %s: %w", rev.Applied.Format(time.RFC3339), err)
+	}
+	bans, err := r.Target.OpenBans(ctx, c.Plan.Table, false)
+	if err != nil {
+		return nil, err
+	}
+	defer bans.Close()
+	return r.Target.Apply(ctx, c, bans.Controller, apply.Options{MonitorAll: rev.MonitorAll})
+}
+
+// LoadConfirmed loads in, the revision in force rev (the last one
+// confirmed, after a rollback: StandIn's) again: the boot-time restore's
+// stand-in for a policy file that was refused.
+func (r *Roller) LoadConfirmed(ctx context.Context, in *plan.Input, rev *Revision) (*apply.Report, error) {
+	rep, err := r.applyInput(ctx, in, rev)
+	if err != nil {
+		return nil, err
+	}
+	h, _ := r.Target.State.AppliedHead(r.Target.NetNS)
+	cur := *rev
+	cur.Applied = h.Time
+	if err := writeJSON(r.Store.revisionPath(".json"), cur); err != nil {
+		r.Logger.Warn("recording the copy of what was applied", "err", err)
+	}
+	return rep, nil
+}
+
+// StandIn is what to load in place of the policy file policyFile: the
+// revision in force (the last confirmed), when policyFile is the one a
+// trial was rolled back from; nil when it is not (load the file). A
+// daemon asks it at each load: the file is loaded again once it
+// changes.
+func (s Store) StandIn(policyFile string) (*plan.Input, *Revision, *Refused, error) {
+	ref, err := s.Refused()
+	if err != nil || ref == nil {
+		return nil, nil, nil, err
+	}
+	text, err := os.ReadFile(policyFile)
+	if err != nil || Digest(text) != ref.PolicyDigest {
+		return nil, nil, nil, nil // changed since: loaded (or refused) as usual
+	}
+	data, rev, err := s.confirmed()
+	if err == nil {
+		var in *plan.Input
+		if in, err = input(data); err == nil {
+			return in, rev, ref, nil
+		}
+	}
+	return nil, nil, ref, fmt.Errorf("%s was rolled back (%s), and the confirmed ruleset cannot be read: %w", policyFile, ref.Why, err)
+}
+
+// input is the plan input of the bundle data.
+func input(data []byte) (*plan.Input, error) {
+	b, err := fleet.DecodeLocal(data)
+	if err != nil {
+		return nil, err
+	}
+	return b.Input()
+}
+
+// confirmed reads the revision in force and its bundle.
+func (s Store) confirmed() ([]byte, *Revision, error) {
+	rev, err := s.Revision()
+	if err != nil {
+		return nil, nil, err
+	}
+	if rev == nil {
+		return nil, nil, ErrNoRevision
+	}
+	data, err := os.ReadFile(s.revisionPath(".bundle"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrNoRevision, err)
+	}
+	if Digest(data) != rev.Digest {
+		return nil, nil, fmt.Errorf("%w: %s changed since it was written", ErrNoRevision, s.revisionPath(".bundle"))
+	}
+	return data, rev, nil
+}
+
+// Watch waits for the window of trial id to end and rolls it back, unless
+// it was confirmed, rolled back or applied again (a new id) before: it is
+// the process Arm starts. It retries while another ipfence holds the state
+// folder, up to an hour past the deadline.
+func (r *Roller) Watch(ctx context.Context, id string) error {
+	for {
+		p, err := r.Store.Pending()
+		if err != nil {
+			return err
+		}
+		if p == nil || p.ID != id {
+			r.Logger.Info("the trial ended before its window did: nothing to roll back", "trial", id)
+			return nil
+		}
+		now := time.Now()
+		if wait := p.Deadline.Sub(now); wait > 0 {
+			if err := sleep(ctx, min(wait, time.Second)); err != nil {
+				return err
+			}
+			continue
+		}
+		done, err := r.expire(ctx, id)
+		if done || err != nil {
+			return err
+		}
+		if now.Sub(p.Deadline) > time.Hour {
+			return fmt.Errorf("trial %s: the state folder stayed locked for an hour past the window: not rolled back", id)
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+}
+
+// expire rolls trial id back if its window is over, when the state folder's
+// lock is free (done false: it was not).
+func (r *Roller) expire(ctx context.Context, id string) (done bool, err error) {
+	unlock, err := r.Target.State.Lock()
+	if errors.Is(err, statedir.ErrLocked) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	p, err := r.Store.Pending()
+	if err != nil || p == nil || p.ID != id || time.Now().Before(p.Deadline) {
+		return p == nil || p.ID != id, err // the window moves only with a new id
+	}
+	return true, r.Expired(ctx, p)
+}
+
+// Expired rolls back p, whose window is over, if it is still in force;
+// otherwise it only ends it. The caller holds the lock.
+func (r *Roller) Expired(ctx context.Context, p *Pending) error {
+	h, ok := r.Target.State.AppliedHead(r.Target.NetNS)
+	if !p.InForce(h, ok) {
+		r.Logger.Warn("the trial is no longer in force (something else was applied since): it ends, nothing is put back", "trial", p.ID)
+		return r.Store.ClearPending()
+	}
+	r.Logger.Warn("the apply on trial was not confirmed in time: putting back what was in force before", "trial", p.ID,
+		"policy", p.Policy, "window", p.Window, "deadline", p.Deadline)
+	if _, err := r.Roll(ctx, p, "not confirmed in time"); err != nil {
+		return fmt.Errorf("rolling back the apply on trial: %w", err)
+	}
+	r.Logger.Warn("rolled back", "trial", p.ID, "put_back", p.Back)
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Systemd reports whether systemd runs this host (sd_booted(3)) and has
+// systemd-run: Arm then starts a transient unit.
+func Systemd() bool {
+	if fi, err := os.Stat("/run/systemd/system"); err != nil || !fi.IsDir() {
+		return false
+	}
+	_, err := exec.LookPath("systemd-run")
+	return err == nil
+}
+
+// Arm starts args (the watcher's command line, the executable first),
+// which must outlive the command that arms it and the session it runs
+// in: as the transient systemd unit unit where systemd runs the host,
+// else as a process in a session of its own (no terminal, immune to the
+// SSH connection's hangup) that appends its output to logPath. It says
+// how it armed.
+func Arm(args []string, unit, logPath string) (string, error) {
+	if Systemd() {
+		sr := append([]string{"--unit=" + unit, "--collect", "--quiet",
+			"--description=ipfence: roll back the apply on trial unless it is confirmed", "--"}, args...)
+		out, err := exec.Command("systemd-run", sr...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("arming the rollback (systemd-run): %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return "systemd unit " + unit + ".service", nil
+	}
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
+		return "", fmt.Errorf("arming the rollback: %w", err)
+	}
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("arming the rollback: %w", err)
+	}
+	defer lf.Close()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("arming the rollback: %w", err)
+	}
+	pid := cmd.Process.Pid
+	_ = cmd.Process.Release()
+	return fmt.Sprintf("process %d (log: %s)", pid, logPath), nil
+}

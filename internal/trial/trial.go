@@ -1,0 +1,276 @@
+// Package trial is commit-confirmed apply (`ipfence apply --confirm 2m`):
+// an apply on trial puts the ruleset it replaced back by itself unless
+// `ipfence confirm` runs within its window, as Juniper's commit
+// confirmed, iptables-apply or netplan try do. An operator who locks
+// themselves out over SSH gets the old ruleset back.
+//
+// What is put back is a revision: every apply keeps a copy of what it
+// loaded (the policy resolved, as a fleet bundle: its rules and their
+// prefixes, whatever the sources say later) beside the record of what
+// it applied. A trial copies the revision in force aside before it
+// loads, and a process that is not the command's own (a transient
+// systemd unit where systemd runs the host, else a process in a session
+// of its own, which a closed SSH connection does not reach) waits for
+// the window to end and loads that copy again. A reboot within the
+// window kills that process: the boot-time restore (`apply --offline`)
+// rolls the trial back instead, and then, like a daemon starting, loads
+// the last confirmed revision for as long as the policy file is the one
+// that was not confirmed.
+package trial
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/netns"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/statedir"
+)
+
+// The bounds of a trial's window.
+const (
+	MinWindow = 5 * time.Second
+	MaxWindow = 24 * time.Hour
+)
+
+var (
+	// ErrOnTrial: an apply is on trial, and this one would end it
+	// without a confirmation.
+	ErrOnTrial = errors.New("an apply is on trial")
+	// ErrNoRevision: what is in force has no copy to put back.
+	ErrNoRevision = errors.New("no copy of the ruleset in force to put back")
+	// ErrNoTrial: nothing is on trial (to confirm, or roll back).
+	ErrNoTrial = errors.New("no apply is on trial")
+	// ErrTooLate: the trial's window ended before the confirmation.
+	ErrTooLate = errors.New("too late: the trial's window has ended")
+)
+
+// CheckWindow checks a trial's window.
+func CheckWindow(d time.Duration) error {
+	if d < MinWindow || d > MaxWindow {
+		return fmt.Errorf("a trial's window is %v to %v, not %v", MinWindow, MaxWindow, d)
+	}
+	return nil
+}
+
+// Revision is the record of a kept copy of what an apply loaded.
+type Revision struct {
+	// Applied is the time of the applied record (statedir.Head) the
+	// copy goes with: a copy of another load is no copy of what is in
+	// force.
+	Applied time.Time `json:"applied"`
+	// Digest is the bundle file's SHA-256.
+	Digest string `json:"digest"`
+	// Policy is the policy file, and PolicyDigest its text's SHA-256.
+	Policy       string `json:"policy"`
+	PolicyDigest string `json:"policy_digest"`
+	// Backend is where it ran (auto and --backend resolved), Flavour the
+	// iptables flavour of the iptables backends, MonitorAll whether it
+	// was applied with --monitor.
+	Backend    plan.Backend `json:"backend"`
+	Flavour    string       `json:"iptables_flavour,omitempty"`
+	MonitorAll bool         `json:"monitor_all,omitempty"`
+}
+
+// Pending is an apply on trial.
+type Pending struct {
+	// ID names the trial to the process that rolls it back: a trial
+	// applied again gets a new one, and the old process stops.
+	ID       string        `json:"id"`
+	Started  time.Time     `json:"started"`
+	Window   time.Duration `json:"window_ns"`
+	Deadline time.Time     `json:"deadline"`
+	// Before is the applied record's time before the trial (zero: there
+	// was none), Trial the trial's once loaded (zero until then): the
+	// trial is in force while the record is Trial's, or, before Trial is
+	// known, any but Before's.
+	Before time.Time `json:"before,omitzero"`
+	Trial  time.Time `json:"trial,omitzero"`
+	// Back is the revision that is put back (its copy beside this
+	// record); nil when nothing of ipfence's was loaded: the rollback
+	// flushes Table.
+	Back  *Revision `json:"back,omitempty"`
+	Table string    `json:"table"`
+	// Policy and PolicyDigest are the trial's policy file and its
+	// text's SHA-256.
+	Policy       string `json:"policy"`
+	PolicyDigest string `json:"policy_digest"`
+	// PinDir and XDPGeneric are the XDP options the apply ran with.
+	PinDir     string `json:"pin_dir,omitempty"`
+	XDPGeneric bool   `json:"xdp_generic,omitempty"`
+	// Armed says what rolls the trial back.
+	Armed string `json:"armed,omitempty"`
+}
+
+// InForce reports whether the trial is what the applied record h (ok:
+// there is one) says is loaded.
+func (p *Pending) InForce(h statedir.Head, ok bool) bool {
+	if !p.Trial.IsZero() {
+		return ok && h.Time.Equal(p.Trial)
+	}
+	return ok && !h.Time.Equal(p.Before)
+}
+
+// Refused is the policy of a trial that was rolled back.
+type Refused struct {
+	Time         time.Time `json:"time"`
+	Policy       string    `json:"policy"`
+	PolicyDigest string    `json:"policy_digest"`
+	// Why: "not confirmed in time", "rolled back by ipfence confirm
+	// --rollback", "rebooted within the window".
+	Why string `json:"why"`
+}
+
+// Store is the revisions and trial of one namespace in a state folder.
+type Store struct {
+	Dir   statedir.Dir
+	NetNS string
+}
+
+func (s Store) key() string { return netns.Key(s.NetNS) }
+
+func (s Store) revisionPath(ext string) string {
+	return filepath.Join(s.Dir.Path, "revision", s.key()+ext)
+}
+
+func (s Store) trialPath(ext string) string {
+	return filepath.Join(s.Dir.Path, "trial", s.key()+ext)
+}
+
+// LogPath is where the process that rolls a trial back logs, when
+// systemd's journal does not take it.
+func (s Store) LogPath() string { return s.trialPath(".log") }
+
+// Digest is data's SHA-256, in hex.
+func Digest(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
+}
+
+// NewID is a fresh trial ID.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	return hex.EncodeToString(b[:])
+}
+
+// WriteCandidate keeps data, the bundle of what an apply is about to
+// load, until CommitRevision makes it the revision in force.
+func (s Store) WriteCandidate(data []byte) error {
+	return statedir.WriteFileAtomic(s.revisionPath(".next.bundle"), data)
+}
+
+// CommitRevision makes the candidate the revision in force, recorded as
+// rev (its Digest the candidate's).
+func (s Store) CommitRevision(rev Revision) error {
+	if err := os.Rename(s.revisionPath(".next.bundle"), s.revisionPath(".bundle")); err != nil {
+		return fmt.Errorf("keeping a copy of what was applied: %w", err)
+	}
+	return writeJSON(s.revisionPath(".json"), rev)
+}
+
+// DropCandidate removes a candidate that was not applied.
+func (s Store) DropCandidate() { _ = os.Remove(s.revisionPath(".next.bundle")) }
+
+// ForgetRevision removes the revision in force (nothing is loaded).
+func (s Store) ForgetRevision() error {
+	return errors.Join(removeIfAny(s.revisionPath(".json")), removeIfAny(s.revisionPath(".bundle")))
+}
+
+// Revision is the record of the revision in force (nil: none).
+func (s Store) Revision() (*Revision, error) { return readJSON[Revision](s.revisionPath(".json")) }
+
+// Pending is the apply on trial (nil: none).
+func (s Store) Pending() (*Pending, error) { return readJSON[Pending](s.trialPath(".json")) }
+
+// SavePending records p.
+func (s Store) SavePending(p *Pending) error { return writeJSON(s.trialPath(".json"), p) }
+
+// ClearPending removes the trial and the copy it would have put back.
+func (s Store) ClearPending() error {
+	return errors.Join(removeIfAny(s.trialPath(".json")), removeIfAny(s.trialPath(".bundle")))
+}
+
+// Refused is the policy of the last trial rolled back (nil: none, or
+// one applied since).
+func (s Store) Refused() (*Refused, error) { return readJSON[Refused](s.trialPath(".refused.json")) }
+
+// ClearRefused forgets the refused policy: an apply of the operator's
+// own says what is wanted now.
+func (s Store) ClearRefused() error { return removeIfAny(s.trialPath(".refused.json")) }
+
+func (s Store) refuse(r Refused) error { return writeJSON(s.trialPath(".refused.json"), r) }
+
+// SetAside copies the revision in force, rev, beside the trial as the
+// one to put back, checking its digest.
+func (s Store) SetAside(rev *Revision) error {
+	data, err := os.ReadFile(s.revisionPath(".bundle"))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoRevision, err)
+	}
+	if Digest(data) != rev.Digest {
+		return fmt.Errorf("%w: %s changed since it was written", ErrNoRevision, s.revisionPath(".bundle"))
+	}
+	return statedir.WriteFileAtomic(s.trialPath(".bundle"), data)
+}
+
+// backBundle reads the copy p puts back, checking its digest.
+func (s Store) backBundle(p *Pending) ([]byte, error) {
+	data, err := os.ReadFile(s.trialPath(".bundle"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the revision to put back: %w", err)
+	}
+	if Digest(data) != p.Back.Digest {
+		return nil, fmt.Errorf("%s changed since the trial began (SHA-256 %s, recorded %s)", s.trialPath(".bundle"), Digest(data), p.Back.Digest)
+	}
+	return data, nil
+}
+
+// restoreRevision makes the copy p put back the revision in force again,
+// now recorded for the applied record of time applied.
+func (s Store) restoreRevision(p *Pending, data []byte, applied time.Time) error {
+	if err := statedir.WriteFileAtomic(s.revisionPath(".bundle"), data); err != nil {
+		return err
+	}
+	rev := *p.Back
+	rev.Applied = applied
+	return writeJSON(s.revisionPath(".json"), rev)
+}
+
+func readJSON[T any](path string) (*T, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(data, v); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return v, nil
+}
+
+func writeJSON(path string, v any) error {
+	return statedir.WriteFileAtomicFunc(path, func(w io.Writer) error {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(v)
+	})
+}
+
+func removeIfAny(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package trial
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/fleet"
+	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
+	"github.com/ipfence/ipfence/internal/statedir"
+)
+
+func TestCheckWindow(t *testing.T) {
+	for d, ok := range map[time.Duration]bool{0: false, time.Second: false, MinWindow: true, 2 * time.Minute: true, MaxWindow: true, MaxWindow + 1: false, -time.Minute: false} {
+		if err := CheckWindow(d); (err == nil) != ok {
+			t.Errorf("CheckWindow(%v) = %v", d, err)
+		}
+	}
+}
+
+func TestInForce(t *testing.T) {
+	t0, t1, t2 := time.Unix(100, 0), time.Unix(200, 0), time.Unix(300, 0)
+	for _, tc := range []struct {
+		p    Pending
+		head time.Time
+		ok   bool
+		want bool
+	}{
+		{Pending{Before: t0, Trial: t1}, t1, true, true},
+		{Pending{Before: t0, Trial: t1}, t2, true, false}, // applied since
+		{Pending{Before: t0, Trial: t1}, t0, true, false},
+		{Pending{Before: t0, Trial: t1}, time.Time{}, false, false}, // flushed
+		{Pending{Before: t0}, t0, true, false},                      // never loaded
+		{Pending{Before: t0}, t1, true, true},                       // loaded, the command gone before it said so
+		{Pending{}, t1, true, true},
+		{Pending{}, time.Time{}, false, false},
+	} {
+		if got := tc.p.InForce(statedir.Head{Time: tc.head}, tc.ok); got != tc.want {
+			t.Errorf("%+v with record %v (%v): InForce = %v", tc.p, tc.head, tc.ok, got)
+		}
+	}
+}
+
+// TestStore: a candidate becomes the revision in force; set aside, it is
+// checked against its digest; a refused policy file stands in the
+// confirmed revision while its text stays the same.
+func TestStore(t *testing.T) {
+	dir := t.TempDir()
+	s := Store{Dir: statedir.Dir{Path: dir}, NetNS: "lab"}
+	if rev, err := s.Revision(); rev != nil || err != nil {
+		t.Fatalf("empty store: %v, %v", rev, err)
+	}
+	set, err := prefix.ReadSet(strings.NewReader("192.0.2.0/24\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &plan.Input{Table: "ipfence", Rules: []plan.RuleInput{{Name: "r", Action: plan.Drop, IPv4: true, IPv6: true, Set: set}}}
+	data, err := fleet.NewBundle(in, 0, "p.yaml", "rules: []\n", time.Now()).EncodeLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteCandidate(data); err != nil {
+		t.Fatal(err)
+	}
+	rev := Revision{Applied: time.Unix(100, 0).UTC(), Digest: Digest(data), Policy: "/etc/p.yaml", Backend: plan.NFTables}
+	if err := s.CommitRevision(rev); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Revision()
+	if err != nil || got == nil || *got != rev {
+		t.Fatalf("Revision() = %+v, %v", got, err)
+	}
+	if err := s.SetAside(got); err != nil {
+		t.Fatal(err)
+	}
+	bad := *got
+	bad.Digest = Digest([]byte("other"))
+	if err := s.SetAside(&bad); !errors.Is(err, ErrNoRevision) {
+		t.Errorf("SetAside of a changed copy: %v", err)
+	}
+	p := &Pending{ID: NewID(), Back: got}
+	if b, err := s.backBundle(p); err != nil || Digest(b) != got.Digest {
+		t.Errorf("backBundle: %v", err)
+	}
+
+	// A refused policy file, while unchanged, gives the confirmed input.
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte("refused\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if in, _, _, err := s.StandIn(pol); in != nil || err != nil {
+		t.Fatalf("StandIn with nothing refused: %v, %v", in, err)
+	}
+	if err := s.refuse(Refused{Policy: pol, PolicyDigest: Digest([]byte("refused\n")), Why: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	sin, srev, ref, err := s.StandIn(pol)
+	if err != nil || sin == nil || srev.Digest != rev.Digest || ref.Why != "test" || len(sin.Rules) != 1 || sin.Rules[0].Name != "r" {
+		t.Fatalf("StandIn of the refused file: %+v, %+v, %v", sin, srev, err)
+	}
+	if err := os.WriteFile(pol, []byte("fixed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if in, _, _, err := s.StandIn(pol); in != nil || err != nil {
+		t.Errorf("StandIn of a changed file: %v, %v", in, err)
+	}
+	// An unreadable confirmed copy is an error, not the refused file.
+	if err := os.WriteFile(pol, []byte("refused\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.revisionPath(".bundle"), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if in, _, _, err := s.StandIn(pol); in != nil || !errors.Is(err, ErrNoRevision) {
+		t.Errorf("StandIn with a damaged copy: %v, %v", in, err)
+	}
+	if err := errors.Join(s.ClearRefused(), s.ClearPending(), s.ForgetRevision()); err != nil {
+		t.Fatal(err)
+	}
+	if rev, _ := s.Revision(); rev != nil {
+		t.Error("the revision outlived ForgetRevision")
+	}
+}
