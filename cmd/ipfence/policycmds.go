@@ -247,7 +247,7 @@ ipfence confirm). Each apply keeps a copy of what it loaded for that.`,
 				defer unlock()
 				store := trial.Store{Dir: t.State, NetNS: netns}
 				rv = &applyRevision{store: store, roller: &trial.Roller{Store: store, Target: t, Logger: g.logger}, window: confirm, xf: xf}
-				if err := rv.checkPending(); err != nil && !pf.offline {
+				if err := rv.checkPending(pf.offline); err != nil {
 					return err
 				}
 				if pf.offline {
@@ -286,6 +286,9 @@ ipfence confirm). Each apply keeps a copy of what it loaded for that.`,
 					}
 				}
 			}
+			if rv != nil {
+				rep.Trial = rv.pending
+			}
 			if g.json {
 				return errors.Join(writeJSON(cmd.OutOrStdout(), rep), leftover)
 			}
@@ -314,6 +317,8 @@ type applyReport struct {
 	Chains        int    `json:"nft_chains"`
 	CompileMillis int64  `json:"compile_ms"`
 	BackendWhy    string `json:"backend_why,omitempty"`
+	// Trial is the apply on trial it began (apply --confirm).
+	Trial *trial.Pending `json:"trial,omitempty"`
 }
 
 func printApply(w io.Writer, c *compiled, rep applyReport) {
@@ -617,7 +622,7 @@ leaves every firewall alone. Pins of a namespace that exists are never removed.`
 			// and a trial has nothing left to put back.
 			store := trial.Store{Dir: t.State, NetNS: kf.netns}
 			p, _ := store.Pending()
-			if err := errors.Join(store.ClearPending(), store.ForgetRevision()); err != nil {
+			if err := errors.Join(store.ClearPending(), store.ForgetRevision(), store.ClearRefused()); err != nil {
 				g.logger.Warn("forgetting the copy of what was applied", "err", err)
 			}
 			if g.json {

@@ -193,6 +193,32 @@ func TestConfirmRollback(t *testing.T) {
 		t.Error("the rollback process outlived the confirmation")
 	}
 	l.inForce(l.pb)
+	// B was refused, tried again and kept: refused no more.
+	if status, _ := l.ipfence("status"); strings.Contains(status, "rolled back at") {
+		t.Errorf("status after B was confirmed:\n%s", status)
+	}
+
+	// An apply killed after its load but before it recorded it (the
+	// applied record is the last one, the trial has no load time) is
+	// rolled back all the same; and an address the host gained since in
+	// what the old ruleset drops does not keep it from coming back.
+	recordPath := filepath.Join(l.dir, "applied", netns.Key(l.lab.FW)+".json")
+	record, err := os.ReadFile(recordPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.ipfence("apply", "--policy", l.a, "--confirm", "1m"); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Exec(t, l.lab.FW, "ip", "addr", "add", "6.6.9.9/32", "dev", "lo")
+	p = l.pending()
+	p.Trial, p.Deadline = time.Time{}, time.Now().Add(2*time.Second)
+	if err := errors.Join(os.WriteFile(recordPath, record, 0o600), trial.Store{Dir: statedir.Dir{Path: l.dir}, NetNS: l.lab.FW}.SavePending(p)); err != nil {
+		t.Fatal(err)
+	}
+	l.waitEnded(p)
+	netnstest.Exec(t, l.lab.FW, "ip", "addr", "del", "6.6.9.9/32", "dev", "lo")
+	l.inForce(l.pb)
 
 	// During a trial a plain apply is refused; --rollback ends it now.
 	if _, err := l.ipfence("apply", "--policy", l.a, "--confirm", "1m"); err != nil {
@@ -254,6 +280,18 @@ func TestConfirmRollback(t *testing.T) {
 	if out, _ := l.ipfence("status"); !strings.Contains(out, "no ipfence table loaded") {
 		t.Errorf("status after rolling back to nothing:\n%s", out)
 	}
+	// Nothing was confirmed: the boot-time restore of the refused file
+	// restores nothing, and a daemon runs without rules (bans only).
+	if out, err := l.ipfence("apply", "--offline", "--policy", l.b); err != nil || !strings.Contains(out, "restored nothing") {
+		t.Fatalf("boot-time restore after a rollback to nothing: %v\n%s", err, out)
+	}
+	socket := filepath.Join(t.TempDir(), "api.sock")
+	d := startDaemon(t, l.exe, socket, "--policy", l.b, "--netns", l.lab.FW, "--state", l.dir, "--metrics", "")
+	if ruleset := netnstest.Ruleset(t, l.lab.FW); strings.Contains(ruleset, "ruleB") || !strings.Contains(ruleset, "bans_v4") {
+		t.Errorf("the daemon's ruleset with nothing confirmed:\n%s", ruleset)
+	}
+	_ = d.Process.Signal(syscall.SIGTERM)
+	_ = d.Wait()
 }
 
 // waitGone waits for process pid to exit (5 seconds at most).

@@ -47,13 +47,13 @@ func (a *applyRevision) candidate(res *policy.Resolved) error {
 // checkPending refuses an apply without --confirm while one is on trial:
 // it would end the trial unconfirmed, and a later rollback would put
 // back what came before both.
-func (a *applyRevision) checkPending() error {
+func (a *applyRevision) checkPending(offline bool) error {
 	p, err := a.store.Pending()
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (an apply may be on trial: nothing is loaded until it is readable, or removed)", err)
 	}
 	a.old = p
-	if p != nil && a.window == 0 {
+	if p != nil && a.window == 0 && !offline {
 		return fmt.Errorf("%w until %s (policy %s): run ipfence confirm to keep it (or ipfence confirm --rollback), then apply; or apply with --confirm again to try this one in its place",
 			trial.ErrOnTrial, p.Deadline.Local().Format(time.TimeOnly), p.Policy)
 	}
@@ -80,6 +80,10 @@ func (a *applyRevision) restoreRefused(ctx context.Context, w io.Writer, policyF
 	}
 	a.roller.Logger.Warn("the policy file is the one an unconfirmed trial was rolled back from: loading the last confirmed ruleset in its place; apply it again (with --confirm) once it is fixed",
 		"policy", policyFile, "rolled_back", ref.Time, "why", ref.Why)
+	if rev.Nothing {
+		fmt.Fprintf(w, "restored nothing: %s was rolled back (%s), and nothing of ipfence's was in force before it\n", policyFile, ref.Why)
+		return true, nil
+	}
 	if _, err := a.roller.LoadConfirmed(ctx, in, rev); err != nil {
 		return true, err
 	}
@@ -125,13 +129,18 @@ func (a *applyRevision) apply(ctx context.Context, t *apply.Target, c *compiled,
 // begin sets the ruleset in force aside and arms its rollback, before
 // the trial's load.
 func (a *applyRevision) begin(table, netns string) error {
+	if netns == "" && trial.Systemd() && !trial.InInitNetNS() {
+		// systemd would run the rollback in the host's namespace.
+		return errors.New("--confirm in a network namespace other than the host's (ip netns exec?): name it with --netns instead, so that the rollback, which systemd runs, finds it")
+	}
 	h, ok := a.store.Dir.AppliedHead(netns)
 	now := time.Now()
-	p := &trial.Pending{ID: trial.NewID(), Started: now.UTC(), Window: a.window, Deadline: now.Add(a.window).UTC(),
-		Table: table, Policy: a.rev.Policy, PolicyDigest: a.rev.PolicyDigest, PinDir: a.xf.pinDir, XDPGeneric: a.xf.generic}
-	if ok {
-		p.Before = h.Time
+	pinDir, err := filepath.Abs(a.xf.pinDir)
+	if err != nil {
+		return err
 	}
+	p := &trial.Pending{ID: trial.NewID(), Started: now.UTC(), Window: a.window, Deadline: now.Add(a.window).UTC(),
+		Table: table, Policy: a.rev.Policy, PolicyDigest: a.rev.PolicyDigest, PinDir: pinDir, XDPGeneric: a.xf.generic}
 	switch {
 	case a.old != nil:
 		p.Back = a.old.Back // set aside already: what came before the first trial
@@ -140,7 +149,7 @@ func (a *applyRevision) begin(table, netns string) error {
 		if err != nil {
 			return err
 		}
-		if rev == nil || !rev.Applied.Equal(h.Time) {
+		if rev == nil || rev.Nothing || !rev.Applied.Equal(h.Time) {
 			return fmt.Errorf("%w: what is in force was applied at %s by an ipfence that kept no copy of it (a daemon, or an older version); apply it once without --confirm, then try again",
 				trial.ErrNoRevision, h.Time.Local().Format(time.DateTime))
 		}
@@ -149,29 +158,34 @@ func (a *applyRevision) begin(table, netns string) error {
 		}
 		p.Back = rev
 	}
-	if err := a.store.SavePending(p); err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	var state string
-	if err == nil {
-		state, err = filepath.Abs(a.store.Dir.Path) // the process runs in /
-	}
-	if err == nil {
-		args := []string{exe, "confirm", "--expire", p.ID, "--state", state, "--netns", netns, "--pin-dir", a.xf.pinDir}
-		if a.xf.generic {
-			args = append(args, "--xdp-generic")
+	// The process that rolls back starts first, and waits for its
+	// trial's record: once that is written the last trial's process, if
+	// any, stands down, and at no moment is a recorded trial unwatched.
+	if err := a.arm(p, netns); err != nil {
+		if a.old == nil {
+			err = errors.Join(err, a.store.ClearPending())
 		}
-		p.Armed, err = trial.Arm(args, "ipfence-trial-"+p.ID, trial.Store{Dir: statedir.Dir{Path: state}, NetNS: a.store.NetNS}.LogPath())
-	}
-	if err == nil {
-		err = a.store.SavePending(p)
-	}
-	if err != nil {
-		return errors.Join(err, a.abandon())
+		return err
 	}
 	a.pending = p
 	return nil
+}
+
+// arm starts the process that rolls p back, then records p.
+func (a *applyRevision) arm(p *trial.Pending, netns string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	state, err := filepath.Abs(a.store.Dir.Path) // the process runs in /
+	if err != nil {
+		return err
+	}
+	args := []string{exe, "confirm", "--expire", p.ID, "--state", state, "--netns", netns}
+	if p.Armed, err = trial.Arm(args, "ipfence-trial-"+p.ID, trial.Store{Dir: statedir.Dir{Path: state}, NetNS: a.store.NetNS}.LogPath()); err != nil {
+		return err
+	}
+	return a.store.SavePending(p)
 }
 
 // abandon undoes begin when nothing was loaded: the trial in force
@@ -268,7 +282,9 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 				}
 				return fmt.Errorf("%w (at %s): %s was put back", trial.ErrTooLate, p.Deadline.Local().Format(time.TimeOnly), backName(p))
 			}
-			if err := store.ClearPending(); err != nil {
+			// What is confirmed is refused no more (a refused file
+			// tried again and kept).
+			if err := errors.Join(store.ClearPending(), store.ClearRefused()); err != nil {
 				return err
 			}
 			fmt.Fprintf(w, "confirmed: %s stays in force; the rollback (%s) stands down\n", p.Policy, p.Armed)

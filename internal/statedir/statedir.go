@@ -563,7 +563,7 @@ func (d Dir) Lock() (unlock func(), err error) {
 }
 
 // WriteFileAtomic writes data to path via a synced temporary file and a
-// rename, creating the folder.
+// rename, creating the folder, and syncs the folder.
 func WriteFileAtomic(path string, data []byte) error {
 	return WriteFileAtomicFunc(path, func(w io.Writer) error {
 		_, err := w.Write(data)
@@ -594,6 +594,15 @@ func WriteFileAtomicFunc(path string, write func(io.Writer) error) error {
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	// The rename is durable once the folder is: a reset right after
+	// must not bring the old file back (a trial's record, say).
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("writing %s: syncing its folder: %w", path, err)
+		}
 	}
 	return nil
 }

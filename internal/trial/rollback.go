@@ -2,7 +2,6 @@ package trial
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/plan"
-	"github.com/ipfence/ipfence/internal/statedir"
 )
 
 // Roller puts a trial's revision back.
@@ -28,15 +26,20 @@ type Roller struct {
 // Roll puts p's Back in force again (or, with none, flushes what the
 // trial loaded), records the trial's policy as refused for why, and
 // ends the trial. The caller holds the state folder's lock. On an error
-// the trial stays recorded.
+// the trial stays recorded. XDP is run as the trial's apply ran it.
 func (r *Roller) Roll(ctx context.Context, p *Pending, why string) (*apply.Report, error) {
+	if p.PinDir != "" {
+		t := *r.Target // the caller's (a daemon's) keeps its own
+		t.XDP.PinDir, t.XDP.Generic = p.PinDir, p.XDPGeneric
+		r = &Roller{Store: r.Store, Target: &t, Logger: r.Logger}
+	}
 	var rep *apply.Report
 	if p.Back == nil {
 		if _, err := r.Target.Flush(ctx, p.Table); err != nil {
 			return nil, err
 		}
-		if err := r.Store.ForgetRevision(); err != nil {
-			r.Logger.Warn("forgetting the copy of what was applied", "err", err)
+		if err := r.Store.confirmNothing(); err != nil {
+			r.Logger.Warn("recording that nothing is in force", "err", err)
 		}
 	} else {
 		var err error
@@ -44,7 +47,7 @@ func (r *Roller) Roll(ctx context.Context, p *Pending, why string) (*apply.Repor
 			return nil, err
 		}
 	}
-	if err := r.Store.refuse(Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: p.PolicyDigest, Why: why}); err != nil {
+	if err := r.Store.refuse(Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: p.PolicyDigest, Table: p.Table, Why: why}); err != nil {
 		r.Logger.Warn("recording the policy that was rolled back", "err", err)
 	}
 	return rep, r.Store.ClearPending()
@@ -92,7 +95,10 @@ func (r *Roller) applyInput(ctx context.Context, in *plan.Input, rev *Revision) 
 		return nil, err
 	}
 	defer bans.Close()
-	return r.Target.Apply(ctx, c, bans.Controller, apply.Options{MonitorAll: rev.MonitorAll})
+	// Repair: the revision passed the host-address check when it was
+	// applied; an address the host gained since must not keep it from
+	// coming back.
+	return r.Target.Apply(ctx, c, bans.Controller, apply.Options{MonitorAll: rev.MonitorAll, Repair: true})
 }
 
 // LoadConfirmed loads in, the revision in force rev (the last one
@@ -114,11 +120,12 @@ func (r *Roller) LoadConfirmed(ctx context.Context, in *plan.Input, rev *Revisio
 
 // StandIn is what to load in place of the policy file policyFile: the
 // revision in force (the last confirmed), when policyFile is the one a
-// trial was rolled back from; nil when it is not (load the file). A
-// daemon asks it at each load: the file is loaded again once it
-// changes.
-func (s Store) StandIn(policyFile string) (*plan.Input, *Revision, *Refused, error) {
-	ref, err := s.Refused()
+// trial was rolled back from; nil when it is not (load the file). When
+// nothing was confirmed (a rollback to nothing), it is an input without
+// rules, and rev.Nothing. A daemon asks it at each load: the file is
+// loaded again once it changes.
+func (s Store) StandIn(policyFile string) (in *plan.Input, rev *Revision, ref *Refused, err error) {
+	ref, err = s.Refused()
 	if err != nil || ref == nil {
 		return nil, nil, nil, err
 	}
@@ -127,13 +134,16 @@ func (s Store) StandIn(policyFile string) (*plan.Input, *Revision, *Refused, err
 		return nil, nil, nil, nil // changed since: loaded (or refused) as usual
 	}
 	data, rev, err := s.confirmed()
+	if err == nil && rev.Nothing {
+		return &plan.Input{Table: ref.Table}, rev, ref, nil
+	}
 	if err == nil {
-		var in *plan.Input
 		if in, err = input(data); err == nil {
 			return in, rev, ref, nil
 		}
 	}
-	return nil, nil, ref, fmt.Errorf("%s was rolled back (%s), and the confirmed ruleset cannot be read: %w", policyFile, ref.Why, err)
+	return nil, nil, ref, fmt.Errorf("%s was rolled back (%s), and the ruleset confirmed before it cannot be read: %w; edit the policy file (any change), or apply it without --confirm, or remove %s",
+		policyFile, ref.Why, err, s.trialPath(".refused.json"))
 }
 
 // input is the plan input of the bundle data.
@@ -154,6 +164,9 @@ func (s Store) confirmed() ([]byte, *Revision, error) {
 	if rev == nil {
 		return nil, nil, ErrNoRevision
 	}
+	if rev.Nothing {
+		return nil, rev, nil
+	}
 	data, err := os.ReadFile(s.revisionPath(".bundle"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrNoRevision, err)
@@ -166,64 +179,76 @@ func (s Store) confirmed() ([]byte, *Revision, error) {
 
 // Watch waits for the window of trial id to end and rolls it back, unless
 // it was confirmed, rolled back or applied again (a new id) before: it is
-// the process Arm starts. It retries while another ipfence holds the state
-// folder, up to an hour past the deadline.
+// the process Arm starts, before the trial is recorded under id (it waits
+// up to idGrace for that). A rollback that fails (the state folder locked
+// by another ipfence, a kernel error) is tried again, less and less often,
+// for as long as the trial stays recorded.
 func (r *Roller) Watch(ctx context.Context, id string) error {
+	start, seen := time.Now(), false
+	backoff := time.Second
 	for {
 		p, err := r.Store.Pending()
-		if err != nil {
-			return err
-		}
-		if p == nil || p.ID != id {
+		switch {
+		case err != nil:
+			r.Logger.Error("reading the trial; trying again", "trial", id, "err", err)
+			if err := sleep(ctx, backoff); err != nil {
+				return err
+			}
+			backoff = min(2*backoff, time.Minute)
+			continue
+		case (p == nil || p.ID != id) && !seen && time.Since(start) < idGrace:
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
+			}
+			continue
+		case p == nil || p.ID != id:
 			r.Logger.Info("the trial ended before its window did: nothing to roll back", "trial", id)
 			return nil
 		}
-		now := time.Now()
-		if wait := p.Deadline.Sub(now); wait > 0 {
+		seen = true
+		if wait := time.Until(p.Deadline); wait > 0 {
 			if err := sleep(ctx, min(wait, time.Second)); err != nil {
 				return err
 			}
 			continue
 		}
 		done, err := r.expire(ctx, id)
-		if done || err != nil {
+		if done {
+			return nil
+		}
+		if err != nil {
+			r.Logger.Error("rolling back the apply on trial failed; trying again", "trial", id, "in", backoff, "err", err)
+		}
+		if err := sleep(ctx, backoff); err != nil {
 			return err
 		}
-		if now.Sub(p.Deadline) > time.Hour {
-			return fmt.Errorf("trial %s: the state folder stayed locked for an hour past the window: not rolled back", id)
-		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return err
-		}
+		backoff = min(2*backoff, time.Minute)
 	}
 }
 
-// expire rolls trial id back if its window is over, when the state folder's
-// lock is free (done false: it was not).
+// idGrace is how long the process Arm starts waits for its trial to be
+// recorded.
+const idGrace = 30 * time.Second
+
+// expire rolls trial id back if its window is over, when the state
+// folder's lock is free: done once the trial has ended (rolled back, or
+// ended by another).
 func (r *Roller) expire(ctx context.Context, id string) (done bool, err error) {
 	unlock, err := r.Target.State.Lock()
-	if errors.Is(err, statedir.ErrLocked) {
-		return false, nil
-	}
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
 	p, err := r.Store.Pending()
 	if err != nil || p == nil || p.ID != id || time.Now().Before(p.Deadline) {
-		return p == nil || p.ID != id, err // the window moves only with a new id
+		return err == nil && (p == nil || p.ID != id), err // the window moves only with a new id
 	}
-	return true, r.Expired(ctx, p)
+	err = r.Expired(ctx, p)
+	return err == nil, err
 }
 
-// Expired rolls back p, whose window is over, if it is still in force;
-// otherwise it only ends it. The caller holds the lock.
+// Expired rolls back p, whose window is over. The caller holds the lock.
 func (r *Roller) Expired(ctx context.Context, p *Pending) error {
-	h, ok := r.Target.State.AppliedHead(r.Target.NetNS)
-	if !p.InForce(h, ok) {
-		r.Logger.Warn("the trial is no longer in force (something else was applied since): it ends, nothing is put back", "trial", p.ID)
-		return r.Store.ClearPending()
-	}
 	r.Logger.Warn("the apply on trial was not confirmed in time: putting back what was in force before", "trial", p.ID,
 		"policy", p.Policy, "window", p.Window, "deadline", p.Deadline)
 	if _, err := r.Roll(ctx, p, "not confirmed in time"); err != nil {
@@ -242,6 +267,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// InInitNetNS reports whether this process is in the network namespace of
+// PID 1 (systemd's).
+func InInitNetNS() bool {
+	self, err1 := os.Readlink("/proc/self/ns/net")
+	init, err2 := os.Readlink("/proc/1/ns/net")
+	return err1 == nil && err2 == nil && self == init
 }
 
 // Systemd reports whether systemd runs this host (sd_booted(3)) and has

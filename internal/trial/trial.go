@@ -78,6 +78,10 @@ type Revision struct {
 	Backend    plan.Backend `json:"backend"`
 	Flavour    string       `json:"iptables_flavour,omitempty"`
 	MonitorAll bool         `json:"monitor_all,omitempty"`
+	// Nothing: nothing of ipfence's is in force by the operator's word
+	// (a trial with nothing before it was rolled back): there is no
+	// copy, and nothing is what a refused policy file stands in for.
+	Nothing bool `json:"nothing,omitempty"`
 }
 
 // Pending is an apply on trial.
@@ -88,12 +92,8 @@ type Pending struct {
 	Started  time.Time     `json:"started"`
 	Window   time.Duration `json:"window_ns"`
 	Deadline time.Time     `json:"deadline"`
-	// Before is the applied record's time before the trial (zero: there
-	// was none), Trial the trial's once loaded (zero until then): the
-	// trial is in force while the record is Trial's, or, before Trial is
-	// known, any but Before's.
-	Before time.Time `json:"before,omitzero"`
-	Trial  time.Time `json:"trial,omitzero"`
+	// Trial is the trial's applied record's time, once it is loaded.
+	Trial time.Time `json:"trial,omitzero"`
 	// Back is the revision that is put back (its copy beside this
 	// record); nil when nothing of ipfence's was loaded: the rollback
 	// flushes Table.
@@ -110,22 +110,15 @@ type Pending struct {
 	Armed string `json:"armed,omitempty"`
 }
 
-// InForce reports whether the trial is what the applied record h (ok:
-// there is one) says is loaded.
-func (p *Pending) InForce(h statedir.Head, ok bool) bool {
-	if !p.Trial.IsZero() {
-		return ok && h.Time.Equal(p.Trial)
-	}
-	return ok && !h.Time.Equal(p.Before)
-}
-
 // Refused is the policy of a trial that was rolled back.
 type Refused struct {
 	Time         time.Time `json:"time"`
 	Policy       string    `json:"policy"`
 	PolicyDigest string    `json:"policy_digest"`
+	// Table is the trial's table: what a stand-in for nothing is named.
+	Table string `json:"table"`
 	// Why: "not confirmed in time", "rolled back by ipfence confirm
-	// --rollback", "rebooted within the window".
+	// --rollback", "the host restarted within the trial's window".
 	Why string `json:"why"`
 }
 
@@ -183,6 +176,12 @@ func (s Store) DropCandidate() { _ = os.Remove(s.revisionPath(".next.bundle")) }
 // ForgetRevision removes the revision in force (nothing is loaded).
 func (s Store) ForgetRevision() error {
 	return errors.Join(removeIfAny(s.revisionPath(".json")), removeIfAny(s.revisionPath(".bundle")))
+}
+
+// confirmNothing records that nothing of ipfence's is in force by the
+// operator's word (a rollback to nothing).
+func (s Store) confirmNothing() error {
+	return errors.Join(removeIfAny(s.revisionPath(".bundle")), writeJSON(s.revisionPath(".json"), Revision{Nothing: true}))
 }
 
 // Revision is the record of the revision in force (nil: none).
@@ -268,9 +267,20 @@ func writeJSON(path string, v any) error {
 	})
 }
 
+// removeIfAny removes path if it is there, durably: a confirmation
+// whose trial record came back after a reset would be rolled back.
 func removeIfAny(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	err := os.Remove(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	return nil
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

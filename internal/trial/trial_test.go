@@ -22,29 +22,6 @@ func TestCheckWindow(t *testing.T) {
 	}
 }
 
-func TestInForce(t *testing.T) {
-	t0, t1, t2 := time.Unix(100, 0), time.Unix(200, 0), time.Unix(300, 0)
-	for _, tc := range []struct {
-		p    Pending
-		head time.Time
-		ok   bool
-		want bool
-	}{
-		{Pending{Before: t0, Trial: t1}, t1, true, true},
-		{Pending{Before: t0, Trial: t1}, t2, true, false}, // applied since
-		{Pending{Before: t0, Trial: t1}, t0, true, false},
-		{Pending{Before: t0, Trial: t1}, time.Time{}, false, false}, // flushed
-		{Pending{Before: t0}, t0, true, false},                      // never loaded
-		{Pending{Before: t0}, t1, true, true},                       // loaded, the command gone before it said so
-		{Pending{}, t1, true, true},
-		{Pending{}, time.Time{}, false, false},
-	} {
-		if got := tc.p.InForce(statedir.Head{Time: tc.head}, tc.ok); got != tc.want {
-			t.Errorf("%+v with record %v (%v): InForce = %v", tc.p, tc.head, tc.ok, got)
-		}
-	}
-}
-
 // TestStore: a candidate becomes the revision in force; set aside, it is
 // checked against its digest; a refused policy file stands in the
 // confirmed revision while its text stays the same.
@@ -95,7 +72,7 @@ func TestStore(t *testing.T) {
 	if in, _, _, err := s.StandIn(pol); in != nil || err != nil {
 		t.Fatalf("StandIn with nothing refused: %v, %v", in, err)
 	}
-	if err := s.refuse(Refused{Policy: pol, PolicyDigest: Digest([]byte("refused\n")), Why: "test"}); err != nil {
+	if err := s.refuse(Refused{Policy: pol, PolicyDigest: Digest([]byte("refused\n")), Table: "ipfence", Why: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	sin, srev, ref, err := s.StandIn(pol)
@@ -117,6 +94,13 @@ func TestStore(t *testing.T) {
 	}
 	if in, _, _, err := s.StandIn(pol); in != nil || !errors.Is(err, ErrNoRevision) {
 		t.Errorf("StandIn with a damaged copy: %v, %v", in, err)
+	}
+	// Nothing confirmed (a rollback to nothing): an input without rules.
+	if err := s.confirmNothing(); err != nil {
+		t.Fatal(err)
+	}
+	if in, rev, _, err := s.StandIn(pol); err != nil || in == nil || len(in.Rules) != 0 || in.Table != "ipfence" || !rev.Nothing {
+		t.Errorf("StandIn with nothing confirmed: %+v, %+v, %v", in, rev, err)
 	}
 	if err := errors.Join(s.ClearRefused(), s.ClearPending(), s.ForgetRevision()); err != nil {
 		t.Fatal(err)
