@@ -68,6 +68,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newAggregateCmd(g),
 		newGeoCmd(g),
+		newFeedsCmd(g),
 		newCompileCmd(g),
 		newApplyCmd(g),
 		newConfirmCmd(g),

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ipfence/ipfence/internal/policy"
+	"github.com/ipfence/ipfence/internal/source"
 )
 
 // TestREADMEExplain runs the explain examples of README.md and checks the
@@ -49,6 +51,39 @@ func TestDistFiles(t *testing.T) {
 	}
 	if _, err := policy.Load("../../dist/ipfence/policy.yaml"); err != nil {
 		t.Errorf("sample policy: %v", err)
+	}
+	// The README's example policy parses (its catalog sources too).
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(readme), "```yaml\nsources:")
+	example, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("README.md has no example policy")
+	}
+	if _, err := policy.Parse([]byte("sources:"+example), "README.md"); err != nil {
+		t.Errorf("README's example policy: %v", err)
+	}
+}
+
+// TestFeeds lists the catalog, as text (with each feed's URLs) and JSON.
+func TestFeeds(t *testing.T) {
+	out, err := run(t, "feeds", "-l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range source.Catalog() {
+		for _, want := range append([]string{e.Name + " ", e.Licence}, e.URLs...) {
+			if !strings.Contains(out, want) {
+				t.Errorf("feeds -l lacks %q", want)
+			}
+		}
+	}
+	out, err = run(t, "--json", "feeds")
+	var es []source.CatalogEntry
+	if err != nil || json.Unmarshal([]byte(out), &es) != nil || len(es) != len(source.Catalog()) || es[0].Refresh == 0 {
+		t.Errorf("feeds --json: %v\n%s", err, out)
 	}
 }
 

@@ -165,6 +165,9 @@ type doc struct {
 }
 
 type sourceDoc struct {
+	// Catalog names a feed of the catalog (source.Catalog), which gives
+	// the URLs, format and refresh.
+	Catalog   string   `yaml:"catalog"`
 	Format    string   `yaml:"format"`
 	Paths     []string `yaml:"paths"`
 	Path      string   `yaml:"path"`
@@ -185,6 +188,24 @@ type sourceDoc struct {
 	// crowdsec sources: the bouncer key, or a file holding it.
 	APIKey     string `yaml:"api_key"`
 	APIKeyFile string `yaml:"api_key_file"`
+}
+
+// fromCatalog fills sd's URLs, format and (unless given) refresh from
+// its catalog entry.
+func fromCatalog(sd *sourceDoc) error {
+	e, ok := source.LookupCatalog(sd.Catalog)
+	if !ok {
+		return fmt.Errorf("catalog %q is not in the catalog (%s; ipfence feeds lists them)", sd.Catalog, source.CatalogNames())
+	}
+	if sd.Format != "" || sd.URL != "" || len(sd.URLs) > 0 || sd.Path != "" || len(sd.Paths) > 0 {
+		return fmt.Errorf("catalog %s gives the URLs and format: drop format, url, urls, path and paths (or drop catalog)", e.Name)
+	}
+	sd.Format, sd.URLs = e.Format, e.URLs
+	sd.AllowBroad = sd.AllowBroad || e.AllowBroad
+	if sd.Refresh == "" {
+		sd.Refresh = e.Refresh.String()
+	}
+	return nil
 }
 
 type ruleDoc struct {
@@ -295,6 +316,11 @@ func Parse(data []byte, file string) (*Policy, error) {
 	for _, n := range names {
 		sd := d.Sources[n]
 		line := lines.sources[n]
+		if sd.Catalog != "" {
+			if err := fromCatalog(&sd); err != nil {
+				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: %v", n, err)}
+			}
+		}
 		if sd.Format == FormatCrowdSec {
 			if len(sd.Services)+len(sd.Regions) > 0 {
 				return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: services and regions are for JSON address lists, not crowdsec", n)}

@@ -88,6 +88,28 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+// TestParseCatalog: a catalog source takes its entry's URLs, format,
+// refresh and input limits; its own refresh and picks stand.
+func TestParseCatalog(t *testing.T) {
+	y := "sources:\n  drop: {catalog: spamhaus-drop}\n  fh: {catalog: firehol-level1, refresh: 15m}\n" +
+		"  gh: {catalog: github, services: [hooks]}\n" +
+		"rules:\n  - {name: a, action: drop, match: {source: drop}}\n  - {name: b, action: drop, match: {source: fh}}\n  - {name: c, action: accept, match: {source: gh}}\n"
+	p, err := Parse([]byte(y), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := p.source("drop").Spec
+	if drop.Format != source.FormatSpamhausJSON || len(drop.URLs) != 2 || !strings.HasSuffix(drop.URLs[1], "/drop_v6.json") || drop.Refresh != 12*time.Hour {
+		t.Errorf("spamhaus-drop: %+v", drop)
+	}
+	if fh := p.source("fh").Spec; fh.Refresh != 15*time.Minute || !fh.AllowBroad || fh.Format != source.FormatList {
+		t.Errorf("firehol-level1 with its own refresh: %+v", fh)
+	}
+	if gh := p.source("gh").Spec; gh.Format != source.FormatGitHubMeta || len(gh.Services) != 1 {
+		t.Errorf("github, hooks: %+v", gh)
+	}
+}
+
 // TestParseCrowdSec: a crowdsec source is no source of prefixes; with
 // one, a policy may have no rules (bans only).
 func TestParseCrowdSec(t *testing.T) {
@@ -127,6 +149,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad protect", "protect: [1.2.3.4, nope]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `"nope"`},
 		{"no format", "sources:\n  x: {paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "no format"},
 		{"no rules", "sources: {}\n", 0, "no rules"},
+		{"unknown catalog", "sources:\n  x: {catalog: spamhaus}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `catalog "spamhaus" is not in the catalog (spamhaus-drop, firehol-level1`},
+		{"catalog and url", "sources:\n  x: {catalog: feodo, url: \"https://example.net/f.txt\"}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "catalog feodo gives the URLs and format"},
+		{"catalog with a pick it lacks", "sources:\n  x: {catalog: feodo, services: [x]}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "services"},
 		{"bad yaml", "rules: [\n", 1, "did not find"},
 		{"empty match", "rules:\n  - {name: a, action: drop}\n", 2, "matches nothing"},
 		{"bad refresh", "sources:\n  x: {format: list, paths: [f], refresh: soon}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `refresh "soon"`},
