@@ -50,6 +50,7 @@ func printFeeds(w io.Writer, es []source.CatalogEntry, long bool) {
 			fmt.Fprintf(w, "    %s\n", u)
 		}
 		fmt.Fprintf(w, "    licence: %s\n", e.Licence)
+		fmt.Fprintf(w, "    refresh: at most every %s\n", shortDuration(e.MinRefresh))
 		if e.Note != "" {
 			fmt.Fprintf(w, "    note: %s\n", e.Note)
 		}

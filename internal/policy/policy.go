@@ -84,6 +84,8 @@ type Policy struct {
 type SourceDef struct {
 	Spec source.Spec
 	Line int
+	// Catalog is the catalog entry it names ("" for none).
+	Catalog string
 }
 
 // CrowdSecDef is a source of format crowdsec: a CrowdSec Local API whose
@@ -181,7 +183,7 @@ type sourceDoc struct {
 	MaxGrowth  *float64 `yaml:"max_growth"`
 	MaxBytes   string   `yaml:"max_bytes"`
 	MaxEntries int      `yaml:"max_entries"`
-	AllowBroad bool     `yaml:"allow_broad"`
+	AllowBroad *bool    `yaml:"allow_broad"`
 	// JSON formats: the records picked by service and region.
 	Services []string `yaml:"services"`
 	Regions  []string `yaml:"regions"`
@@ -190,8 +192,9 @@ type sourceDoc struct {
 	APIKeyFile string `yaml:"api_key_file"`
 }
 
-// fromCatalog fills sd's URLs, format and (unless given) refresh from
-// its catalog entry.
+// fromCatalog fills sd's URLs, format, refresh and input limits from its
+// catalog entry, where sd does not set them; a refresh more often than
+// the publisher allows is refused.
 func fromCatalog(sd *sourceDoc) error {
 	e, ok := source.LookupCatalog(sd.Catalog)
 	if !ok {
@@ -201,9 +204,18 @@ func fromCatalog(sd *sourceDoc) error {
 		return fmt.Errorf("catalog %s gives the URLs and format: drop format, url, urls, path and paths (or drop catalog)", e.Name)
 	}
 	sd.Format, sd.URLs = e.Format, e.URLs
-	sd.AllowBroad = sd.AllowBroad || e.AllowBroad
 	if sd.Refresh == "" {
 		sd.Refresh = e.Refresh.String()
+	}
+	if d, err := time.ParseDuration(sd.Refresh); err == nil && d < e.MinRefresh {
+		return fmt.Errorf("refresh %s: %s asks its users to fetch at most every %s (clients that fetch more often may be blocked); give %s or more", sd.Refresh, e.Name, e.MinRefresh, e.MinRefresh)
+	}
+	if sd.AllowBroad == nil {
+		sd.AllowBroad = &e.AllowBroad
+	}
+	if sd.MaxShrink == nil && e.NoShrinkGate {
+		off := 0.0 // an explicit 0 turns the gate off
+		sd.MaxShrink = &off
 	}
 	return nil
 }
@@ -377,7 +389,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 		if sd.MaxEntries < 0 {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q: max_entries %d is negative", n, sd.MaxEntries)}
 		}
-		spec.MaxEntries, spec.AllowBroad = sd.MaxEntries, sd.AllowBroad
+		spec.MaxEntries, spec.AllowBroad = sd.MaxEntries, sd.AllowBroad != nil && *sd.AllowBroad
 		spec.Services, spec.Regions = sd.Services, sd.Regions
 		switch sd.Refresh {
 		case "":
@@ -403,7 +415,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 		if len(spec.Paths) == 0 && len(spec.URLs) == 0 {
 			return nil, &Error{File: file, Line: line, Msg: fmt.Sprintf("source %q has neither paths nor url", n)}
 		}
-		p.Sources = append(p.Sources, &SourceDef{Spec: spec, Line: line})
+		p.Sources = append(p.Sources, &SourceDef{Spec: spec, Line: line, Catalog: sd.Catalog})
 	}
 	for i, s := range d.Protect {
 		r, ok, err := prefix.ParseLine(s)
@@ -453,8 +465,13 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 		if slices.ContainsFunc(p.CrowdSec, func(c *CrowdSecDef) bool { return c.Name == s }) {
 			return nil, bad("rule %q: source %q is a crowdsec source: its decisions become bans (see ipfence bans), not a set a rule matches", rd.Name, s)
 		}
-		if p.source(s) == nil {
+		sd := p.source(s)
+		if sd == nil {
 			return nil, bad("rule %q: unknown source %q (defined: %s)", rd.Name, s, strings.Join(p.sourceNames(), ", "))
+		}
+		if e, ok := source.LookupCatalog(sd.Catalog); ok && e.Use == source.UseBlock && !rd.Match.Invert && (act == plan.Accept || act == plan.AllowOnly) {
+			return nil, bad("rule %q: source %q is the block list %s: a rule that %s it lets attackers in (drop or reject it; invert: true to %s everything else)",
+				rd.Name, s, e.Name, act, act)
 		}
 	}
 	for _, s := range rd.Match.Prefixes {
@@ -565,7 +582,7 @@ func crowdSecDef(file, name string, line int, sd sourceDoc) (*CrowdSecDef, error
 	bad := func(format string, args ...any) error {
 		return &Error{File: file, Line: line, Msg: fmt.Sprintf("crowdsec source %q: ", name) + fmt.Sprintf(format, args...)}
 	}
-	if len(sd.Paths) > 0 || sd.Path != "" || sd.MaxShrink != nil || sd.MaxGrowth != nil || sd.MaxBytes != "" || sd.MaxEntries != 0 || sd.AllowBroad {
+	if len(sd.Paths) > 0 || sd.Path != "" || sd.MaxShrink != nil || sd.MaxGrowth != nil || sd.MaxBytes != "" || sd.MaxEntries != 0 || sd.AllowBroad != nil {
 		return nil, bad("paths, max_shrink, max_growth, max_bytes, max_entries and allow_broad do not apply (give url and api_key or api_key_file)")
 	}
 	urls := sd.URLs

@@ -108,6 +108,18 @@ func TestParseCatalog(t *testing.T) {
 	if gh := p.source("gh").Spec; gh.Format != source.FormatGitHubMeta || len(gh.Services) != 1 {
 		t.Errorf("github, hooks: %+v", gh)
 	}
+	// The entry's input limits, and a source's own over them.
+	y = "sources:\n  feodo: {catalog: feodo}\n  fh: {catalog: firehol-level1, allow_broad: false, max_shrink: 0.3}\n" +
+		"rules:\n  - {name: a, action: drop, match: {sources: [feodo, fh]}}\n  - {name: b, action: allow-only, match: {source: fh, invert: true}}\n"
+	if p, err = Parse([]byte(y), "p.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if f := p.source("feodo").Spec; f.MaxShrink != -1 || f.AllowBroad {
+		t.Errorf("feodo: shrink gate %v (want off), allow_broad %v", f.MaxShrink, f.AllowBroad)
+	}
+	if fh := p.source("fh").Spec; fh.AllowBroad || fh.MaxShrink != 0.3 {
+		t.Errorf("firehol-level1 with allow_broad: false, max_shrink: 0.3: %+v", fh)
+	}
 }
 
 // TestParseCrowdSec: a crowdsec source is no source of prefixes; with
@@ -151,6 +163,8 @@ func TestParseErrors(t *testing.T) {
 		{"no rules", "sources: {}\n", 0, "no rules"},
 		{"unknown catalog", "sources:\n  x: {catalog: spamhaus}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `catalog "spamhaus" is not in the catalog (spamhaus-drop, firehol-level1`},
 		{"catalog and url", "sources:\n  x: {catalog: feodo, url: \"https://example.net/f.txt\"}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "catalog feodo gives the URLs and format"},
+		{"catalog refreshed too often", "sources:\n  x: {catalog: spamhaus-drop, refresh: 10m}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "at most every 1h0m0s"},
+		{"block feed allowed", "sources:\n  x: {catalog: firehol-level1}\nrules:\n  - {name: a, action: accept, match: {source: x}}\n", 4, "lets attackers in"},
 		{"catalog with a pick it lacks", "sources:\n  x: {catalog: feodo, services: [x]}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "services"},
 		{"bad yaml", "rules: [\n", 1, "did not find"},
 		{"empty match", "rules:\n  - {name: a, action: drop}\n", 2, "matches nothing"},

@@ -12,12 +12,17 @@ import (
 	"time"
 )
 
+// bothFamilies are the feeds that publish IPv4 and IPv6 prefixes.
+var bothFamilies = map[string]bool{"spamhaus-drop": true, "blocklist-de": true, "cloudflare": true, "fastly": true,
+	"google-cloud": true, "google": true, "aws": true, "github": true}
+
 // TestCatalog reads each catalog entry's sample, one file per URL in
 // testdata/catalog/NAME/ named as the URL's last element, with the
 // entry's format and input limits: every entry has one, it parses and
-// holds prefixes of the entry's families. The samples are in the
-// publishers' shapes (headers, comments, a missing final newline), not
-// downloads: this machine has no internet.
+// holds prefixes of the entry's families. The samples are written in
+// the publishers' formats (their headers and comments, CRLF line ends,
+// a missing final newline), with documentation addresses: they are not
+// downloads, which TestCatalogLive makes where there is a network.
 func TestCatalog(t *testing.T) {
 	names := map[string]bool{}
 	for _, e := range Catalog() {
@@ -55,10 +60,11 @@ func TestCatalog(t *testing.T) {
 			if v4+v6 == 0 {
 				t.Error("the sample holds no prefix")
 			}
-			if e.Name == "spamhaus-drop" || e.Name == "cloudflare" {
-				if v4 == 0 || v6 == 0 {
-					t.Errorf("IPv4 and IPv6 expected: %d + %d prefixes", v4, v6)
-				}
+			if bothFamilies[e.Name] && (v4 == 0 || v6 == 0) {
+				t.Errorf("IPv4 and IPv6 expected: %d + %d prefixes", v4, v6)
+			}
+			if e.MinRefresh <= 0 || e.MinRefresh > e.Refresh {
+				t.Errorf("min refresh %v, refresh %v", e.MinRefresh, e.Refresh)
 			}
 		})
 	}
@@ -67,5 +73,27 @@ func TestCatalog(t *testing.T) {
 	}
 	if _, ok := LookupCatalog("nope"); ok {
 		t.Error("LookupCatalog(nope)")
+	}
+}
+
+// TestCatalogLive downloads each feed of the catalog and reads it with its
+// entry's format, when IPFENCE_LIVE_FEEDS=1 (it needs the internet, and
+// fetches from every publisher once): a URL that moved, or a format a
+// publisher changed, fails here.
+func TestCatalogLive(t *testing.T) {
+	if os.Getenv("IPFENCE_LIVE_FEEDS") != "1" {
+		t.Skip("set IPFENCE_LIVE_FEEDS=1 to download the catalog's feeds")
+	}
+	for _, e := range Catalog() {
+		t.Run(e.Name, func(t *testing.T) {
+			spec := Spec{Name: e.Name, Format: e.Format, URLs: e.URLs, AllowBroad: e.AllowBroad}
+			src, err := (&Loader{StateDir: t.TempDir()}).Load(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v4, v6 := src.Prefixes(); v4+v6 == 0 || bothFamilies[e.Name] && (v4 == 0 || v6 == 0) {
+				t.Errorf("%d IPv4 + %d IPv6 prefixes", v4, v6)
+			}
+		})
 	}
 }
