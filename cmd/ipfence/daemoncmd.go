@@ -13,6 +13,7 @@ import (
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/doctor"
 	"github.com/ipfence/ipfence/internal/statedir"
+	"github.com/ipfence/ipfence/internal/trial"
 )
 
 func newDaemonCmd(g *globals) *cobra.Command {
@@ -77,28 +78,52 @@ func registerDaemonFlags(c *cobra.Command, cfg *daemon.Config) {
 
 func newReloadCmd(g *globals) *cobra.Command {
 	var socket string
+	var confirm time.Duration
 	c := &cobra.Command{
-		Use:   "reload [--socket PATH]",
+		Use:   "reload [--socket PATH] [--confirm 2m]",
 		Short: "Make the daemon read its policy and sources again and load what changed",
-		Args:  cobra.NoArgs,
+		Long: `Reload makes the daemon read its policy file and sources again and load what
+changed. With --confirm 2m the reload is on trial: unless ipfence confirm runs
+within two minutes, the daemon loads the policy it ran before again (and keeps
+loading it in place of the file while the file stays as it is). The trial is
+kept in the state folder: a daemon that restarts within the window takes it up
+again, and a reboot rolls it back.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if confirm != 0 {
+				if err := trial.CheckWindow(confirm); err != nil {
+					return usageError{fmt.Errorf("--confirm: %w", err)}
+				}
+			}
 			cl := api.NewClient(socket)
 			defer cl.Close()
-			r, err := cl.Reload(cmd.Context())
+			var r *api.ReloadResponse
+			var err error
+			if confirm != 0 {
+				r, err = cl.ReloadTrial(cmd.Context(), confirm)
+			} else {
+				r, err = cl.Reload(cmd.Context())
+			}
 			if err != nil {
 				return err
 			}
 			if g.json {
 				return writeJSON(cmd.OutOrStdout(), r)
 			}
+			w := cmd.OutOrStdout()
 			if !r.Changed {
-				fmt.Fprintln(cmd.OutOrStdout(), "reloaded: nothing changed")
-				return nil
+				fmt.Fprintln(w, "reloaded: nothing changed")
+			} else {
+				fmt.Fprintf(w, "reloaded (%s) in %d ms: %d elements in force\n", r.Mode, r.Millis, r.Elements)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "reloaded (%s) in %d ms: %d elements in force\n", r.Mode, r.Millis, r.Elements)
+			if t := r.Trial; t != nil {
+				fmt.Fprintf(w, "ON TRIAL: run `ipfence confirm` before %s (%s from now) to keep it; otherwise the daemon loads the policy it ran before\n",
+					t.Deadline.Local().Format(time.TimeOnly), t.Window)
+			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, "the daemon's API socket")
+	c.Flags().DurationVar(&confirm, "confirm", 0, "reload on trial: unless `ipfence confirm` runs within this time (e.g. 2m), the policy before it is loaded again")
 	return c
 }

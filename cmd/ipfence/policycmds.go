@@ -46,6 +46,9 @@ type policyFlags struct {
 	// resolved, when set, is called with the policy resolved, before
 	// the compile (which may consume its sets): apply keeps a copy.
 	resolved func(*policy.Resolved) error
+	// text, when set, is read in place of the policy file (which still
+	// anchors its relative paths): a boot-time restore's stand-in.
+	text []byte
 }
 
 func (f *policyFlags) register(c *cobra.Command) {
@@ -69,7 +72,7 @@ type compiled struct {
 // unless f.probe, when backend auto probes in a scratch namespace.
 func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error) {
 	t0 := time.Now()
-	pol, err := policy.Load(f.policy)
+	pol, err := f.load()
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +119,14 @@ func (f *policyFlags) compile(ctx context.Context, g *globals) (*compiled, error
 			"rules", n, "conntrack_in_use_here", inUse)
 	}
 	return &compiled{Compiled: c, res: res, loader: l, duration: time.Since(t0)}, nil
+}
+
+// load reads the policy: the file, or the text in its place.
+func (f *policyFlags) load() (*policy.Policy, error) {
+	if f.text != nil {
+		return policy.Parse(f.text, f.policy)
+	}
+	return policy.Load(f.policy)
 }
 
 func newCompileCmd(g *globals) *cobra.Command {
@@ -251,9 +262,11 @@ ipfence confirm). Each apply keeps a copy of what it loaded for that.`,
 					return err
 				}
 				if pf.offline {
-					if done, err := rv.restoreRefused(ctx, cmd.OutOrStdout(), pf.policy); done {
+					done, instead, err := rv.restoreRefused(ctx, cmd.OutOrStdout(), pf.policy)
+					if done {
 						return err
 					}
+					pf.text = instead
 				}
 				pf.resolved = rv.candidate
 			}

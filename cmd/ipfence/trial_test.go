@@ -357,3 +357,96 @@ func TestConfirmDaemon(t *testing.T) {
 		t.Error("a refused trial is pending")
 	}
 }
+
+// TestConfirmDaemonReload is a reload on trial through the daemon: the
+// daemon rolls an unconfirmed one back to the policy it ran before, and
+// keeps loading that policy in place of the refused file (a plain
+// reload too) until the file changes; a confirmed one stays; a daemon
+// killed during a trial takes it up when it starts again: watched within
+// the window (and rolled back by confirm --rollback), rolled back at once
+// after it.
+func TestConfirmDaemonReload(t *testing.T) {
+	l := newTrialLab(t)
+	textA, _ := os.ReadFile(l.a)
+	textB, _ := os.ReadFile(l.b)
+	pol := filepath.Join(l.dir, "policy.yaml")
+	write(t, l.dir, "policy.yaml", string(textA))
+	socket := filepath.Join(t.TempDir(), "api.sock")
+	start := func() *exec.Cmd {
+		d := startDaemon(t, l.exe, socket, "--policy", pol, "--netns", l.lab.FW, "--state", l.dir, "--metrics", "")
+		t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
+		return d
+	}
+	cli := func(args ...string) (string, error) {
+		out, err := exec.Command(l.exe, append(args, "--socket", socket)...).CombinedOutput()
+		return string(out), err
+	}
+	d := start()
+	l.inForce(l.pa)
+
+	// Not confirmed: A again, and while the file is B, A in its place.
+	write(t, l.dir, "policy.yaml", string(textB))
+	if out, err := cli("reload", "--confirm", "5s"); err != nil || !strings.Contains(out, "ON TRIAL") {
+		t.Fatalf("reload --confirm: %v\n%s", err, out)
+	}
+	l.inForce(l.pb)
+	if out, err := cli("reload"); err == nil || !strings.Contains(out, "on trial") {
+		t.Errorf("a plain reload during the trial: %v\n%s", err, out)
+	}
+	p := l.pending()
+	if p == nil || !p.Daemon {
+		t.Fatalf("pending %+v", p)
+	}
+	l.waitEnded(p)
+	l.inForce(l.pa)
+	if out, err := cli("reload"); err != nil {
+		t.Fatalf("reload of the refused file: %v\n%s", err, out)
+	}
+	l.inForce(l.pa)
+
+	// Tried again and confirmed: B stays.
+	if out, err := cli("reload", "--confirm", "5s"); err != nil {
+		t.Fatalf("reload --confirm: %v\n%s", err, out)
+	}
+	p = l.pending()
+	if out, err := cli("confirm"); err != nil || !strings.Contains(out, "confirmed") {
+		t.Fatalf("confirm: %v\n%s", err, out)
+	}
+	time.Sleep(time.Until(p.Deadline) + time.Second)
+	l.inForce(l.pb)
+
+	// Killed within the window: taken up again, then rolled back.
+	write(t, l.dir, "policy.yaml", string(textA))
+	if out, err := cli("reload", "--confirm", "1m"); err != nil {
+		t.Fatalf("reload --confirm: %v\n%s", err, out)
+	}
+	l.inForce(l.pa)
+	_ = d.Process.Kill()
+	_ = d.Wait()
+	d = start()
+	l.inForce(l.pa)
+	if p := l.pending(); p == nil || !p.Daemon {
+		t.Fatalf("the trial after a restart: %+v", p)
+	}
+	if out, err := cli("confirm", "--rollback"); err != nil || !strings.Contains(out, "rolled back") {
+		t.Fatalf("confirm --rollback: %v\n%s", err, out)
+	}
+	l.inForce(l.pb)
+
+	// Killed, and the window ends while it is down: rolled back at start.
+	write(t, l.dir, "policy.yaml", string(textA)+"# again\n")
+	if out, err := cli("reload", "--confirm", "5s"); err != nil {
+		t.Fatalf("reload --confirm: %v\n%s", err, out)
+	}
+	l.inForce(l.pa)
+	p = l.pending()
+	_ = d.Process.Kill()
+	_ = d.Wait()
+	time.Sleep(time.Until(p.Deadline) + time.Second)
+	d = start()
+	if l.pending() != nil {
+		t.Error("the trial is still pending after a start past its window")
+	}
+	l.inForce(l.pb)
+	_ = d
+}

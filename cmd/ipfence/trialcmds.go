@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ipfence/ipfence/internal/apply"
+	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/statedir"
@@ -63,33 +64,54 @@ func (a *applyRevision) checkPending(offline bool) error {
 // restoreRefused is the boot-time restore (apply --offline) of a host
 // that went down with an apply on trial, or whose policy file is the one
 // a trial was rolled back from: the last confirmed revision is loaded in
-// its place (done true). Anything else is restored as usual.
-func (a *applyRevision) restoreRefused(ctx context.Context, w io.Writer, policyFile string) (done bool, err error) {
+// its place (done true), or, for a daemon's trial, the policy text it
+// ran before is to be loaded instead of the file (instead). Anything else
+// is restored as usual.
+func (a *applyRevision) restoreRefused(ctx context.Context, w io.Writer, policyFile string) (done bool, instead []byte, err error) {
+	if p := a.old; p != nil && p.Daemon {
+		// The daemon's trial: what it ran before is loaded in the
+		// file's place, from here on.
+		err := a.store.Refuse(trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(policyFile, p.PolicyDigest), Table: p.Table,
+			Why: "the host restarted within the trial's window", Instead: p.Previous})
+		if err == nil {
+			err = a.store.ClearPending()
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		a.roller.Logger.Warn("the host went down with a daemon's reload on trial, unconfirmed: loading the policy it ran before", "policy", p.Policy)
+		return false, []byte(p.Previous), nil
+	}
 	if p := a.old; p != nil {
 		a.roller.Logger.Warn("the host went down with an apply on trial, unconfirmed: putting back what was in force before it",
 			"policy", p.Policy, "deadline", p.Deadline)
 		if _, err := a.roller.Roll(ctx, p, "the host restarted within the trial's window"); err != nil {
-			return true, fmt.Errorf("rolling back the apply on trial: %w", err)
+			return true, nil, fmt.Errorf("rolling back the apply on trial: %w", err)
 		}
 		fmt.Fprintf(w, "rolled back the apply on trial of %s (the host restarted before it was confirmed)\n", p.Policy)
-		return true, nil
+		return true, nil, nil
 	}
 	in, rev, ref, err := a.store.StandIn(policyFile)
+	if ref != nil && ref.Instead != "" && err == nil {
+		a.roller.Logger.Warn("the policy file is the one a daemon's trial was rolled back from: loading the policy it ran before in its place",
+			"policy", policyFile, "rolled_back", ref.Time, "why", ref.Why)
+		return false, []byte(ref.Instead), nil
+	}
 	if in == nil {
-		return err != nil, err // the policy file is restored as usual, or the kept copy is unreadable
+		return err != nil, nil, err // the policy file is restored as usual, or the kept copy is unreadable
 	}
 	a.roller.Logger.Warn("the policy file is the one an unconfirmed trial was rolled back from: loading the last confirmed ruleset in its place; apply it again (with --confirm) once it is fixed",
 		"policy", policyFile, "rolled_back", ref.Time, "why", ref.Why)
 	if rev.Nothing {
 		fmt.Fprintf(w, "restored nothing: %s was rolled back (%s), and nothing of ipfence's was in force before it\n", policyFile, ref.Why)
-		return true, nil
+		return true, nil, nil
 	}
 	if _, err := a.roller.LoadConfirmed(ctx, in, rev); err != nil {
-		return true, err
+		return true, nil, err
 	}
 	fmt.Fprintf(w, "restored the last confirmed ruleset (%s, applied %s): %s was rolled back (%s)\n",
 		rev.Policy, rev.Applied.Local().Format(time.DateTime), policyFile, ref.Why)
-	return true, nil
+	return true, nil, nil
 }
 
 // apply loads c with the bans in force (on trial with a window), and
@@ -231,11 +253,12 @@ func newConfirmCmd(g *globals) *cobra.Command {
 	var kf kernelFlags
 	var xf xdpFlags
 	var rollback bool
-	var expire string
+	var expire, socket string
 	c := &cobra.Command{
 		Use:   "confirm [--rollback] [--netns NAME]",
-		Short: "Keep the ruleset an `apply --confirm` put on trial (or roll it back now)",
-		Long: `Confirm keeps the ruleset that ipfence apply --confirm DURATION loaded: without
+		Short: "Keep the ruleset an `apply --confirm` or `reload --confirm` put on trial (or roll it back now)",
+		Long: `Confirm keeps the ruleset that ipfence apply --confirm DURATION loaded (or, when
+the daemon runs on --socket, its reload --confirm DURATION): without
 it, once DURATION is over, ipfence puts back what was in force before (a process
 started by the apply does, in a transient systemd unit where systemd runs the
 host, or in a session of its own otherwise: closing the SSH connection that ran
@@ -253,6 +276,23 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 			if expire != "" {
 				return r.Watch(cmd.Context(), expire)
 			}
+			w := cmd.OutOrStdout()
+			// A daemon's reload on trial is the daemon's to end.
+			var cr *api.ConfirmResponse
+			if ok, err := viaDaemon(socket, func(cl *api.Client) (err error) {
+				cr, err = cl.Confirm(cmd.Context(), rollback)
+				return err
+			}); ok {
+				if err != nil {
+					return err
+				}
+				if cr.RolledBack {
+					fmt.Fprintf(w, "rolled back: the daemon runs the policy it ran before %s\n", cr.Policy)
+				} else {
+					fmt.Fprintf(w, "confirmed: the daemon keeps %s\n", cr.Policy)
+				}
+				return nil
+			}
 			unlock, err := t.State.Lock()
 			if err != nil {
 				return err
@@ -262,7 +302,6 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
 			if p == nil {
 				if ref, _ := store.Refused(); ref != nil {
 					return fmt.Errorf("%w: the last one (%s) was rolled back at %s (%s)", trial.ErrNoTrial, ref.Policy, ref.Time.Local().Format(time.DateTime), ref.Why)
@@ -294,6 +333,7 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 	kf.register(c)
 	xf.register(c, true)
 	c.Flags().BoolVar(&rollback, "rollback", false, "put back what was in force before the trial, now")
+	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, "the daemon's API socket: a daemon that runs there ends its reload on trial")
 	c.Flags().StringVar(&expire, "expire", "", "wait for trial ID's window to end, then roll it back unless it was confirmed (the process apply --confirm starts)")
 	_ = c.Flags().MarkHidden("expire")
 	return c

@@ -93,6 +93,10 @@ type Daemon struct {
 	// reloading serializes reloads: their sources are read and compiled
 	// without mu (downloads can be slow), then loaded with it.
 	reloading sync.Mutex
+	// trialMu orders the steps of a reload on trial (ReloadTrial,
+	// Confirm, its end), ahead of reloading; trialTimer ends it.
+	trialMu    sync.Mutex
+	trialTimer *time.Timer
 	// refreshes are the timed refreshes running off the loop (one at a
 	// time), which Run waits for.
 	refreshes  sync.WaitGroup
@@ -192,8 +196,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	if err := d.endTrial(ctx); err != nil {
-		return err
+	resume, err := d.takeUpTrial(ctx)
+	if err != nil {
+		return fmt.Errorf("the trial found at start: %w", err)
 	}
 
 	store, err := d.target.OpenStore()
@@ -211,6 +216,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.ctl.Close()
+	if resume != nil {
+		d.trialMu.Lock()
+		d.watchTrial(resume)
+		d.trialMu.Unlock()
+	}
+	defer func() {
+		d.trialMu.Lock()
+		if d.trialTimer != nil {
+			d.trialTimer.Stop() // taken up by the next start
+		}
+		d.trialMu.Unlock()
+	}()
 
 	ln, err := listenUnix(d.cfg.Socket)
 	if err != nil {
@@ -271,26 +288,6 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 // trials is the daemon's namespace's trials (apply --confirm).
 func (d *Daemon) trials() trial.Store { return trial.Store{Dir: d.target.State, NetNS: d.cfg.NetNS} }
 
-// endTrial rolls back an apply on trial (apply --confirm) that the
-// daemon finds as it starts: with the state folder locked for the
-// daemon's life, neither ipfence confirm nor the trial's own rollback
-// could end it. Its policy file, if it is the daemon's, is then not
-// loaded (StandIn). A fleet agent's revisions are no trial's.
-func (d *Daemon) endTrial(ctx context.Context) error {
-	ts := d.trials()
-	p, err := ts.Pending()
-	if err != nil || p == nil || d.cfg.Input != nil {
-		return err
-	}
-	d.log.Warn("an apply is on trial, and the daemon that starts now holds the state folder: it cannot be confirmed any more, and is rolled back",
-		"policy", p.Policy, "deadline", p.Deadline)
-	r := &trial.Roller{Store: ts, Target: d.target, Logger: d.log}
-	if _, err := r.Roll(ctx, p, "the daemon started within the trial's window"); err != nil {
-		return fmt.Errorf("rolling back the apply on trial: %w", err)
-	}
-	return nil
-}
-
 // loop runs the periodic work until ctx is done or a server fails.
 func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 	tick := time.NewTicker(d.cfg.Tick)
@@ -323,7 +320,7 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 			if d.due(now) && d.refreshing.CompareAndSwap(false, true) {
 				d.refreshes.Go(func() {
 					defer d.refreshing.Store(false)
-					if _, err := d.reload(ctx, true); err != nil {
+					if _, err := d.reload(ctx, true, false); err != nil {
 						d.log.Warn("refreshing sources; the last good ruleset stays", "err", err)
 					}
 				})
@@ -343,7 +340,7 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 // drift since the last run).
 func (d *Daemon) start(ctx context.Context) error {
 	d.loader = &source.Loader{StateDir: d.cfg.StateDir, Logger: d.log, Namespace: d.cfg.NetNS}
-	c, err := d.compile(ctx, false)
+	c, err := d.compile(ctx, false, false)
 	if err != nil {
 		return err
 	}
@@ -379,7 +376,7 @@ type compiled struct {
 
 // compile reads the policy and its sources and compiles it; it records
 // per source when it was checked and what went wrong.
-func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
+func (d *Daemon) compile(ctx context.Context, dueOnly, fileOnly bool) (*compiled, error) {
 	if d.cfg.Input != nil {
 		in, err := d.cfg.Input(ctx)
 		if err != nil {
@@ -387,20 +384,12 @@ func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
 		}
 		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
 	}
-	// A policy file an unconfirmed trial was rolled back from is not
-	// loaded while it stays as it was: the last confirmed ruleset is.
-	in, rev, ref, err := d.trials().StandIn(d.cfg.Policy)
+	pol, in, err := d.readPolicy(fileOnly)
 	if err != nil {
 		return nil, err
 	}
 	if in != nil {
-		d.log.Warn("the policy file is the one an unconfirmed trial was rolled back from: the last confirmed ruleset is loaded in its place until the file changes",
-			"policy", d.cfg.Policy, "rolled_back", ref.Time, "why", ref.Why, "confirmed", rev.Policy, "applied", rev.Applied)
 		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
-	}
-	pol, err := policy.Load(d.cfg.Policy)
-	if err != nil {
-		return nil, err
 	}
 	now := time.Now()
 	d.mu.Lock()
@@ -445,6 +434,31 @@ func (d *Daemon) compile(ctx context.Context, dueOnly bool) (*compiled, error) {
 		c.kept = kept
 	}
 	return c, err
+}
+
+// readPolicy reads the policy to load: the file, or while the file is
+// the one a trial was rolled back from (unless fileOnly: a trial of it
+// again), what stands in for it: the policy text a daemon's trial put
+// back, or a command line trial's last confirmed revision (in).
+func (d *Daemon) readPolicy(fileOnly bool) (pol *policy.Policy, in *plan.Input, err error) {
+	if !fileOnly {
+		in, rev, ref, err := d.trials().StandIn(d.cfg.Policy)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case ref != nil && ref.Instead != "":
+			d.log.Warn("the policy file is the one a reload on trial was rolled back from: the policy in force before it is loaded in its place until the file changes",
+				"policy", d.cfg.Policy, "rolled_back", ref.Time, "why", ref.Why)
+			pol, err := policy.Parse([]byte(ref.Instead), d.cfg.Policy)
+			return pol, nil, err
+		case in != nil:
+			d.log.Warn("the policy file is the one an unconfirmed trial was rolled back from: the last confirmed ruleset is loaded in its place until the file changes",
+				"policy", d.cfg.Policy, "rolled_back", ref.Time, "why", ref.Why, "confirmed", rev.Policy, "applied", rev.Applied)
+			return nil, in, nil
+		}
+	}
+	pol, err = policy.Load(d.cfg.Policy)
+	return pol, nil, err
 }
 
 // reuser returns which loaded sources a timed refresh keeps: those not
@@ -608,12 +622,26 @@ func (d *Daemon) freeMemory() {
 // changed, sends the difference in one transaction (a full load when the
 // difference cannot be expressed as one). On any error the ruleset in
 // force stays.
-func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) { return d.reload(ctx, false) }
+// While a reload is on trial (ReloadTrial) it is refused: it would end
+// the trial unconfirmed.
+func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
+	if d.cfg.Input == nil {
+		if p, err := d.trials().Pending(); err != nil || p != nil {
+			if err == nil {
+				err = fmt.Errorf("%w until %s: ipfence confirm (or confirm --rollback) first, or reload --confirm again to try the file as it is now",
+					trial.ErrOnTrial, p.Deadline.Local().Format(time.TimeOnly))
+			}
+			return ReloadResult{}, err
+		}
+	}
+	return d.reload(ctx, false, false)
+}
 
 // reload is Reload, reading only the sources that are due when dueOnly
-// (the others as loaded last). Sources are read and compiled without
+// (the others as loaded last), and the policy file whatever a rolled back
+// trial refused when fileOnly. Sources are read and compiled without
 // d.mu: a slow download holds up no status, explain or drift check.
-func (d *Daemon) reload(ctx context.Context, dueOnly bool) (ReloadResult, error) {
+func (d *Daemon) reload(ctx context.Context, dueOnly, fileOnly bool) (ReloadResult, error) {
 	d.reloading.Lock()
 	defer d.reloading.Unlock()
 	// A reload compiles beside the program in force, whose sets and
@@ -631,7 +659,7 @@ func (d *Daemon) reload(ctx context.Context, dueOnly bool) (ReloadResult, error)
 	// for about a third more of the reload's CPU.
 	defer memlimit.Within(reloadRSSFactor)()
 	t0 := time.Now()
-	c, err := d.compile(ctx, dueOnly)
+	c, err := d.compile(ctx, dueOnly, fileOnly)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {

@@ -674,7 +674,7 @@ func TestInputCompiledAgain(t *testing.T) {
 	d := New(Config{NetNS: lab.FW, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Input: func(context.Context) (*plan.Input, error) { return apply.ForHost(rev, plan.NFTables), nil }})
 	for i := range 2 {
-		c, err := d.compile(context.Background(), false)
+		c, err := d.compile(context.Background(), false, false)
 		if err != nil {
 			t.Fatal(err)
 		}

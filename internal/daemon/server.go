@@ -16,6 +16,7 @@ import (
 	"github.com/ipfence/ipfence/internal/daemon/api"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
+	"github.com/ipfence/ipfence/internal/trial"
 )
 
 // maxBody bounds a request body (a bulk ban of ~100k addresses).
@@ -29,6 +30,7 @@ func (d *Daemon) handler() http.Handler {
 	mux.HandleFunc("GET /v1/bans/count", d.handleCount)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("POST /v1/reload", d.handleReload)
+	mux.HandleFunc("POST /v1/confirm", d.handleConfirm)
 	mux.HandleFunc("GET /v1/explain", d.handleExplain)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such endpoint %s %s (see /v1/...)", r.Method, r.URL.Path))
@@ -225,15 +227,50 @@ func (d *Daemon) Status() api.Status {
 }
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
-	res, err := d.Reload(r.Context())
-	if err != nil {
+	var res ReloadResult
+	var p *trial.Pending
+	var err error
+	if c := r.URL.Query().Get("confirm"); c != "" {
+		window, perr := time.ParseDuration(c)
+		if perr != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("confirm %q: not a duration (2m, 30s)", c))
+			return
+		}
+		res, p, err = d.ReloadTrial(r.Context(), window)
+	} else {
+		res, err = d.Reload(r.Context())
+	}
+	switch {
+	case errors.Is(err, trial.ErrOnTrial):
+		writeError(w, http.StatusConflict, "on_trial", err.Error())
+		return
+	case err != nil:
 		writeError(w, http.StatusUnprocessableEntity, "reload_failed", "reload failed, the ruleset in force stays: "+err.Error())
 		return
 	}
 	d.mu.Lock()
 	n := d.elements
 	d.mu.Unlock()
-	writeJSON(w, http.StatusOK, api.ReloadResponse{Changed: res.Changed, Mode: res.Mode, Millis: res.Duration.Milliseconds(), Elements: n})
+	out := api.ReloadResponse{Changed: res.Changed, Mode: res.Mode, Millis: res.Duration.Milliseconds(), Elements: n}
+	if p != nil {
+		out.Trial = &api.Trial{Policy: p.Policy, Deadline: p.Deadline, Window: p.Window.String()}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleConfirm(w http.ResponseWriter, r *http.Request) {
+	rollback := r.URL.Query().Get("rollback") == "1"
+	p, err := d.Confirm(r.Context(), rollback)
+	switch {
+	case errors.Is(err, trial.ErrNoTrial):
+		writeError(w, http.StatusNotFound, "no_trial", err.Error())
+	case errors.Is(err, trial.ErrTooLate):
+		writeError(w, http.StatusConflict, "too_late", err.Error())
+	case err != nil:
+		writeError(w, http.StatusUnprocessableEntity, "confirm_failed", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, api.ConfirmResponse{Policy: p.Policy, RolledBack: rollback})
+	}
 }
 
 func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {

@@ -47,7 +47,7 @@ func (r *Roller) Roll(ctx context.Context, p *Pending, why string) (*apply.Repor
 			return nil, err
 		}
 	}
-	if err := r.Store.refuse(Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: p.PolicyDigest, Table: p.Table, Why: why}); err != nil {
+	if err := r.Store.Refuse(Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: p.PolicyDigest, Table: p.Table, Why: why}); err != nil {
 		r.Logger.Warn("recording the policy that was rolled back", "err", err)
 	}
 	return rep, r.Store.ClearPending()
@@ -122,16 +122,13 @@ func (r *Roller) LoadConfirmed(ctx context.Context, in *plan.Input, rev *Revisio
 // revision in force (the last confirmed), when policyFile is the one a
 // trial was rolled back from; nil when it is not (load the file). When
 // nothing was confirmed (a rollback to nothing), it is an input without
-// rules, and rev.Nothing. A daemon asks it at each load: the file is
-// loaded again once it changes.
+// rules, and rev.Nothing. With ref.Instead (a daemon's trial rolled
+// back) there is no input: load that text. A daemon asks it at each
+// load: the file is loaded again once it changes.
 func (s Store) StandIn(policyFile string) (in *plan.Input, rev *Revision, ref *Refused, err error) {
-	ref, err = s.Refused()
-	if err != nil || ref == nil {
-		return nil, nil, nil, err
-	}
-	text, err := os.ReadFile(policyFile)
-	if err != nil || Digest(text) != ref.PolicyDigest {
-		return nil, nil, nil, nil // changed since: loaded (or refused) as usual
+	ref, err = s.Refusal(policyFile)
+	if err != nil || ref == nil || ref.Instead != "" {
+		return nil, nil, ref, err // the file, or the text instead
 	}
 	data, rev, err := s.confirmed()
 	if err == nil && rev.Nothing {
@@ -144,6 +141,20 @@ func (s Store) StandIn(policyFile string) (in *plan.Input, rev *Revision, ref *R
 	}
 	return nil, nil, ref, fmt.Errorf("%s was rolled back (%s), and the ruleset confirmed before it cannot be read: %w; edit the policy file (any change), or apply it without --confirm, or remove %s",
 		policyFile, ref.Why, err, s.trialPath(".refused.json"))
+}
+
+// Refusal is the refusal of policyFile: nil when no trial of it was
+// rolled back, or the file changed since (load it).
+func (s Store) Refusal(policyFile string) (*Refused, error) {
+	ref, err := s.Refused()
+	if err != nil || ref == nil {
+		return nil, err
+	}
+	text, err := os.ReadFile(policyFile)
+	if err != nil || Digest(text) != ref.PolicyDigest {
+		return nil, nil // changed since: loaded (or refused) as usual
+	}
+	return ref, nil
 }
 
 // input is the plan input of the bundle data.

@@ -108,6 +108,12 @@ type Pending struct {
 	XDPGeneric bool   `json:"xdp_generic,omitempty"`
 	// Armed says what rolls the trial back.
 	Armed string `json:"armed,omitempty"`
+	// Daemon: the daemon's trial (`ipfence reload --confirm`), which the
+	// daemon rolls back itself, and whose Back is Previous: the policy
+	// text it ran before the trial (with its sources as they are when
+	// it is put back).
+	Daemon   bool   `json:"daemon,omitempty"`
+	Previous string `json:"previous,omitempty"`
 }
 
 // Refused is the policy of a trial that was rolled back.
@@ -120,6 +126,9 @@ type Refused struct {
 	// Why: "not confirmed in time", "rolled back by ipfence confirm
 	// --rollback", "the host restarted within the trial's window".
 	Why string `json:"why"`
+	// Instead is the policy text loaded in the file's place (a daemon's
+	// trial: the policy it ran before); "" for the revision in force.
+	Instead string `json:"instead,omitempty"`
 }
 
 // Store is the revisions and trial of one namespace in a state folder.
@@ -146,6 +155,16 @@ func (s Store) LogPath() string { return s.trialPath(".log") }
 func Digest(data []byte) string {
 	h := sha256.Sum256(data)
 	return hex.EncodeToString(h[:])
+}
+
+// FileDigest is the SHA-256 of the file at path, in hex, or def when it
+// cannot be read.
+func FileDigest(path, def string) string {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return def
+	}
+	return Digest(text)
 }
 
 // NewID is a fresh trial ID.
@@ -206,7 +225,8 @@ func (s Store) Refused() (*Refused, error) { return readJSON[Refused](s.trialPat
 // own says what is wanted now.
 func (s Store) ClearRefused() error { return removeIfAny(s.trialPath(".refused.json")) }
 
-func (s Store) refuse(r Refused) error { return writeJSON(s.trialPath(".refused.json"), r) }
+// Refuse records r, the policy of a trial rolled back.
+func (s Store) Refuse(r Refused) error { return writeJSON(s.trialPath(".refused.json"), r) }
 
 // SetAside copies the revision in force, rev, beside the trial as the
 // one to put back, checking its digest.

@@ -72,7 +72,7 @@ func TestStore(t *testing.T) {
 	if in, _, _, err := s.StandIn(pol); in != nil || err != nil {
 		t.Fatalf("StandIn with nothing refused: %v, %v", in, err)
 	}
-	if err := s.refuse(Refused{Policy: pol, PolicyDigest: Digest([]byte("refused\n")), Table: "ipfence", Why: "test"}); err != nil {
+	if err := s.Refuse(Refused{Policy: pol, PolicyDigest: Digest([]byte("refused\n")), Table: "ipfence", Why: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	sin, srev, ref, err := s.StandIn(pol)

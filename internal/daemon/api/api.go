@@ -132,6 +132,23 @@ type ReloadResponse struct {
 	Mode     string `json:"mode"` // "none", "update" (diff), "full"
 	Millis   int64  `json:"ms"`
 	Elements int    `json:"nft_elements"`
+	// Trial is the reload on trial (POST /v1/reload?confirm=2m).
+	Trial *Trial `json:"trial,omitempty"`
+}
+
+// Trial is a reload on trial: unless POST /v1/confirm comes before
+// Deadline, the daemon loads the policy it ran before again.
+type Trial struct {
+	Policy   string    `json:"policy"`
+	Deadline time.Time `json:"deadline"`
+	Window   string    `json:"window"`
+}
+
+// ConfirmResponse says how a trial ended (POST /v1/confirm, with
+// ?rollback=1 to put the policy before it back now).
+type ConfirmResponse struct {
+	Policy     string `json:"policy"`
+	RolledBack bool   `json:"rolled_back"`
 }
 
 // Explanation says which rule decides a packet.

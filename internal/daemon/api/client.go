@@ -126,6 +126,24 @@ func (c *Client) Reload(ctx context.Context) (*ReloadResponse, error) {
 	return &out, c.do(ctx, http.MethodPost, "/v1/reload", nil, &out)
 }
 
+// ReloadTrial makes the daemon reload its policy on trial: unless
+// Confirm comes within window, it loads the policy it ran before again.
+func (c *Client) ReloadTrial(ctx context.Context, window time.Duration) (*ReloadResponse, error) {
+	var out ReloadResponse
+	return &out, c.do(ctx, http.MethodPost, "/v1/reload?"+url.Values{"confirm": {window.String()}}.Encode(), nil, &out)
+}
+
+// Confirm keeps the reload on trial, or with rollback puts the policy
+// before it back now.
+func (c *Client) Confirm(ctx context.Context, rollback bool) (*ConfirmResponse, error) {
+	var out ConfirmResponse
+	path := "/v1/confirm"
+	if rollback {
+		path += "?rollback=1"
+	}
+	return &out, c.do(ctx, http.MethodPost, path, nil, &out)
+}
+
 // Explain says which rule (or ban) decides a packet from addr.
 func (c *Client) Explain(ctx context.Context, addr, proto string, port int) (*Explanation, error) {
 	q := url.Values{"addr": {addr}}
