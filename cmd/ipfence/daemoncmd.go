@@ -27,7 +27,8 @@ transaction, then:
   - reads each source again on its schedule (refresh: in the policy; URLs every
     hour, files every minute by default) and sends only what changed, in one
     transaction; a source that fails or shrinks too much keeps its last good
-    data in force;
+    data in force (the policy file itself is read at the start and at each
+    ipfence reload, never behind the operator's back);
   - serves the API on a root-only Unix socket (ipfence ban/unban/bans/status
     use it; see internal/daemon/api), coalescing concurrent bans into batched
     transactions;

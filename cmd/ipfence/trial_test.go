@@ -409,7 +409,7 @@ func TestConfirmDaemonReload(t *testing.T) {
 		t.Fatalf("reload --confirm: %v\n%s", err, out)
 	}
 	p = l.pending()
-	if out, err := cli("confirm"); err != nil || !strings.Contains(out, "confirmed") {
+	if out, err := cli("confirm", "--state", l.dir); err != nil || !strings.Contains(out, "confirmed") {
 		t.Fatalf("confirm: %v\n%s", err, out)
 	}
 	time.Sleep(time.Until(p.Deadline) + time.Second)
@@ -428,7 +428,7 @@ func TestConfirmDaemonReload(t *testing.T) {
 	if p := l.pending(); p == nil || !p.Daemon {
 		t.Fatalf("the trial after a restart: %+v", p)
 	}
-	if out, err := cli("confirm", "--rollback"); err != nil || !strings.Contains(out, "rolled back") {
+	if out, err := cli("confirm", "--rollback", "--state", l.dir); err != nil || !strings.Contains(out, "rolled back") {
 		t.Fatalf("confirm --rollback: %v\n%s", err, out)
 	}
 	l.inForce(l.pb)
@@ -448,5 +448,33 @@ func TestConfirmDaemonReload(t *testing.T) {
 		t.Error("the trial is still pending after a start past its window")
 	}
 	l.inForce(l.pb)
-	_ = d
+	// Another state folder is not the daemon's: confirm looks there.
+	if out, err := exec.Command(l.exe, "confirm", "--state", t.TempDir(), "--netns", l.lab.FW, "--socket", socket).CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing is on trial") {
+		t.Errorf("confirm in another state folder: %v\n%s", err, out)
+	}
+
+	// The daemon down during its trial: the command line leaves the
+	// trial to it (no rollback to nothing, no trial over it), and the
+	// boot-time restore puts back the policy it ran before.
+	write(t, l.dir, "policy.yaml", string(textA)+"# third\n")
+	if out, err := cli("reload", "--confirm", "1m"); err != nil {
+		t.Fatalf("reload --confirm: %v\n%s", err, out)
+	}
+	l.inForce(l.pa)
+	_ = d.Process.Kill()
+	_ = d.Wait()
+	if _, err := l.ipfence("confirm", "--rollback"); err == nil || !strings.Contains(err.Error(), "daemon's") {
+		t.Errorf("confirm --rollback of the daemon's trial, the daemon down: %v", err)
+	}
+	if _, err := l.ipfence("apply", "--policy", l.b, "--confirm", "1m"); err == nil || !strings.Contains(err.Error(), "daemon's reload") {
+		t.Errorf("apply --confirm over the daemon's trial: %v", err)
+	}
+	l.inForce(l.pa)
+	if out, err := l.ipfence("apply", "--offline", "--policy", pol); err != nil {
+		t.Fatalf("boot-time restore with the daemon's trial pending: %v\n%s", err, out)
+	}
+	l.inForce(l.pb)
+	if l.pending() != nil {
+		t.Error("the daemon's trial outlived the boot-time restore")
+	}
 }

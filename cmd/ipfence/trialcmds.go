@@ -54,6 +54,10 @@ func (a *applyRevision) checkPending(offline bool) error {
 		return fmt.Errorf("%w (an apply may be on trial: nothing is loaded until it is readable, or removed)", err)
 	}
 	a.old = p
+	if p != nil && p.Daemon && !offline {
+		return fmt.Errorf("%w: the daemon's reload of %s, until %s; the daemon ends it (start it, and confirm through it), or ipfence apply --offline --policy %s puts back the policy it ran before",
+			trial.ErrOnTrial, p.Policy, p.Deadline.Local().Format(time.TimeOnly), p.Policy)
+	}
 	if p != nil && a.window == 0 && !offline {
 		return fmt.Errorf("%w until %s (policy %s): run ipfence confirm to keep it (or ipfence confirm --rollback), then apply; or apply with --confirm again to try this one in its place",
 			trial.ErrOnTrial, p.Deadline.Local().Format(time.TimeOnly), p.Policy)
@@ -71,13 +75,16 @@ func (a *applyRevision) restoreRefused(ctx context.Context, w io.Writer, policyF
 	if p := a.old; p != nil && p.Daemon {
 		// The daemon's trial: what it ran before is loaded in the
 		// file's place, from here on.
-		err := a.store.Refuse(trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(policyFile, p.PolicyDigest), Table: p.Table,
+		err := a.store.Refuse(trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(p.Policy, p.PolicyDigest), Table: p.Table,
 			Why: "the host restarted within the trial's window", Instead: p.Previous})
 		if err == nil {
 			err = a.store.ClearPending()
 		}
 		if err != nil {
 			return true, nil, err
+		}
+		if abs, _ := filepath.Abs(policyFile); abs != p.Policy {
+			return false, nil, nil // another file's trial: this one is restored as usual
 		}
 		a.roller.Logger.Warn("the host went down with a daemon's reload on trial, unconfirmed: loading the policy it ran before", "policy", p.Policy)
 		return false, []byte(p.Previous), nil
@@ -277,23 +284,12 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 				return r.Watch(cmd.Context(), expire)
 			}
 			w := cmd.OutOrStdout()
-			// A daemon's reload on trial is the daemon's to end.
-			var cr *api.ConfirmResponse
-			if ok, err := viaDaemon(socket, func(cl *api.Client) (err error) {
-				cr, err = cl.Confirm(cmd.Context(), rollback)
-				return err
-			}); ok {
-				if err != nil {
-					return err
-				}
-				if cr.RolledBack {
-					fmt.Fprintf(w, "rolled back: the daemon runs the policy it ran before %s\n", cr.Policy)
-				} else {
-					fmt.Fprintf(w, "confirmed: the daemon keeps %s\n", cr.Policy)
-				}
-				return nil
-			}
 			unlock, err := t.State.Lock()
+			if errors.Is(err, statedir.ErrLocked) {
+				// The daemon holds the state folder: its trial is
+				// its to end.
+				return confirmViaDaemon(cmd.Context(), w, socket, rollback, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -309,6 +305,8 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 				return trial.ErrNoTrial
 			}
 			switch {
+			case p.Daemon && (rollback || !time.Now().Before(p.Deadline)):
+				return fmt.Errorf("the reload on trial is the daemon's, which is not running: start it (it rolls the trial back when the window is over, at once if it is), or ipfence apply --offline --policy %s puts back the policy it ran before now", p.Policy)
 			case rollback:
 				if _, err := r.Roll(cmd.Context(), p, "rolled back by ipfence confirm --rollback"); err != nil {
 					return err
@@ -339,8 +337,32 @@ starting daemon) while it stays as it was: the last confirmed ruleset is.`,
 	return c
 }
 
+// confirmViaDaemon ends the daemon's reload on trial through its API
+// (locked: the state folder's lock error, said when no daemon answers).
+func confirmViaDaemon(ctx context.Context, w io.Writer, socket string, rollback bool, locked error) error {
+	var cr *api.ConfirmResponse
+	ok, err := viaDaemon(socket, func(cl *api.Client) (err error) {
+		cr, err = cl.Confirm(ctx, rollback)
+		return err
+	})
+	switch {
+	case !ok:
+		return locked
+	case err != nil:
+		return err
+	case cr.RolledBack:
+		fmt.Fprintf(w, "rolled back: the daemon runs the policy it ran before %s\n", cr.Policy)
+	default:
+		fmt.Fprintf(w, "confirmed: the daemon keeps %s\n", cr.Policy)
+	}
+	return nil
+}
+
 // backName is what rolling p back puts in force.
 func backName(p *trial.Pending) string {
+	if p.Daemon {
+		return "the policy the daemon ran before " + p.Policy
+	}
 	if p.Back == nil {
 		return "no ipfence ruleset (there was none before the trial)"
 	}
@@ -355,7 +377,11 @@ func printTrialStatus(w io.Writer, p *trial.Pending, ref *trial.Refused) {
 			p.Policy, p.Deadline.Local().Format(time.TimeOnly), time.Until(p.Deadline).Round(time.Second), backName(p))
 	}
 	if ref != nil {
-		fmt.Fprintf(w, "rolled back at %s (%s): %s; while the file stays as it was, the boot-time restore and the daemon load the last confirmed ruleset in its place\n",
-			ref.Time.Local().Format(time.DateTime), ref.Why, ref.Policy)
+		instead := "the last confirmed ruleset"
+		if ref.Instead != "" {
+			instead = "the policy in force before the trial"
+		}
+		fmt.Fprintf(w, "rolled back at %s (%s): %s; while the file stays as it was, the boot-time restore and the daemon load %s in its place\n",
+			ref.Time.Local().Format(time.DateTime), ref.Why, ref.Policy, instead)
 	}
 }

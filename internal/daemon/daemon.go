@@ -95,8 +95,9 @@ type Daemon struct {
 	reloading sync.Mutex
 	// trialMu orders the steps of a reload on trial (ReloadTrial,
 	// Confirm, its end), ahead of reloading; trialTimer ends it.
-	trialMu    sync.Mutex
-	trialTimer *time.Timer
+	trialMu      sync.Mutex
+	trialTimer   *time.Timer
+	trialStopped bool // Run returns: no trial ends here any more
 	// refreshes are the timed refreshes running off the loop (one at a
 	// time), which Run waits for.
 	refreshes  sync.WaitGroup
@@ -223,8 +224,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer func() {
 		d.trialMu.Lock()
+		d.trialStopped = true // taken up by the next start
 		if d.trialTimer != nil {
-			d.trialTimer.Stop() // taken up by the next start
+			d.trialTimer.Stop()
 		}
 		d.trialMu.Unlock()
 	}()
@@ -384,12 +386,22 @@ func (d *Daemon) compile(ctx context.Context, dueOnly, fileOnly bool) (*compiled
 		}
 		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
 	}
-	pol, in, err := d.readPolicy(fileOnly)
-	if err != nil {
-		return nil, err
-	}
-	if in != nil {
-		return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
+	// A timed refresh reads the sources of the policy as loaded: the
+	// policy file is read at the start and at an operator's reload, not
+	// behind their back (a file edited ahead of a reload on trial would
+	// be in force, unconfirmed, before the trial begins).
+	d.mu.Lock()
+	pol := d.pol
+	d.mu.Unlock()
+	if !dueOnly || pol == nil || pol.File == "" {
+		var in *plan.Input
+		var err error
+		if pol, in, err = d.readPolicy(fileOnly); err != nil {
+			return nil, err
+		}
+		if in != nil {
+			return d.compileInput(&policy.Policy{}, &policy.Resolved{Input: in})
+		}
 	}
 	now := time.Now()
 	d.mu.Lock()
@@ -441,6 +453,9 @@ func (d *Daemon) compile(ctx context.Context, dueOnly, fileOnly bool) (*compiled
 // again), what stands in for it: the policy text a daemon's trial put
 // back, or a command line trial's last confirmed revision (in).
 func (d *Daemon) readPolicy(fileOnly bool) (pol *policy.Policy, in *plan.Input, err error) {
+	if p, _ := d.trials().Pending(); p != nil && p.Daemon {
+		fileOnly = true // a reload on trial: the file is what is tried
+	}
 	if !fileOnly {
 		in, rev, ref, err := d.trials().StandIn(d.cfg.Policy)
 		switch {
@@ -628,7 +643,7 @@ func (d *Daemon) Reload(ctx context.Context) (ReloadResult, error) {
 	if d.cfg.Input == nil {
 		if p, err := d.trials().Pending(); err != nil || p != nil {
 			if err == nil {
-				err = fmt.Errorf("%w until %s: ipfence confirm (or confirm --rollback) first, or reload --confirm again to try the file as it is now",
+				err = fmt.Errorf("%w: a reload until %s: ipfence confirm (or confirm --rollback) first, or reload --confirm again to try the file as it is now",
 					trial.ErrOnTrial, p.Deadline.Local().Format(time.TimeOnly))
 			}
 			return ReloadResult{}, err

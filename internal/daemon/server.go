@@ -244,6 +244,9 @@ func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, trial.ErrOnTrial):
 		writeError(w, http.StatusConflict, "on_trial", err.Error())
 		return
+	case errors.Is(err, trial.ErrWindow), errors.Is(err, ErrFleetTrial):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	case err != nil:
 		writeError(w, http.StatusUnprocessableEntity, "reload_failed", "reload failed, the ruleset in force stays: "+err.Error())
 		return
@@ -259,7 +262,14 @@ func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleConfirm(w http.ResponseWriter, r *http.Request) {
-	rollback := r.URL.Query().Get("rollback") == "1"
+	rollback := false
+	if v := r.URL.Query().Get("rollback"); v != "" {
+		var err error
+		if rollback, err = strconv.ParseBool(v); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("rollback %q: give 1 or true (or leave it out to confirm)", v))
+			return
+		}
+	}
 	p, err := d.Confirm(r.Context(), rollback)
 	switch {
 	case errors.Is(err, trial.ErrNoTrial):

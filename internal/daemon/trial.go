@@ -62,8 +62,13 @@ func (d *Daemon) ReloadTrial(ctx context.Context, window time.Duration) (ReloadR
 		Policy: abs, PolicyDigest: trial.FileDigest(d.cfg.Policy, ""), Daemon: true, Previous: prev,
 		Armed: fmt.Sprintf("the daemon (process %d)", os.Getpid())}
 	// Recorded before the load: a daemon killed during it finds the
-	// trial when it starts again.
-	if err := ts.SavePending(p); err != nil {
+	// trial when it starts again. The file on trial is refused no more
+	// (the trial decides), unless the load fails.
+	ref, err := ts.Refused()
+	if err != nil {
+		return ReloadResult{}, nil, err
+	}
+	if err := errors.Join(ts.SavePending(p), ts.ClearRefused()); err != nil {
 		return ReloadResult{}, nil, err
 	}
 	res, err := d.reload(ctx, false, true)
@@ -72,11 +77,13 @@ func (d *Daemon) ReloadTrial(ctx context.Context, window time.Duration) (ReloadR
 		if old != nil {
 			restore = ts.SavePending(old)
 		}
+		if ref != nil {
+			restore = errors.Join(restore, ts.Refuse(*ref))
+		}
 		return res, nil, errors.Join(err, restore)
 	}
 	p.Trial, p.Deadline = time.Now().UTC(), time.Now().Add(window).UTC()
-	// The file on trial is refused no more: the trial decides.
-	if err := errors.Join(ts.SavePending(p), ts.ClearRefused()); err != nil {
+	if err := ts.SavePending(p); err != nil {
 		d.log.Warn("recording the trial", "err", err)
 	}
 	d.watchTrial(p)
@@ -107,7 +114,7 @@ func (d *Daemon) Confirm(ctx context.Context, rollback bool) (*trial.Pending, er
 		if err := d.rollBack(ctx, p, "not confirmed in time"); err != nil {
 			return p, err
 		}
-		return p, fmt.Errorf("%w (at %s): the policy in force before it was put back", trial.ErrTooLate, p.Deadline.Local().Format(time.TimeOnly))
+		return p, fmt.Errorf("%w (at %s): the daemon loads the policy it ran before the reload on trial", trial.ErrTooLate, p.Deadline.Local().Format(time.TimeOnly))
 	}
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
@@ -128,20 +135,22 @@ func (d *Daemon) rollBack(ctx context.Context, p *trial.Pending, why string) err
 	d.log.Warn("the reload on trial ends unconfirmed: loading the policy the daemon ran before", "policy", p.Policy, "why", why)
 	// Refused: the file as it is now (edited during the trial, it is
 	// unconfirmed too).
-	ref := trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(d.cfg.Policy, p.PolicyDigest), Table: p.Table, Why: why, Instead: p.Previous}
-	if err := ts.Refuse(ref); err != nil {
+	ref := trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(p.Policy, p.PolicyDigest), Table: p.Table, Why: why, Instead: p.Previous}
+	// Refused, and no longer pending: the load reads the refusal (a
+	// pending trial has the file loaded).
+	if err := errors.Join(ts.Refuse(ref), ts.ClearPending()); err != nil {
 		return err
 	}
 	if d.ctl == nil {
-		return ts.ClearPending() // starting: the load that follows reads the refusal
+		return nil // starting: the load that follows reads the refusal
 	}
 	if _, err := d.reload(ctx, false, false); err != nil {
-		return errors.Join(fmt.Errorf("rolling back the reload on trial: %w", err), ts.ClearRefused())
+		return errors.Join(fmt.Errorf("rolling back the reload on trial: %w", err), ts.SavePending(p), ts.ClearRefused())
 	}
 	if d.trialTimer != nil {
 		d.trialTimer.Stop()
 	}
-	return ts.ClearPending()
+	return nil
 }
 
 // watchTrial ends p when its window does (trialMu held): a failed
@@ -155,6 +164,9 @@ func (d *Daemon) watchTrial(p *trial.Pending) {
 	expire = func() {
 		d.trialMu.Lock()
 		defer d.trialMu.Unlock()
+		if d.trialStopped {
+			return // the daemon stops: its next start takes the trial up
+		}
 		cur, err := d.trials().Pending()
 		if err == nil && (cur == nil || cur.ID != p.ID) {
 			return // confirmed, rolled back, or tried again
@@ -200,11 +212,15 @@ func (d *Daemon) takeUpTrial(ctx context.Context) (resume *trial.Pending, err er
 	}
 	d.trialMu.Lock()
 	defer d.trialMu.Unlock()
+	abs, _ := filepath.Abs(d.cfg.Policy)
 	switch {
 	case !p.Daemon:
 		d.log.Warn("an apply is on trial, and the daemon that starts now holds the state folder: it cannot be confirmed any more, and is rolled back",
 			"policy", p.Policy, "deadline", p.Deadline)
 		return nil, d.rollBack(ctx, p, "the daemon started within the trial's window")
+	case p.Policy != abs:
+		d.log.Warn("a reload on trial of another policy file: it ends, its file refused", "trial_policy", p.Policy, "policy", abs)
+		return nil, d.rollBack(ctx, p, "the daemon started with another policy file")
 	case !time.Now().Before(p.Deadline):
 		return nil, d.rollBack(ctx, p, "not confirmed in time (the daemon was down when the window ended)")
 	}

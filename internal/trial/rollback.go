@@ -144,15 +144,20 @@ func (s Store) StandIn(policyFile string) (in *plan.Input, rev *Revision, ref *R
 }
 
 // Refusal is the refusal of policyFile: nil when no trial of it was
-// rolled back, or the file changed since (load it).
+// rolled back, or the file changed since (load it). A refusal of
+// another text is stale, the operator having moved on: it is removed,
+// so that going back to the refused text later is their word too.
 func (s Store) Refusal(policyFile string) (*Refused, error) {
 	ref, err := s.Refused()
 	if err != nil || ref == nil {
 		return nil, err
 	}
 	text, err := os.ReadFile(policyFile)
-	if err != nil || Digest(text) != ref.PolicyDigest {
-		return nil, nil // changed since: loaded (or refused) as usual
+	if err != nil {
+		return nil, nil // loaded (or refused) as usual
+	}
+	if Digest(text) != ref.PolicyDigest {
+		return nil, s.ClearRefused()
 	}
 	return ref, nil
 }

@@ -44,19 +44,22 @@ const (
 var (
 	// ErrOnTrial: an apply is on trial, and this one would end it
 	// without a confirmation.
-	ErrOnTrial = errors.New("an apply is on trial")
+	ErrOnTrial = errors.New("a ruleset is on trial")
 	// ErrNoRevision: what is in force has no copy to put back.
 	ErrNoRevision = errors.New("no copy of the ruleset in force to put back")
 	// ErrNoTrial: nothing is on trial (to confirm, or roll back).
-	ErrNoTrial = errors.New("no apply is on trial")
+	ErrNoTrial = errors.New("nothing is on trial")
 	// ErrTooLate: the trial's window ended before the confirmation.
 	ErrTooLate = errors.New("too late: the trial's window has ended")
 )
 
+// ErrWindow: a trial's window out of bounds.
+var ErrWindow = errors.New("a trial's window is out of bounds")
+
 // CheckWindow checks a trial's window.
 func CheckWindow(d time.Duration) error {
 	if d < MinWindow || d > MaxWindow {
-		return fmt.Errorf("a trial's window is %v to %v, not %v", MinWindow, MaxWindow, d)
+		return fmt.Errorf("%w: give %v to %v, not %v", ErrWindow, MinWindow, MaxWindow, d)
 	}
 	return nil
 }

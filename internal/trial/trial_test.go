@@ -85,8 +85,14 @@ func TestStore(t *testing.T) {
 	if in, _, _, err := s.StandIn(pol); in != nil || err != nil {
 		t.Errorf("StandIn of a changed file: %v, %v", in, err)
 	}
+	if ref, _ := s.Refused(); ref != nil {
+		t.Error("a refusal of another text outlived a look at the changed file")
+	}
 	// An unreadable confirmed copy is an error, not the refused file.
 	if err := os.WriteFile(pol, []byte("refused\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refuse(Refused{Policy: pol, PolicyDigest: Digest([]byte("refused\n")), Table: "ipfence", Why: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(s.revisionPath(".bundle"), []byte("garbage"), 0o600); err != nil {
