@@ -391,6 +391,9 @@ func Parse(data []byte, file string) (*Policy, error) {
 		}
 		spec.MaxEntries, spec.AllowBroad = sd.MaxEntries, sd.AllowBroad != nil && *sd.AllowBroad
 		spec.Services, spec.Regions = sd.Services, sd.Regions
+		if e, ok := source.LookupCatalog(sd.Catalog); ok {
+			spec.MinAge = e.MinRefresh
+		}
 		switch sd.Refresh {
 		case "":
 		case "never":

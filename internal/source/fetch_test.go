@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ipfence/ipfence/internal/prefix"
 )
@@ -64,6 +65,13 @@ func (s *feedServer) serve(body, etag string, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.body, s.etag, s.status = []byte(body), etag, status
+}
+
+// count is the number of requests so far.
+func (s *feedServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.requests)
 }
 
 func (s *feedServer) lastRequest() string {
@@ -402,5 +410,35 @@ func TestShrinkGateURL(t *testing.T) {
 	}
 	if _, why := src.Stale(); !errors.As(why, &se) || !errors.As(why, new(*DownloadError)) {
 		t.Errorf("Stale() reason %v, want both the download error and the shrink", why)
+	}
+}
+
+// TestURLMinAge: with MinAge (a catalog feed's shortest refresh), a load
+// within it reads the cached download and asks the publisher nothing; an
+// older one asks (conditionally) again.
+func TestURLMinAge(t *testing.T) {
+	ctx := context.Background()
+	srv := newFeedServer(t, "192.0.2.0/24\n")
+	url := srv.URL + "/drop.txt"
+	l := &Loader{StateDir: t.TempDir()}
+	spec := Spec{Name: "feeds", Format: FormatList, URLs: []string{url}, MinAge: time.Hour}
+	for range 3 {
+		src, err := l.Load(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cidrs(t, src); got != "192.0.2.0/24\n" {
+			t.Errorf("load: %q", got)
+		}
+	}
+	if n := srv.count(); n != 1 {
+		t.Errorf("%d requests within the minimum age, want 1", n)
+	}
+	spec.MinAge = time.Nanosecond
+	if _, err := l.Load(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.count(); n != 2 {
+		t.Errorf("%d requests past the minimum age, want 2", n)
 	}
 }

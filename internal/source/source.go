@@ -88,6 +88,10 @@ type Spec struct {
 	// or /16 (IPv6), which are refused otherwise. Country data is not
 	// checked: registries allocate such blocks.
 	AllowBroad bool
+	// MinAge is the least time between two downloads of a URL (a
+	// publisher's limit, from the catalog): a cached download younger
+	// than that is read instead. 0: every load asks (conditionally).
+	MinAge time.Duration
 	// Services and Regions pick the records of a JSON format that has
 	// them (aws-json, google-json; github-meta: services, its lists'
 	// names): those of one of the services and one of the regions
