@@ -597,12 +597,21 @@ func WriteFileAtomicFunc(path string, write func(io.Writer) error) error {
 	}
 	// The rename is durable once the folder is: a reset right after
 	// must not bring the old file back (a trial's record, say).
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return fmt.Errorf("writing %s: syncing its folder: %w", path, err)
-		}
+	if err := SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// SyncDir makes the renames and removals in the folder dir durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -300,10 +300,5 @@ func removeIfAny(path string) error {
 	if err != nil {
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return statedir.SyncDir(filepath.Dir(path))
 }
