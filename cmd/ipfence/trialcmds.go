@@ -35,14 +35,13 @@ type applyRevision struct {
 // candidate writes the resolved policy's copy (pf.resolved).
 func (a *applyRevision) candidate(res *policy.Resolved) error {
 	pol := res.Policy
-	data, err := fleet.NewBundle(res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now()).EncodeLocal()
-	if err != nil {
-		return err
-	}
-	a.rev.Digest = trial.Digest(data)
 	a.rev.Policy, _ = filepath.Abs(pol.File)
 	a.rev.PolicyDigest = trial.Digest([]byte(pol.Text))
-	return a.store.WriteCandidate(data)
+	var err error
+	a.rev.Digest, err = a.store.WriteCandidate(func(w io.Writer) error {
+		return fleet.WriteLocal(w, res.Input, pol.RejectMark, filepath.Base(pol.File), pol.Text, time.Now())
+	})
+	return err
 }
 
 // checkPending refuses an apply without --confirm while one is on trial:

@@ -5,6 +5,7 @@
 package fleet
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
@@ -128,6 +129,58 @@ func (r *BundleRule) prefixSet() (*prefix.Set, error) {
 // NewBundle records in, resolved from the policy file name holding text
 // (which it redacts: see Bundle.Policy).
 func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Time) *Bundle {
+	b := newBundle(in, rejectMark, name, text, now)
+	for i := range b.Rules {
+		b.Rules[i].Prefixes = prefixLines(b.Rules[i].set)
+	}
+	return b
+}
+
+// WriteLocal writes the bundle NewBundle makes of its arguments to w as
+// JSON that DecodeLocal reads, each rule's prefixes written from its set
+// as they are made: no text of them is held (a 400k-line feed's is 6 MB,
+// and as much again as JSON), for a copy kept on this host's disk (an
+// apply's revision, package trial).
+func WriteLocal(w io.Writer, in *plan.Input, rejectMark uint32, name, text string, now time.Time) error {
+	b := newBundle(in, rejectMark, name, text, now)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	// The bundle and each rule without their rules and prefixes (an
+	// outer field of the name, left out, hides the embedded one), their
+	// closing brace then replaced by what follows.
+	head, err := json.Marshal(struct {
+		*Bundle
+		Rules *struct{} `json:"rules,omitempty"`
+	}{Bundle: b})
+	if err != nil {
+		return fmt.Errorf("encoding the bundle: %w", err)
+	}
+	bw.Write(head[:len(head)-1])
+	bw.WriteString(`,"rules":[`)
+	for i := range b.Rules {
+		r := &b.Rules[i]
+		rb, err := json.Marshal(struct {
+			*BundleRule
+			Prefixes *struct{} `json:"prefixes,omitempty"`
+		}{BundleRule: r})
+		if err != nil {
+			return fmt.Errorf("encoding the bundle: %w", err)
+		}
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(rb[:len(rb)-1])
+		bw.WriteString(`,"prefixes":`)
+		if err := prefix.WriteJSONString(bw, r.set); err != nil {
+			return err
+		}
+		bw.WriteByte('}')
+	}
+	bw.WriteString("]}\n")
+	return bw.Flush()
+}
+
+// newBundle is NewBundle without the rules' prefix text.
+func newBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Time) *Bundle {
 	redacted, err := policy.Redact(text)
 	if err != nil {
 		redacted = "" // never the text as written
@@ -144,7 +197,7 @@ func NewBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 			b.Version = monitorVersion
 		}
 		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless, Monitor: r.Monitor,
-			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, Prefixes: prefixLines(r.Set), set: r.Set})
+			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, set: r.Set})
 	}
 	return b
 }

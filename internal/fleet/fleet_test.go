@@ -129,6 +129,45 @@ func TestBundleRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWriteLocal: the bundle WriteLocal streams reads back (DecodeLocal)
+// as the one NewBundle makes, field for field and set for set, and a
+// rule with no set has no prefixes.
+func TestWriteLocal(t *testing.T) {
+	in := testInput(t)
+	in.Rules = append(in.Rules, plan.RuleInput{Name: "none", Action: plan.Drop, IPv4: true, Direction: plan.Outbound})
+	now := time.Now()
+	var buf bytes.Buffer
+	if err := fleet.WriteLocal(&buf, in, 0x100000, "p.yaml", "rules: []\n", now); err != nil {
+		t.Fatal(err)
+	}
+	back, err := fleet.DecodeLocal(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := fleet.NewBundle(in, 0x100000, "p.yaml", "rules: []\n", now).EncodeLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantB, err := fleet.DecodeLocal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(back)
+	exp, _ := json.Marshal(wantB)
+	if !bytes.Equal(got, exp) {
+		t.Errorf("WriteLocal's bundle differs from NewBundle's:\n%s\n%s", got, exp)
+	}
+	gin, err := back.Input()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range in.Rules {
+		if !gin.Rules[i].Set.Equal(r.Set) && !(r.Set == nil && gin.Rules[i].Set.Empty()) {
+			t.Errorf("rule %s: set differs", r.Name)
+		}
+	}
+}
+
 // TestSignVerify: a pointer verifies with the publisher's public key
 // only, as the pointer of the group it names only; a changed pointer,
 // another key's signature, another group's pointer and a bundle whose

@@ -3,6 +3,7 @@ package prefix
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -77,6 +78,15 @@ func TestCoverDiff(t *testing.T) {
 		want, _ := json.Marshal(text(sa.Prefixes())[1:])
 		if !bytes.Equal(buf.Bytes(), want) {
 			t.Fatalf("round %d: WriteJSONArray = %s, want %s", round, buf.Bytes(), want)
+		}
+		// The string a fleet bundle holds: what json.Marshal writes of
+		// WriteCIDRs' text.
+		var lines, str bytes.Buffer
+		if err := errors.Join(WriteCIDRs(&lines, FromIPSet(sa)), WriteJSONString(&str, FromIPSet(sa))); err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := json.Marshal(lines.String()); !bytes.Equal(str.Bytes(), want) {
+			t.Fatalf("round %d: WriteJSONString = %s, want %s", round, str.Bytes(), want)
 		}
 	}
 }

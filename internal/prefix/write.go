@@ -49,6 +49,13 @@ func WriteJSONArray(w io.Writer, s *Set) error {
 	return write(w, s, appendCIDRs, jsonArray)
 }
 
+// WriteJSONString writes the text WriteCIDRs writes as one JSON string,
+// "192.0.2.0/24\n2001:db8::/32\n": what json.Marshal writes of that text,
+// without the text. It returns the first error writing w.
+func WriteJSONString(w io.Writer, s *Set) error {
+	return write(w, s, appendCIDRs, jsonString)
+}
+
 // frame is how write frames its items.
 type frame int
 
@@ -56,6 +63,7 @@ const (
 	lines      frame = iota // one a line
 	jsonObject              // {"ipv4":[...],"ipv6":[...]}
 	jsonArray               // [...]
+	jsonString              // "...\n...\n"
 )
 
 // write writes the ranges of s, each formatted by f, framed by fr.
@@ -67,8 +75,11 @@ func write(w io.Writer, s *Set, f func(b []byte, r span, is4 bool, before, after
 		bw.WriteString(`{"ipv4":[`)
 	case jsonArray:
 		bw.WriteString(`[`)
+	case jsonString:
+		bw.WriteString(`"`)
+		after = `\n`
 	}
-	if fr != lines {
+	if fr == jsonObject || fr == jsonArray {
 		before, after = `,"`, `"`
 	}
 	first := true // no item yet in this JSON array
@@ -81,7 +92,7 @@ func write(w io.Writer, s *Set, f func(b []byte, r span, is4 bool, before, after
 		s.each(is4, func(r span) {
 			b = f(b[:0], r, is4, before, after)
 			out := b
-			if fr != lines && first {
+			if (fr == jsonObject || fr == jsonArray) && first {
 				out, first = b[1:], false // no comma before the first item
 			}
 			bw.Write(out)
@@ -92,6 +103,8 @@ func write(w io.Writer, s *Set, f func(b []byte, r span, is4 bool, before, after
 		bw.WriteString("]}\n")
 	case jsonArray:
 		bw.WriteString("]")
+	case jsonString:
+		bw.WriteString(`"`)
 	}
 	return bw.Flush()
 }

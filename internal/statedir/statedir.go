@@ -406,12 +406,48 @@ type Head struct {
 // compile, and a trial (package trial) whether what it loaded is still
 // in force.
 func (d Dir) AppliedHead(netns string) (Head, bool) {
-	data, err := os.ReadFile(d.appliedPath(netns))
+	f, err := os.Open(d.appliedPath(netns))
 	if err != nil {
 		return Head{}, false
 	}
+	defer f.Close()
+	h, err := readHead(bufio.NewReaderSize(f, 16<<10))
+	return h, err == nil
+}
+
+// readHead reads the Head of the applied record r holds, up to its rules:
+// the Head's fields come before them (the time and table in every
+// record's order; monitor_all, newer than the rules-last order of
+// writeApplied, too), so their prefix lists (400k strings for a 400k-line
+// feed, which an apply read in full once more after its load, at its
+// peak) are never read.
+func readHead(r io.Reader) (Head, error) {
 	var h Head
-	return h, json.Unmarshal(data, &h) == nil
+	dec := json.NewDecoder(r)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return h, fmt.Errorf("reading an applied record: not a JSON object (%v)", err)
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return h, err
+		}
+		var field any = new(json.RawMessage) // a small field: read past
+		switch t {
+		case "rules":
+			return h, nil
+		case "time":
+			field = &h.Time
+		case "table":
+			field = &h.Table
+		case "monitor_all":
+			field = &h.MonitorAll
+		}
+		if err := dec.Decode(field); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
 }
 
 // AppliedMonitorAll reads only Applied.MonitorAll of what was applied in

@@ -1,11 +1,13 @@
 package statedir
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/prefix"
@@ -139,5 +141,37 @@ func TestVouches(t *testing.T) {
 		if got := tc.a.Vouches(tc.table); got != tc.want {
 			t.Errorf("%s: Vouches(%s) = %v, want %v", tc.name, tc.table, got, tc.want)
 		}
+	}
+}
+
+// TestAppliedHead reads a record's time, table and monitor_all without
+// its rules: as SaveApplied writes it (rules last), and as json.Marshal
+// wrote it once (rules in the middle, no monitor_all); none is none.
+func TestAppliedHead(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	if _, ok := d.AppliedHead("x"); ok {
+		t.Error("a head with no record")
+	}
+	a := &Applied{Time: time.Unix(1700000000, 5).UTC(), Table: "tbl", MonitorAll: true, Protect: []string{"192.0.2.0/24"},
+		Rules: []RuleApplied{{Name: "r", Action: plan.Drop, Prefixes: []string{"198.51.100.0/24", "203.0.113.7/32"}}}, Interfaces: []string{"eth0"}}
+	if err := d.SaveApplied("x", a); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := d.AppliedHead("x"); !ok || !h.Time.Equal(a.Time) || h.Table != "tbl" || !h.MonitorAll {
+		t.Errorf("head of a saved record: %+v, %v", h, ok)
+	}
+	a.MonitorAll = false
+	old, _ := json.Marshal(a)
+	if err := WriteFileAtomic(d.appliedPath("y"), old); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := d.AppliedHead("y"); !ok || !h.Time.Equal(a.Time) || h.Table != "tbl" || h.MonitorAll {
+		t.Errorf("head of an old record: %+v, %v", h, ok)
+	}
+	if err := WriteFileAtomic(d.appliedPath("z"), []byte("[1,2]")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.AppliedHead("z"); ok {
+		t.Error("a head of a record that is no object")
 	}
 }

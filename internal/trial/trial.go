@@ -177,10 +177,19 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// WriteCandidate keeps data, the bundle of what an apply is about to
-// load, until CommitRevision makes it the revision in force.
-func (s Store) WriteCandidate(data []byte) error {
-	return statedir.WriteFileAtomic(s.revisionPath(".next.bundle"), data)
+// WriteCandidate keeps what write writes, the bundle of what an apply is
+// about to load, until CommitRevision makes it the revision in force, and
+// returns its digest.
+func (s Store) WriteCandidate(write func(io.Writer) error) (digest string, err error) {
+	err = statedir.WriteFileAtomicFunc(s.revisionPath(".next.bundle"), func(w io.Writer) error {
+		h := sha256.New()
+		if err := write(io.MultiWriter(w, h)); err != nil {
+			return err
+		}
+		digest = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	return digest, err
 }
 
 // CommitRevision makes the candidate the revision in force, recorded as

@@ -2,6 +2,7 @@ package trial
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,8 +41,8 @@ func TestStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.WriteCandidate(data); err != nil {
-		t.Fatal(err)
+	if d, err := s.WriteCandidate(func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil || d != Digest(data) {
+		t.Fatalf("WriteCandidate: digest %s, want %s (%v)", d, Digest(data), err)
 	}
 	rev := Revision{Applied: time.Unix(100, 0).UTC(), Digest: Digest(data), Policy: "/etc/p.yaml", Backend: plan.NFTables}
 	if err := s.CommitRevision(rev); err != nil {
