@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,9 +237,17 @@ func TestDaemon(t *testing.T) {
 	rec := httptest.NewRecorder()
 	r.d.metrics.handler(false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, want := range []string{`ipfence_source_last_load_failed{source="feed"} 1`, `ipfence_bans_by_origin{origin="load"} 400`,
-		`ipfence_rule_packets_total{rule="ban"}`, `ipfence_ban_request_seconds_count`, `ipfence_apply_seconds_count{kind="update"} 1`} {
+		`ipfence_rule_packets_total{rule="ban"}`, `ipfence_ban_request_seconds_count`, `ipfence_apply_seconds_count{kind="update"} 1`,
+		`ipfence_conntrack_max `} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
+		}
+	}
+	// Every metric the Grafana dashboard queries is one the daemon
+	// exports (XDP's: TestDaemonXDP).
+	for _, name := range dashboardMetrics(t) {
+		if name != "ipfence_xdp_passed_packets_total" && !strings.Contains(rec.Body.String(), "# HELP "+name+" ") {
+			t.Errorf("dist/grafana/ipfence.json queries %s, which the daemon does not export", name)
 		}
 	}
 
@@ -506,7 +515,7 @@ func TestDaemonXDP(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	r.d.metrics.handler(false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, want := range []string{`ipfence_rule_packets_total{rule="feed"}`, `ipfence_xdp_passed_packets_total`, `ipfence_drift_repairs_total 1`} {
+	for _, want := range []string{`ipfence_rule_packets_total{rule="feed"}`, `# HELP ipfence_xdp_passed_packets_total `, `ipfence_drift_repairs_total 1`} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
 		}
@@ -686,3 +695,51 @@ func TestInputCompiledAgain(t *testing.T) {
 		t.Fatal("the revision's set was dropped by the compile")
 	}
 }
+
+// dashboardMetrics are the metrics dist/grafana/ipfence.json's panels
+// query (a histogram's by its name), after checking that it is a
+// dashboard: panels with a title, each with queries.
+func dashboardMetrics(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("../../dist/grafana/ipfence.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title  string `json:"title"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil || dash.Title == "" || len(dash.Panels) < 8 {
+		t.Fatalf("dist/grafana/ipfence.json: %v, %d panels", err, len(dash.Panels))
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, p := range dash.Panels {
+		if p.Title == "" || len(p.Targets) == 0 {
+			t.Errorf("panel %q has no title or no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			for _, n := range metricName.FindAllString(q.Expr, -1) {
+				n = strings.TrimSuffix(n, "_bucket")
+				if !seen[n] {
+					seen[n] = true
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"ipfence_rule_packets_total", "ipfence_bans_by_origin", "ipfence_source_age_seconds", "ipfence_feed_errors_total",
+		"ipfence_ban_request_seconds", "ipfence_conntrack_entries"} {
+		if !seen[want] {
+			t.Errorf("the dashboard has no panel on %s", want)
+		}
+	}
+	return names
+}
+
+var metricName = regexp.MustCompile(`ipfence_[a-z0-9_]+`)

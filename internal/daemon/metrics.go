@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ipfence/ipfence/internal/apply"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/backend/xdp"
 	"github.com/ipfence/ipfence/internal/ban"
@@ -80,10 +81,12 @@ var (
 	descApplied  = prometheus.NewDesc("ipfence_applied_timestamp_seconds", "When the ruleset in force was loaded.", nil, nil)
 	descMonitor  = prometheus.NewDesc("ipfence_rule_monitor", "1 when the rule is in monitor mode: its packets counts are what it would have dropped or rejected.", []string{"rule"}, nil)
 	descXDPPass  = prometheus.NewDesc("ipfence_xdp_passed_packets_total", "Packets the XDP program passed on to nftables (since its last swap).", nil, nil)
+	descCTCount  = prometheus.NewDesc("ipfence_conntrack_entries", "Connections the namespace's conntrack table holds (connection-aware rules let their packets pass).", nil, nil)
+	descCTMax    = prometheus.NewDesc("ipfence_conntrack_max", "The size of the namespace's conntrack table (nf_conntrack_max): once full, new connections are dropped.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass, descMonitor} {
+	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass, descMonitor, descCTCount, descCTMax} {
 		ch <- d
 	}
 }
@@ -130,6 +133,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, b2f(ss.stale), name)
 	}
 	d.mu.Unlock()
+
+	if ct := apply.ReadConntrack(netns); ct != nil {
+		ch <- prometheus.MustNewConstMetric(descCTCount, prometheus.GaugeValue, float64(ct.Entries))
+		ch <- prometheus.MustNewConstMetric(descCTMax, prometheus.GaugeValue, float64(ct.Max))
+	}
 
 	// XDP rules count in the program's per-CPU counters (class k is the
 	// k-th rule), which restart at each swap.
