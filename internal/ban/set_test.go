@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -417,6 +418,59 @@ func TestPruneClockBack(t *testing.T) {
 		}
 		if gone := s.Prune(now.Add(time.Hour)); len(gone) != 1 || gone[0].Prefix != p {
 			t.Errorf("Prune(%v + 1h) = %v, want %v", now, prefixes(gone), p)
+		}
+	}
+}
+
+// TestWithin64Model puts, replaces, deletes and prunes IPv6 address bans
+// in a few /64s at random, the /64 index turned on part way, and checks
+// Within64 against a scan of every ban after each step.
+func TestWithin64Model(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 4))
+	s := NewSet()
+	t0 := time.Unix(1_700_000_000, 0)
+	nets := []string{"2001:db8:1::", "2001:db8:2::", "2001:db8:2:0:1::"}
+	for step := range 3000 {
+		now := t0.Add(time.Duration(step) * time.Second)
+		if step == 500 {
+			s.Track64()
+		}
+		a := netip.MustParseAddr(nets[r.IntN(len(nets))]).As16()
+		a[15] = byte(r.IntN(16))
+		p := netip.PrefixFrom(netip.AddrFrom16(a), 128)
+		switch r.IntN(4) {
+		case 0:
+			s.Delete(p)
+		case 1:
+			s.Prune(now)
+		default:
+			b := Ban{Prefix: p, Created: now}
+			if r.IntN(2) == 0 {
+				b.Expires = now.Add(time.Duration(1+r.IntN(30)) * time.Second)
+			}
+			s.Put(b)
+			s.Put(Ban{Prefix: netip.MustParsePrefix("192.0.2.1/32"), Created: now}) // IPv4: never in a /64
+		}
+		if step < 500 {
+			continue
+		}
+		for _, n := range nets {
+			n64 := netip.PrefixFrom(netip.MustParseAddr(n), 64)
+			var got, want []string
+			for _, b := range s.Within64(n64, now) {
+				got = append(got, b.Prefix.String())
+			}
+			page, _ := s.List(now, Filter{Within: n64}, 0, 1000)
+			for _, b := range page {
+				if b.IsAddr() {
+					want = append(want, b.Prefix.String())
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d, %s: Within64 %v, want %v", step, n64, got, want)
+			}
 		}
 	}
 }

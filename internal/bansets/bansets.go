@@ -36,6 +36,8 @@ type Config struct {
 	Store *ban.Store
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Policy is how bans escalate and aggregate (SetPolicy changes it).
+	Policy ban.Policy
 }
 
 // Request is one ban to make.
@@ -102,6 +104,9 @@ func Open(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, set: set}
+	if cfg.Policy.Aggregate6 >= 2 {
+		set.Track64()
+	}
 	if gone := set.Prune(c.cfg.Now()); len(gone) > 0 {
 		if err := cfg.Store.Delete(prefixes(gone)...); err != nil {
 			return nil, err
@@ -195,7 +200,17 @@ func (c *Controller) SetGuard(g ban.Guard) {
 	c.cfg.Guard = g
 }
 
-// Set exposes the bans for reading (List, Counts); callers must not
+// SetPolicy makes p the policy of the bans made from now on.
+func (c *Controller) SetPolicy(p ban.Policy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.Policy = p
+	if p.Aggregate6 >= 2 {
+		c.set.Track64()
+	}
+}
+
+// View exposes the bans for reading (List, Counts); callers must not
 // change it and must hold no reference across Controller calls.
 func (c *Controller) View(fn func(s *ban.Set)) {
 	c.mu.Lock()
@@ -377,7 +392,85 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		}
 		return nil, err
 	}
-	return bans, nil
+	return append(bans, c.aggregate6(ctx, now, bans)...), nil
+}
+
+// aggregate6 bans the /64s that hold Aggregate6 or more live address bans
+// once bans are made, in place of those addresses, each in a transaction
+// of its own, and returns the /64 bans made. The /64's ban lasts as long
+// as the longest of the addresses' (for good if one is), and is the
+// origin's of the ban that filled it: unbanning it lifts them all. A /64
+// banned already is left alone, and so is one the guard refuses (it holds
+// a protected address or one of this host's: its addresses stay banned
+// one by one). A transaction that fails leaves the
+// addresses banned (it is logged by the caller's next error, if any:
+// the bans stand either way).
+func (c *Controller) aggregate6(ctx context.Context, now time.Time, bans []ban.Ban) []ban.Ban {
+	n := c.cfg.Policy.Aggregate6
+	if n < 2 {
+		return nil
+	}
+	var made []ban.Ban
+	done := map[netip.Prefix]bool{}
+	for _, b := range bans {
+		p, ok := ban.Net64(b.Prefix)
+		if !ok || done[p] {
+			continue
+		}
+		done[p] = true
+		if old, ok := c.set.Get(p); ok && old.Live(now) {
+			continue
+		}
+		if c.cfg.Guard.Check(p) != nil {
+			continue // the /64 holds a protected address, or this host's
+		}
+		members := c.set.Within64(p, now)
+		if len(members) < n {
+			continue
+		}
+		agg := ban.Ban{Prefix: p, Created: now, Origin: b.Origin,
+			Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", len(members), p, n)}
+		for _, m := range members {
+			if m.Expires.IsZero() {
+				agg.Expires = time.Time{}
+				break
+			}
+			if m.Expires.After(agg.Expires) {
+				agg.Expires = m.Expires
+			}
+		}
+		if err := c.replace(ctx, now, agg, members); err == nil {
+			made = append(made, agg)
+		}
+	}
+	return made
+}
+
+// replace bans agg and lifts members, the address bans it covers, in one
+// transaction.
+func (c *Controller) replace(ctx context.Context, now time.Time, agg ban.Ban, members []ban.Ban) error {
+	var ch change
+	ch.nets = true
+	c.set.Put(agg)
+	for _, m := range members {
+		c.set.Delete(m.Prefix)
+		ch.del[1] = append(ch.del[1], ban.Element{Prefix: m.Prefix, Expires: m.Expires})
+		ch.n[1]--
+	}
+	save := func() error {
+		return errors.Join(c.cfg.Store.Put(agg), c.cfg.Store.Delete(prefixes(members)...))
+	}
+	unsave := func() error {
+		return errors.Join(c.cfg.Store.Delete(agg.Prefix), c.cfg.Store.Put(members...))
+	}
+	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
+		c.set.Delete(agg.Prefix)
+		for _, m := range members {
+			c.set.Put(m)
+		}
+		return err
+	}
+	return nil
 }
 
 // change is what one transaction does to the ban sets: single-address

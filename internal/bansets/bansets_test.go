@@ -280,3 +280,95 @@ func TestCommitFailures(t *testing.T) {
 		t.Errorf("kernel after a failed store write = %v, want %v", got, kernel)
 	}
 }
+
+// TestAggregate6: with aggregate_v6: 3, the third address of a /64
+// banned bans the /64 in their place (for as long as the longest of
+// them), in the kernel and the store; unbanning the /64 lifts them all;
+// a /64 holding a protected address stays banned address by address;
+// IPv4 and other /64s are not aggregated.
+func TestAggregate6(t *testing.T) {
+	g := ban.Guard{Protected: prefixSetOf(t, "2001:db8:9::ff/128")}
+	lab, store, c := newLoaded(t, g)
+	c.SetPolicy(ban.Policy{Aggregate6: 3})
+	ctx := context.Background()
+	req := func(p string, ttl time.Duration) Request {
+		return Request{Prefix: netip.MustParsePrefix(p), TTL: ttl, Origin: "test"}
+	}
+	first, err := c.Ban(ctx, []Request{req("2001:db8:1::1/128", time.Hour), req("2001:db8:1::2/128", 2*time.Hour),
+		req("2001:db8:2::1/128", time.Hour), req("192.0.2.1/32", time.Hour), req("192.0.2.2/32", time.Hour), req("192.0.2.3/32", time.Hour),
+		req("2001:db8:9::1/128", time.Hour), req("2001:db8:9::2/128", time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := c.Ban(ctx, []Request{req("2001:db8:1::3/128", 30*time.Minute), req("2001:db8:9::3/128", time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(made) != 3 || made[2].Prefix.String() != "2001:db8:1::/64" || !made[2].Expires.Equal(first[1].Expires) {
+		t.Fatalf("bans made: %+v", made)
+	}
+	now := time.Now()
+	var got []string
+	c.View(func(s *ban.Set) {
+		page, _ := s.List(now, ban.Filter{}, 0, 100)
+		for _, b := range page {
+			got = append(got, b.Prefix.String())
+		}
+		if want := modelSets(s, now); !equalSets(kernelSets(t, lab.FW), want) {
+			t.Errorf("kernel %v, want %v", kernelSets(t, lab.FW), want)
+		}
+	})
+	slices.Sort(got)
+	want := []string{"192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32", "2001:db8:1::/64", "2001:db8:2::1/128",
+		"2001:db8:9::1/128", "2001:db8:9::2/128", "2001:db8:9::3/128"}
+	if !slices.Equal(got, want) {
+		t.Errorf("bans %v, want %v", got, want)
+	}
+	// The store holds the same: a Controller opened again sees it.
+	set, err := store.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Get(netip.MustParsePrefix("2001:db8:1::2/128")); ok {
+		t.Error("the store kept an address the /64 replaced")
+	}
+	if b, ok := set.Get(netip.MustParsePrefix("2001:db8:1::/64")); !ok || b.Origin != "test" || !strings.Contains(b.Reason, "3 addresses") {
+		t.Errorf("the store's /64 ban: %+v, %v", b, ok)
+	}
+	// Unbanning the /64 lifts them all.
+	if _, err := c.Unban(ctx, []Lift{{Prefix: netip.MustParsePrefix("2001:db8:1::/64")}}); err != nil {
+		t.Fatal(err)
+	}
+	c.View(func(s *ban.Set) {
+		if b, ok := s.Covering(netip.MustParseAddr("2001:db8:1::2"), time.Now()); ok {
+			t.Errorf("2001:db8:1::2 still banned by %v", b.Prefix)
+		}
+		if want := modelSets(s, time.Now()); !equalSets(kernelSets(t, lab.FW), want) {
+			t.Errorf("kernel %v, want %v", kernelSets(t, lab.FW), want)
+		}
+	})
+}
+
+// prefixSetOf is the set of ps.
+func prefixSetOf(t *testing.T, ps ...string) *prefix.Set {
+	t.Helper()
+	var b prefix.Builder
+	for _, p := range ps {
+		b.AddPrefix(netip.MustParsePrefix(p))
+	}
+	s, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// equalSets compares kernelSets and modelSets results, set by set.
+func equalSets(a, b map[string][]string) bool {
+	for _, s := range nft.BanSets() {
+		if !slices.Equal(a[s.Name], b[s.Name]) {
+			return false
+		}
+	}
+	return true
+}

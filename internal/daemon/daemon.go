@@ -590,6 +590,7 @@ func (d *Daemon) xdpSwapped(p *plan.Plan, rep *xdp.Report) {
 func (d *Daemon) loaded(c *compiled) {
 	d.pol, d.res, d.plan, d.prog, d.ac = c.pol, c.res, c.plan, c.prog, c.ac
 	d.ctl.SetGuard(d.guard(c.plan))
+	d.ctl.SetPolicy(c.plan.Bans)
 	d.applied = time.Now()
 	d.lastErr = ""
 	_, d.elements, _ = c.ac.Counts()

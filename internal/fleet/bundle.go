@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/policy"
 	"github.com/ipfence/ipfence/internal/prefix"
@@ -31,13 +32,15 @@ import (
 // stateless, as they always did). 3 added the layouts the publisher
 // chose (BundleRule.Layout4/6), which older agents refuse: upgrade the
 // agents before the publisher. 4 added rules in monitor mode, which an
-// older reader would enforce; a bundle without them keeps its version.
-const BundleVersion = 4
+// older reader would enforce; 5 the policy's bans: (/64 aggregation),
+// which an older reader would refuse as a field it does not know. A bundle without them keeps its version.
+const BundleVersion = 5
 
-// The versions that added the layouts and monitor mode.
+// The versions that added the layouts, monitor mode and the ban policy.
 const (
 	layoutsVersion = 3
 	monitorVersion = 4
+	bansVersion    = 5
 )
 
 // Bundle is one revision of a group's policy: the policy file, for the
@@ -55,6 +58,8 @@ type Bundle struct {
 	Backend    string    `json:"backend,omitempty"`
 	Interfaces []string  `json:"interfaces,omitempty"`
 	RejectMark uint32    `json:"reject_mark,omitempty"`
+	// Bans is the policy's bans: (version 5).
+	Bans ban.Policy `json:"bans,omitzero"`
 	// Protect and each rule's Prefixes are prefixes, one per line:
 	// compact, and gzip does the rest.
 	Protect string       `json:"protect"`
@@ -187,14 +192,17 @@ func newBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 	}
 	b := &Bundle{Version: BundleVersion, Created: now.UTC(), PolicyFile: name, Policy: redacted,
 		Table: in.Table, Priority: in.Priority, Backend: string(in.Backend), Interfaces: in.Interfaces,
-		RejectMark: rejectMark, Protect: prefixLines(in.Protect)}
+		RejectMark: rejectMark, Protect: prefixLines(in.Protect), Bans: in.Bans}
 	b.Version = 1
+	if in.Bans != (ban.Policy{}) {
+		b.Version = bansVersion
+	}
 	for _, r := range in.Rules {
 		if r.Direction.Out() {
 			b.Version = max(b.Version, 2)
 		}
 		if r.Monitor {
-			b.Version = monitorVersion
+			b.Version = max(b.Version, monitorVersion)
 		}
 		b.Rules = append(b.Rules, BundleRule{Name: r.Name, Action: r.Action, Otherwise: r.Otherwise, Ports: r.Ports, Direction: r.Direction, Stateless: r.Stateless, Monitor: r.Monitor,
 			Backend: string(r.Backend), IPv4: r.IPv4, IPv6: r.IPv6, Where: r.Where, set: r.Set})
@@ -253,7 +261,10 @@ func (b *Bundle) Input() (*plan.Input, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: protected prefixes: %v", ErrBundle, err)
 	}
-	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect, RejectMark: b.RejectMark}
+	if err := b.Bans.Check(); err != nil {
+		return nil, fmt.Errorf("%w: bans: %v", ErrBundle, err)
+	}
+	in := &plan.Input{Table: b.Table, Priority: b.Priority, Backend: plan.Backend(b.Backend), Interfaces: b.Interfaces, Protect: protect, RejectMark: b.RejectMark, Bans: b.Bans}
 	for i := range b.Rules {
 		r := &b.Rules[i]
 		set, err := r.prefixSet()

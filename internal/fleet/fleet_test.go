@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/fleet"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/prefix"
@@ -372,6 +373,20 @@ func TestBundleVersion(t *testing.T) {
 	got, err = bd.Input()
 	if err != nil || !got.Rules[0].Monitor {
 		t.Errorf("read back: %v, monitor %v; want true", err, got.Rules[0].Monitor)
+	}
+	// The policy's bans: version 5; and a bundle whose ban policy is out
+	// of bounds does not read.
+	in.Bans = ban.Policy{Aggregate6: 4}
+	bd = fleet.NewBundle(in, 0, "p.yaml", "", time.Now())
+	if bd.Version != 5 {
+		t.Errorf("a ban policy: version %d, want 5", bd.Version)
+	}
+	if got, err = bd.Input(); err != nil || got.Bans != in.Bans {
+		t.Errorf("read back: %v, bans %+v", err, got.Bans)
+	}
+	bd.Bans.Aggregate6 = 1
+	if _, err := bd.Input(); !errors.Is(err, fleet.ErrBundle) {
+		t.Errorf("aggregate_v6 1: %v", err)
 	}
 }
 

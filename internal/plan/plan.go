@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/prefix"
 )
 
@@ -150,6 +151,8 @@ type Input struct {
 	// RejectMark is the packet mark bit of the iptables backends' reject
 	// rules (0: their default).
 	RejectMark uint32
+	// Bans is how bans escalate and aggregate (the policy's bans:).
+	Bans ban.Policy
 }
 
 // Builtin returns the prefixes that are protected in every plan: loopback,
@@ -181,6 +184,8 @@ type Plan struct {
 	// Backend is where the rules that do not run in XDP run: NFTables,
 	// IPSet or IPTablesSplit.
 	Backend Backend `json:"backend"`
+	// Bans is how bans escalate and aggregate (Input.Bans).
+	Bans ban.Policy `json:"bans,omitzero"`
 
 	protect *prefix.Set
 }
@@ -300,7 +305,7 @@ func protection(in *Input) *prefix.Set {
 // Compile builds the plan: protection applied, layouts chosen.
 func Compile(in *Input, opt Options) (*Plan, error) {
 	prot := protection(in)
-	p := &Plan{Table: in.Table, Priority: in.Priority, protect: prot}
+	p := &Plan{Table: in.Table, Priority: in.Priority, Bans: in.Bans, protect: prot}
 	if p.Table == "" {
 		p.Table = "ipfence"
 	}

@@ -28,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"go4.org/netipx"
 
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
@@ -78,6 +79,8 @@ type Policy struct {
 	// reject in the filter table what reject rules match in raw (0: the
 	// backend's default).
 	RejectMark uint32
+	// Bans is what `bans:` says of bans (/64 aggregation).
+	Bans ban.Policy
 }
 
 // SourceDef is a source as defined in the policy.
@@ -164,6 +167,19 @@ type doc struct {
 	Stateless bool `yaml:"stateless"`
 	// Mode: the blocking rules' default mode (enforce or monitor).
 	Mode string `yaml:"mode"`
+	// Bans: how bans aggregate.
+	Bans bansDoc `yaml:"bans"`
+}
+
+// bansDoc is the policy's `bans:`.
+type bansDoc struct {
+	AggregateV6 int `yaml:"aggregate_v6"`
+}
+
+// banPolicy reads d.
+func (d bansDoc) banPolicy() (ban.Policy, error) {
+	p := ban.Policy{Aggregate6: d.AggregateV6}
+	return p, p.Check()
 }
 
 type sourceDoc struct {
@@ -292,6 +308,9 @@ func Parse(data []byte, file string) (*Policy, error) {
 	var err error
 	if p.Backend, err = plan.ParseBackend(d.Backend); err != nil {
 		return nil, &Error{File: file, Line: lines.key("backend"), Msg: err.Error()}
+	}
+	if p.Bans, err = d.Bans.banPolicy(); err != nil {
+		return nil, &Error{File: file, Line: lines.key("bans"), Msg: "bans: " + err.Error() + ` (e.g. bans: {aggregate_v6: 4})`}
 	}
 	if d.RejectMark != "" {
 		m, err := strconv.ParseUint(d.RejectMark, 0, 32)
@@ -744,7 +763,7 @@ func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse fun
 		}
 		res.Sources[sd.Spec.Name] = src
 	}
-	in := &plan.Input{Table: p.Table, Priority: p.Priority, Backend: p.Backend, Interfaces: p.Interfaces, RejectMark: p.RejectMark}
+	in := &plan.Input{Table: p.Table, Priority: p.Priority, Backend: p.Backend, Interfaces: p.Interfaces, RejectMark: p.RejectMark, Bans: p.Bans}
 	var pb prefix.Builder
 	for _, e := range p.Protect {
 		pb.AddRange(e.Range)

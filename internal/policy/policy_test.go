@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/source"
 )
@@ -88,6 +89,23 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+// TestParseBans: the policy's bans: reaches the plan's input (and so
+// the applied record and the fleet bundle).
+func TestParseBans(t *testing.T) {
+	p, err := Parse([]byte("bans: {aggregate_v6: 4}\nrules:\n  - {name: a, action: drop, match: {prefixes: [192.0.2.0/24]}}\n"), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ban.Policy{Aggregate6: 4}
+	if p.Bans != want {
+		t.Errorf("bans %+v, want %+v", p.Bans, want)
+	}
+	res, err := p.Resolve(context.Background(), &source.Loader{StateDir: t.TempDir()})
+	if err != nil || res.Input.Bans != want {
+		t.Errorf("input bans %+v, %v", res.Input.Bans, err)
+	}
+}
+
 // TestParseCatalog: a catalog source takes its entry's URLs, format,
 // refresh and input limits; its own refresh and picks stand.
 func TestParseCatalog(t *testing.T) {
@@ -161,6 +179,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad protect", "protect: [1.2.3.4, nope]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `"nope"`},
 		{"no format", "sources:\n  x: {paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "no format"},
 		{"no rules", "sources: {}\n", 0, "no rules"},
+		{"bad aggregate", "bans: {aggregate_v6: 1}\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "aggregate_v6 1"},
 		{"unknown catalog", "sources:\n  x: {catalog: spamhaus}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `catalog "spamhaus" is not in the catalog (spamhaus-drop, firehol-level1`},
 		{"catalog and url", "sources:\n  x: {catalog: feodo, url: \"https://example.net/f.txt\"}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "catalog feodo gives the URLs and format"},
 		{"catalog refreshed too often", "sources:\n  x: {catalog: spamhaus-drop, refresh: 10m}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "at most every 1h0m0s"},

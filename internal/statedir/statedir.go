@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/netns"
 	"github.com/ipfence/ipfence/internal/plan"
 	"github.com/ipfence/ipfence/internal/prefix"
@@ -80,6 +81,9 @@ type Applied struct {
 	// mode, whatever the policy says; the boot-time restore (`apply
 	// --offline`) keeps it that way.
 	MonitorAll bool `json:"monitor_all,omitempty"`
+	// Bans is how bans escalate and aggregate: `ipfence ban` without a
+	// daemon reads it here.
+	Bans ban.Policy `json:"bans,omitzero"`
 	// Marked: written by an ipfence that marks its nftables table
 	// (nft.Mark) and its iptables chains (ipt.Mark). Records from before
 	// the marks have false: see Vouches and VouchesChains.
@@ -211,7 +215,7 @@ func (r RuleApplied) backend() plan.Backend {
 // nftables backend loads for it.
 func Summarize(p *plan.Plan) *Applied {
 	a := &Applied{Time: time.Now().UTC(), Table: p.Table, Priority: p.Priority, Protect: p.Protect, Interfaces: p.Interfaces, Backend: p.Backend,
-		Lowering: Lowering, Marked: true}
+		Lowering: Lowering, Marked: true, Bans: p.Bans}
 	if !p.Backend.IPTables() {
 		a.Heads = nft.Heads(p)
 	}
