@@ -67,7 +67,7 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 	if err != nil {
 		return nil, err
 	}
-	c, err := bansets.Open(bansets.Config{Sink: t.recordedSink(applied), Guard: ban.Guard{Protected: protect, Own: own}, Store: store, Policy: applied.Bans})
+	c, err := bansets.Open(bansets.Config{Sink: t.recordedSink(applied), Guard: ban.Guard{Protected: protect, Own: own}, Store: store, Policy: applied.Bans, Logger: t.log()})
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -1,7 +1,6 @@
 package ban
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -32,10 +31,10 @@ type Set struct {
 	byOrigin []int
 	// exp finds the expired bans for Prune.
 	exp wheel
-	// by64, once Track64 turned it on, holds the IPv6 address bans by
-	// their /64 (its first 8 bytes; the addresses' last 8): which
-	// addresses of a /64 are banned, without a scan of them all.
-	by64 map[[8]byte][]uint64
+	// n64, while Track64 keeps it, counts the IPv6 address bans (live or
+	// not yet pruned) of each /64, by its first 8 bytes: pointer-free,
+	// as the rest.
+	n64 map[[8]byte]uint32
 }
 
 // NewSet returns an empty set.
@@ -67,48 +66,38 @@ func (s *Set) set(p netip.Prefix, r rec) {
 		s.a4[addrKey4(a)] = r
 	default:
 		k := a.As16()
-		if _, ok := s.a6[k]; !ok && s.by64 != nil {
-			n, id := split64(k)
-			s.by64[n] = append(s.by64[n], id)
+		if _, ok := s.a6[k]; !ok && s.n64 != nil {
+			s.n64[net64(k)]++
 		}
 		s.a6[k] = r
 	}
 }
 
-// split64 is the /64 of address key k and its interface id.
-func split64(k [16]byte) (net [8]byte, id uint64) {
-	copy(net[:], k[:8])
-	return net, binary.BigEndian.Uint64(k[8:])
+// net64 is the /64 of address key k.
+func net64(k [16]byte) (n [8]byte) {
+	copy(n[:], k[:8])
+	return n
 }
 
-// Track64 turns on the index that Within64 reads (a policy with
-// aggregate_v6); it costs 8 bytes an IPv6 address ban, and a slice a /64.
-func (s *Set) Track64() {
-	if s.by64 != nil {
-		return
-	}
-	s.by64 = make(map[[8]byte][]uint64)
-	for k := range s.a6 {
-		n, id := split64(k)
-		s.by64[n] = append(s.by64[n], id)
-	}
-}
-
-// Within64 returns the live address bans at now inside the /64 p (Track64
-// must be on).
-func (s *Set) Within64(p netip.Prefix, now time.Time) []Ban {
-	n, _ := split64(p.Masked().Addr().As16())
-	t := nowNanos(now)
-	var out []Ban
-	for _, id := range s.by64[n] {
-		var k [16]byte
-		copy(k[:8], n[:])
-		binary.BigEndian.PutUint64(k[8:], id)
-		if r, ok := s.a6[k]; ok && r.live(t) {
-			out = append(out, s.ban(netip.PrefixFrom(netip.AddrFrom16(k), 128), r))
+// Track64 keeps (on) or drops the count of IPv6 address bans per /64 that
+// Count64 reads (a policy with aggregate_v6): some 30 bytes a /64 that
+// holds a ban.
+func (s *Set) Track64(on bool) {
+	switch {
+	case !on:
+		s.n64 = nil
+	case s.n64 == nil:
+		s.n64 = make(map[[8]byte]uint32)
+		for k := range s.a6 {
+			s.n64[net64(k)]++
 		}
 	}
-	return out
+}
+
+// Count64 is the number of IPv6 address bans inside the /64 p, live or
+// not yet pruned (Track64 must be on).
+func (s *Set) Count64(p netip.Prefix) int {
+	return int(s.n64[net64(p.Masked().Addr().As16())])
 }
 
 // del removes the record of p (masked).
@@ -120,20 +109,15 @@ func (s *Set) del(p netip.Prefix) {
 		delete(s.a4, addrKey4(a))
 	default:
 		k := a.As16()
-		delete(s.a6, k)
-		if s.by64 != nil {
-			n, id := split64(k)
-			ids := s.by64[n]
-			if i := slices.Index(ids, id); i >= 0 {
-				ids[i] = ids[len(ids)-1]
-				ids = ids[:len(ids)-1]
-			}
-			if len(ids) == 0 {
-				delete(s.by64, n)
+		if _, ok := s.a6[k]; ok && s.n64 != nil {
+			n := net64(k)
+			if s.n64[n] <= 1 {
+				delete(s.n64, n)
 			} else {
-				s.by64[n] = ids
+				s.n64[n]--
 			}
 		}
+		delete(s.a6, k)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -36,8 +38,11 @@ type Config struct {
 	Store *ban.Store
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// Policy is how bans escalate and aggregate (SetPolicy changes it).
+	// Policy is how bans aggregate (SetPolicy changes it).
 	Policy ban.Policy
+	// Logger gets what aggregation did and what failed of it (slog's
+	// default when nil).
+	Logger *slog.Logger
 }
 
 // Request is one ban to make.
@@ -104,9 +109,7 @@ func Open(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, set: set}
-	if cfg.Policy.Aggregate6 >= 2 {
-		set.Track64()
-	}
+	set.Track64(cfg.Policy.Aggregate6 >= 2)
 	if gone := set.Prune(c.cfg.Now()); len(gone) > 0 {
 		if err := cfg.Store.Delete(prefixes(gone)...); err != nil {
 			return nil, err
@@ -205,9 +208,7 @@ func (c *Controller) SetPolicy(p ban.Policy) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cfg.Policy = p
-	if p.Aggregate6 >= 2 {
-		c.set.Track64()
-	}
+	c.set.Track64(p.Aggregate6 >= 2)
 }
 
 // View exposes the bans for reading (List, Counts); callers must not
@@ -395,82 +396,120 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	return append(bans, c.aggregate6(ctx, now, bans)...), nil
 }
 
-// aggregate6 bans the /64s that hold Aggregate6 or more live address bans
-// once bans are made, in place of those addresses, each in a transaction
-// of its own, and returns the /64 bans made. The /64's ban lasts as long
-// as the longest of the addresses' (for good if one is), and is the
-// origin's of the ban that filled it: unbanning it lifts them all. A /64
-// banned already is left alone, and so is one the guard refuses (it holds
-// a protected address or one of this host's: its addresses stay banned
-// one by one). A transaction that fails leaves the
-// addresses banned (it is logged by the caller's next error, if any:
-// the bans stand either way).
+// AggregateOrigin is the origin of a /64 ban that aggregation made.
+const AggregateOrigin = "aggregate"
+
+// aggregate6 bans, in one more transaction, the /64s that hold
+// Aggregate6 or more address bans once bans are made, and returns the /64
+// bans made. The addresses' own bans stay, with their origins (an
+// integration lifts its own), and the /64 ban (origin AggregateOrigin)
+// lasts as long as the ban that filled it; it is lifted when its
+// addresses fall below Aggregate6 (lifted or expired), and lifting it
+// lifts them (liftAggregates). A /64 banned already is left alone, and so
+// is one the guard refuses (a protected address, or one of this host's,
+// inside it). A failed transaction is logged: the bans made stand.
 func (c *Controller) aggregate6(ctx context.Context, now time.Time, bans []ban.Ban) []ban.Ban {
 	n := c.cfg.Policy.Aggregate6
 	if n < 2 {
 		return nil
 	}
-	var made []ban.Ban
-	done := map[netip.Prefix]bool{}
-	for _, b := range bans {
+	var aggs []ban.Ban
+	seen := map[netip.Prefix]bool{}
+	for i := len(bans) - 1; i >= 0; i-- { // the last ban of a /64 filled it
+		b := bans[i]
 		p, ok := ban.Net64(b.Prefix)
-		if !ok || done[p] {
+		if !ok || seen[p] {
 			continue
 		}
-		done[p] = true
-		if old, ok := c.set.Get(p); ok && old.Live(now) {
+		seen[p] = true
+		if c.set.Count64(p) < n {
 			continue
 		}
-		if c.cfg.Guard.Check(p) != nil {
-			continue // the /64 holds a protected address, or this host's
-		}
-		members := c.set.Within64(p, now)
-		if len(members) < n {
+		if old, ok := c.set.Get(p); ok && old.Live(now) || c.cfg.Guard.Check(p) != nil {
 			continue
 		}
-		agg := ban.Ban{Prefix: p, Created: now, Origin: b.Origin,
-			Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", len(members), p, n)}
-		for _, m := range members {
-			if m.Expires.IsZero() {
-				agg.Expires = time.Time{}
-				break
-			}
-			if m.Expires.After(agg.Expires) {
-				agg.Expires = m.Expires
-			}
-		}
-		if err := c.replace(ctx, now, agg, members); err == nil {
-			made = append(made, agg)
-		}
+		aggs = append(aggs, ban.Ban{Prefix: p, Created: now, Expires: b.Expires, Origin: AggregateOrigin,
+			Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", c.set.Count64(p), p, n)})
 	}
-	return made
+	if len(aggs) == 0 {
+		return nil
+	}
+	for _, a := range aggs {
+		c.set.Put(a)
+	}
+	ch := change{nets: true}
+	save := func() error { return c.cfg.Store.Put(aggs...) }
+	unsave := func() error { return c.cfg.Store.Delete(prefixes(aggs)...) }
+	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
+		for _, a := range aggs {
+			c.set.Delete(a.Prefix)
+		}
+		c.log().Warn("banning the /64s whose addresses are banned (aggregate_v6) failed; the addresses stay banned", "err", err)
+		return nil
+	}
+	c.log().Info("banned /64s whose addresses are banned (aggregate_v6)", "count", len(aggs), "first", aggs[0].Prefix)
+	return aggs
 }
 
-// replace bans agg and lifts members, the address bans it covers, in one
-// transaction.
-func (c *Controller) replace(ctx context.Context, now time.Time, agg ban.Ban, members []ban.Ban) error {
-	var ch change
-	ch.nets = true
-	c.set.Put(agg)
-	for _, m := range members {
-		c.set.Delete(m.Prefix)
-		ch.del[1] = append(ch.del[1], ban.Element{Prefix: m.Prefix, Expires: m.Expires})
-		ch.n[1]--
-	}
-	save := func() error {
-		return errors.Join(c.cfg.Store.Put(agg), c.cfg.Store.Delete(prefixes(members)...))
-	}
-	unsave := func() error {
-		return errors.Join(c.cfg.Store.Delete(agg.Prefix), c.cfg.Store.Put(members...))
-	}
-	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
-		c.set.Delete(agg.Prefix)
-		for _, m := range members {
-			c.set.Put(m)
+// liftAggregates lifts, in one more transaction, what the bans gone leave
+// behind of aggregation: the aggregate /64 bans whose addresses fell below
+// Aggregate6, and, when they were lifted (not expired), the address bans
+// inside an aggregate /64 among them. A failed transaction is logged.
+func (c *Controller) liftAggregates(ctx context.Context, now time.Time, gone []ban.Ban, lifted bool) {
+	n := c.cfg.Policy.Aggregate6
+	var lift []netip.Prefix
+	seen := map[netip.Prefix]bool{}
+	for _, b := range gone {
+		if p, ok := ban.Net64(b.Prefix); ok && n >= 2 && !seen[p] {
+			seen[p] = true
+			if a, ok := c.set.Get(p); ok && a.Origin == AggregateOrigin && c.set.Count64(p) < n {
+				lift = append(lift, p)
+			}
 		}
-		return err
+		if lifted && b.Origin == AggregateOrigin && b.Prefix.Addr().Is6() && b.Prefix.Bits() == 64 {
+			page, _ := c.set.List(now, ban.Filter{Within: b.Prefix}, 0, math.MaxInt)
+			for _, m := range page {
+				if m.IsAddr() {
+					lift = append(lift, m.Prefix)
+				}
+			}
+		}
 	}
-	return nil
+	if len(lift) == 0 {
+		return
+	}
+	var ch change
+	var out []ban.Ban
+	for _, p := range lift {
+		b, ok := c.set.Delete(p)
+		if !ok {
+			continue
+		}
+		out = append(out, b)
+		if !b.IsAddr() {
+			ch.nets = true
+			continue
+		}
+		f := family(b.Prefix)
+		ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+		ch.n[f]--
+	}
+	save := func() error { return c.cfg.Store.Delete(prefixes(out)...) }
+	unsave := func() error { return c.cfg.Store.Put(out...) }
+	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
+		for _, b := range out {
+			c.set.Put(b)
+		}
+		c.log().Warn("lifting what aggregate_v6 left behind failed", "err", err)
+	}
+}
+
+// log is the Controller's logger.
+func (c *Controller) log() *slog.Logger {
+	if c.cfg.Logger != nil {
+		return c.cfg.Logger
+	}
+	return slog.Default()
 }
 
 // change is what one transaction does to the ban sets: single-address
@@ -529,6 +568,7 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 		}
 		return nil, err
 	}
+	c.liftAggregates(ctx, now, lifted, true)
 	return lifted, nil
 }
 
@@ -558,7 +598,11 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 	}
 	// Expired bans stay expired: if the kernel refuses, they need not
 	// come back to the store.
-	return len(gone), c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) }, nil)
+	if err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) }, nil); err != nil {
+		return len(gone), err
+	}
+	c.liftAggregates(ctx, now, gone, false)
+	return len(gone), nil
 }
 
 // commit sends ch (and, when the CIDR bans changed, the difference of

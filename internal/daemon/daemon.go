@@ -352,7 +352,7 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	// The sink is the backend's, from the first load on.
-	ctl, err := bansets.Open(bansets.Config{Sink: bansets.NoSink{}, Guard: d.guard(c.plan), Store: d.store})
+	ctl, err := bansets.Open(bansets.Config{Sink: bansets.NoSink{}, Guard: d.guard(c.plan), Store: d.store, Logger: d.log})
 	if err != nil {
 		return err
 	}
