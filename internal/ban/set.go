@@ -236,6 +236,16 @@ func (s *Set) Covering(addr netip.Addr, now time.Time) (Ban, bool) {
 	return s.ban(best, bestRec), true
 }
 
+// EachNet calls fn for the prefix (not single-address) bans, live or
+// not, in no particular order, until fn returns false.
+func (s *Set) EachNet(fn func(Ban) bool) {
+	for k, r := range s.nets {
+		if !fn(s.ban(k.prefix(), r)) {
+			return
+		}
+	}
+}
+
 // EachAddr calls fn for single-address bans, in no particular order (a
 // different one each time), until fn returns false.
 func (s *Set) EachAddr(fn func(Ban) bool) {

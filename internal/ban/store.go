@@ -360,6 +360,34 @@ func (st *Store) Delete(ps ...netip.Prefix) error {
 	return nil
 }
 
+// Change stores put and deletes the bans of del in one transaction (one
+// journal frame: after a crash, both or neither). Invalid prefixes fail
+// it as Put and Delete do.
+func (st *Store) Change(put []Ban, del []netip.Prefix) error {
+	if len(put)+len(del) == 0 {
+		return nil
+	}
+	f := newFrame(len(put)*40 + len(del)*20)
+	var key [64]byte
+	for _, b := range put {
+		if !b.Prefix.IsValid() {
+			return fmt.Errorf("storing ban %v: %w: the prefix is not valid", b.Prefix, ErrInvalid)
+		}
+		b.Prefix = b.Prefix.Masked()
+		f.put(b.Prefix.AppendTo(key[:0]), encodeBan(b))
+	}
+	for _, p := range del {
+		if !p.IsValid() {
+			return fmt.Errorf("deleting ban %v: %w: the prefix is not valid", p, ErrInvalid)
+		}
+		f.delete(p.Masked().AppendTo(key[:0]))
+	}
+	if err := st.write(f); err != nil {
+		return fmt.Errorf("storing %d and deleting %d bans in %s: %w", len(put), len(del), st.path, err)
+	}
+	return nil
+}
+
 // Load returns every stored ban, expired ones too: callers Prune. A record
 // that cannot be decoded, or whose prefix does not match its key, fails
 // the load with an error wrapping ErrInvalid that names the key (delete

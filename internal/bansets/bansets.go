@@ -19,8 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +78,11 @@ type Controller struct {
 	// set (an element each; addrs counts them per family), and nets.
 	addrs [2]int
 	nets  [2][]ban.Element
+	// retry64 are the /64s whose aggregate bans a failed transaction left
+	// out of line (reconcile64); aggOff: aggregation was turned off, and
+	// the next Expire lifts the aggregate bans it made.
+	retry64 map[netip.Prefix]bool
+	aggOff  bool
 	// pending are elements of bans that ran out while no Controller ran
 	// (pruned by Open), deleted from the kernel with the next change: a
 	// sink whose elements outlive their ban (ipset's, past its timeout
@@ -207,8 +212,11 @@ func (c *Controller) SetGuard(g ban.Guard) {
 func (c *Controller) SetPolicy(p ban.Policy) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.cfg.Policy.Aggregate6 >= 2 && p.Aggregate6 < 2 {
+		c.aggOff = true // the next Expire lifts what it made
+	}
 	c.cfg.Policy = p
-	c.set.Track64(p.Aggregate6 >= 2)
+	c.set.Track64(p.Aggregate6 >= 2 || c.aggOff)
 }
 
 // View exposes the bans for reading (List, Counts); callers must not
@@ -335,7 +343,7 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	for _, p := range ps {
 		for j, b := range p.bans {
 			if p.noShorten != nil && p.noShorten[j] {
-				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && old.Outlasts(b) {
+				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && old.Origin != AggregateOrigin && old.Outlasts(b) {
 					continue
 				}
 			}
@@ -393,99 +401,148 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		}
 		return nil, err
 	}
-	return append(bans, c.aggregate6(ctx, now, bans)...), nil
+	if c.aggregating() {
+		touched := map[netip.Prefix]ban.Ban{}
+		for _, b := range bans {
+			touch64(touched, b, true)
+		}
+		made, _ := c.reconcile64(ctx, now, touched, nil)
+		bans = append(bans, made...)
+	}
+	return bans, nil
+}
+
+// aggregating reports whether aggregation has work: it is on, or aggregate
+// bans may be left from when it was (c.mu held).
+func (c *Controller) aggregating() bool {
+	return c.cfg.Policy.Aggregate6 >= 2 || c.aggOff
 }
 
 // AggregateOrigin is the origin of a /64 ban that aggregation made.
 const AggregateOrigin = "aggregate"
 
-// aggregate6 bans, in one more transaction, the /64s that hold
-// Aggregate6 or more address bans once bans are made, and returns the /64
-// bans made. The addresses' own bans stay, with their origins (an
-// integration lifts its own), and the /64 ban (origin AggregateOrigin)
-// lasts as long as the ban that filled it; it is lifted when its
-// addresses fall below Aggregate6 (lifted or expired), and lifting it
-// lifts them (liftAggregates). A /64 banned already is left alone, and so
-// is one the guard refuses (a protected address, or one of this host's,
-// inside it). A failed transaction is logged: the bans made stand.
-func (c *Controller) aggregate6(ctx context.Context, now time.Time, bans []ban.Ban) []ban.Ban {
-	n := c.cfg.Policy.Aggregate6
-	if n < 2 {
-		return nil
+// touch64 notes in t the /64 of b, when b bans an IPv6 address, with b as
+// the ban that touched it last (fill).
+func touch64(t map[netip.Prefix]ban.Ban, b ban.Ban, fill bool) {
+	p, ok := ban.Net64(b.Prefix)
+	if !ok && b.Prefix.Addr().Is6() && b.Prefix.Bits() == 64 {
+		p, ok, fill = b.Prefix, true, false // a /64 ban that went: its addresses may call for one
 	}
-	var aggs []ban.Ban
-	seen := map[netip.Prefix]bool{}
-	for i := len(bans) - 1; i >= 0; i-- { // the last ban of a /64 filled it
-		b := bans[i]
-		p, ok := ban.Net64(b.Prefix)
-		if !ok || seen[p] {
-			continue
-		}
-		seen[p] = true
-		if c.set.Count64(p) < n {
-			continue
-		}
-		if old, ok := c.set.Get(p); ok && old.Live(now) || c.cfg.Guard.Check(p) != nil {
-			continue
-		}
-		aggs = append(aggs, ban.Ban{Prefix: p, Created: now, Expires: b.Expires, Origin: AggregateOrigin,
-			Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", c.set.Count64(p), p, n)})
-	}
-	if len(aggs) == 0 {
-		return nil
-	}
-	for _, a := range aggs {
-		c.set.Put(a)
-	}
-	ch := change{nets: true}
-	save := func() error { return c.cfg.Store.Put(aggs...) }
-	unsave := func() error { return c.cfg.Store.Delete(prefixes(aggs)...) }
-	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
-		for _, a := range aggs {
-			c.set.Delete(a.Prefix)
-		}
-		c.log().Warn("banning the /64s whose addresses are banned (aggregate_v6) failed; the addresses stay banned", "err", err)
-		return nil
-	}
-	c.log().Info("banned /64s whose addresses are banned (aggregate_v6)", "count", len(aggs), "first", aggs[0].Prefix)
-	return aggs
-}
-
-// liftAggregates lifts, in one more transaction, what the bans gone leave
-// behind of aggregation: the aggregate /64 bans whose addresses fell below
-// Aggregate6, and, when they were lifted (not expired), the address bans
-// inside an aggregate /64 among them. A failed transaction is logged.
-func (c *Controller) liftAggregates(ctx context.Context, now time.Time, gone []ban.Ban, lifted bool) {
-	n := c.cfg.Policy.Aggregate6
-	var lift []netip.Prefix
-	seen := map[netip.Prefix]bool{}
-	for _, b := range gone {
-		if p, ok := ban.Net64(b.Prefix); ok && n >= 2 && !seen[p] {
-			seen[p] = true
-			if a, ok := c.set.Get(p); ok && a.Origin == AggregateOrigin && c.set.Count64(p) < n {
-				lift = append(lift, p)
-			}
-		}
-		if lifted && b.Origin == AggregateOrigin && b.Prefix.Addr().Is6() && b.Prefix.Bits() == 64 {
-			page, _ := c.set.List(now, ban.Filter{Within: b.Prefix}, 0, math.MaxInt)
-			for _, m := range page {
-				if m.IsAddr() {
-					lift = append(lift, m.Prefix)
-				}
-			}
-		}
-	}
-	if len(lift) == 0 {
+	if !ok {
 		return
 	}
-	var ch change
-	var out []ban.Ban
-	for _, p := range lift {
-		b, ok := c.set.Delete(p)
-		if !ok {
-			continue
+	if fill {
+		t[p] = b
+	} else if _, seen := t[p]; !seen {
+		t[p] = ban.Ban{}
+	}
+}
+
+// reconcile64 brings the aggregate /64 bans (origin AggregateOrigin) of
+// the /64s in touched in line with their address bans, in one more
+// transaction, and returns the bans it made and the ones it lifted:
+//   - a /64 holding Aggregate6 or more address bans and no live ban of its
+//     own is banned (unless the guard refuses it: a protected address, or
+//     one of this host's, inside), for as long as the ban that filled it
+//     (touched's), or, with none, the longest of its addresses' (one pass
+//     over the address bans finds them);
+//   - an aggregate that a later ban of its addresses outlasts is extended;
+//   - one whose addresses fell below Aggregate6 (lifted or expired), or
+//     with aggregation off, is lifted;
+//   - unbanned, an aggregate's addresses go with it (lifted, its /64s).
+//
+// The addresses' own bans stay, with their origins, so an integration
+// lifts what it made. A failed transaction is logged, and its /64s are
+// tried again at the next Expire. The caller holds c.mu.
+func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map[netip.Prefix]ban.Ban, lifted []netip.Prefix) (made, gone []ban.Ban) {
+	for p := range c.retry64 {
+		if _, ok := touched[p]; !ok {
+			touched[p] = ban.Ban{}
 		}
-		out = append(out, b)
+	}
+	if len(touched)+len(lifted) == 0 {
+		return nil, nil
+	}
+	n := c.cfg.Policy.Aggregate6
+	var del []netip.Prefix
+	if len(lifted) > 0 {
+		inside := make(map[netip.Prefix]bool, len(lifted))
+		for _, p := range lifted {
+			inside[p] = true
+		}
+		c.set.EachAddr(func(b ban.Ban) bool {
+			if p, ok := ban.Net64(b.Prefix); ok && inside[p] {
+				del = append(del, b.Prefix)
+			}
+			return true
+		})
+	}
+	// The counts below are after the address lifts.
+	var removed []ban.Ban
+	for _, p := range del {
+		if b, ok := c.set.Delete(p); ok {
+			removed = append(removed, b)
+		}
+	}
+	var put []ban.Ban
+	longest := map[netip.Prefix]bool{} // made for as long as their addresses
+	for p, fill := range touched {
+		cur, has := c.set.Get(p)
+		live := has && cur.Live(now)
+		mine := live && cur.Origin == AggregateOrigin
+		count := c.set.Count64(p)
+		switch {
+		case mine && (n < 2 || count < n):
+			if b, ok := c.set.Delete(p); ok {
+				removed = append(removed, b)
+			}
+		case mine:
+			if fill.Prefix.IsValid() && fill.Outlasts(cur) {
+				cur.Expires = fill.Expires
+				put = append(put, cur)
+			}
+		case live || n < 2 || count < n || c.cfg.Guard.Check(p) != nil:
+		case fill.Prefix.IsValid():
+			put = append(put, ban.Ban{Prefix: p, Created: now, Expires: fill.Expires, Origin: AggregateOrigin,
+				Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", count, p, n)})
+		default:
+			longest[p] = true
+		}
+	}
+	if len(longest) > 0 {
+		exp := map[netip.Prefix]time.Time{}
+		perm := map[netip.Prefix]bool{}
+		c.set.EachAddr(func(b ban.Ban) bool {
+			if p, ok := ban.Net64(b.Prefix); ok && longest[p] && b.Live(now) {
+				if b.Expires.IsZero() {
+					perm[p] = true
+				} else if b.Expires.After(exp[p]) {
+					exp[p] = b.Expires
+				}
+			}
+			return true
+		})
+		for p := range longest {
+			a := ban.Ban{Prefix: p, Created: now, Expires: exp[p], Origin: AggregateOrigin,
+				Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", c.set.Count64(p), p, n)}
+			if perm[p] {
+				a.Expires = time.Time{}
+			}
+			put = append(put, a)
+		}
+	}
+	if len(put)+len(removed) == 0 {
+		clear(c.retry64)
+		return nil, nil
+	}
+	var old []ban.Ban // what put replaced
+	for _, b := range put {
+		if o, existed := c.set.Put(b); existed {
+			old = append(old, o)
+		}
+	}
+	var ch change
+	for _, b := range removed {
 		if !b.IsAddr() {
 			ch.nets = true
 			continue
@@ -494,14 +551,42 @@ func (c *Controller) liftAggregates(ctx context.Context, now time.Time, gone []b
 		ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
 		ch.n[f]--
 	}
-	save := func() error { return c.cfg.Store.Delete(prefixes(out)...) }
-	unsave := func() error { return c.cfg.Store.Put(out...) }
+	ch.nets = ch.nets || len(put) > 0
+	save := func() error { return c.cfg.Store.Change(put, prefixes(removed)) }
+	unsave := func() error {
+		back := slices.Concat(old, removed)
+		var drop []netip.Prefix
+		for _, b := range put {
+			if !slices.ContainsFunc(old, func(o ban.Ban) bool { return o.Prefix == b.Prefix }) {
+				drop = append(drop, b.Prefix)
+			}
+		}
+		return c.cfg.Store.Change(back, drop)
+	}
 	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
-		for _, b := range out {
+		for _, b := range put {
+			c.set.Delete(b.Prefix)
+		}
+		for _, b := range slices.Concat(old, removed) {
 			c.set.Put(b)
 		}
-		c.log().Warn("lifting what aggregate_v6 left behind failed", "err", err)
+		if c.retry64 == nil {
+			c.retry64 = map[netip.Prefix]bool{}
+		}
+		for p := range touched {
+			c.retry64[p] = true
+		}
+		for _, p := range lifted {
+			c.retry64[p] = true
+		}
+		c.log().Warn("bringing the aggregate /64 bans in line (aggregate_v6) failed; tried again at the next expiry", "err", err)
+		return nil, nil
 	}
+	clear(c.retry64)
+	if len(put) > 0 {
+		c.log().Info("aggregate /64 bans (aggregate_v6) made or extended", "count", len(put), "first", put[0].Prefix)
+	}
+	return put, removed
 }
 
 // log is the Controller's logger.
@@ -568,7 +653,18 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 		}
 		return nil, err
 	}
-	c.liftAggregates(ctx, now, lifted, true)
+	if c.aggregating() {
+		touched := map[netip.Prefix]ban.Ban{}
+		var aggs []netip.Prefix
+		for _, b := range lifted {
+			touch64(touched, b, false)
+			if b.Origin == AggregateOrigin {
+				aggs = append(aggs, b.Prefix)
+			}
+		}
+		_, more := c.reconcile64(ctx, now, touched, aggs)
+		lifted = append(lifted, more...)
+	}
 	return lifted, nil
 }
 
@@ -581,6 +677,7 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 	now := c.cfg.Now()
 	gone := c.set.Prune(now)
 	if len(gone) == 0 {
+		c.expire64(ctx, now, nil)
 		return 0, nil
 	}
 	// Their elements go: the kernel has removed most itself (deleting
@@ -598,11 +695,33 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 	}
 	// Expired bans stay expired: if the kernel refuses, they need not
 	// come back to the store.
-	if err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) }, nil); err != nil {
-		return len(gone), err
+	err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) }, nil)
+	// Expired bans stay expired, sent or not: the aggregates follow.
+	c.expire64(ctx, now, gone)
+	return len(gone), err
+}
+
+// expire64 brings the aggregates in line with the bans gone, and with the
+// /64s tried before; once aggregation is turned off, it lifts what it
+// left (c.mu held).
+func (c *Controller) expire64(ctx context.Context, now time.Time, gone []ban.Ban) {
+	if !c.aggregating() && len(c.retry64) == 0 {
+		return
 	}
-	c.liftAggregates(ctx, now, gone, false)
-	return len(gone), nil
+	touched := map[netip.Prefix]ban.Ban{}
+	for _, b := range gone {
+		touch64(touched, b, false)
+	}
+	if c.aggOff {
+		c.set.EachNet(func(b ban.Ban) bool {
+			if b.Origin == AggregateOrigin {
+				touched[b.Prefix] = ban.Ban{}
+			}
+			return true
+		})
+	}
+	c.reconcile64(ctx, now, touched, nil)
+	c.aggOff = false
 }
 
 // commit sends ch (and, when the CIDR bans changed, the difference of

@@ -281,14 +281,18 @@ func TestCommitFailures(t *testing.T) {
 	}
 }
 
-// countingSink counts the transactions sent through it.
+// countingSink counts the transactions sent through it, and refuses the
+// failAt-th.
 type countingSink struct {
 	Sink
-	n int
+	n, failAt int
 }
 
 func (s *countingSink) Send(ctx context.Context, ch Change) error {
 	s.n++
+	if s.n == s.failAt {
+		return errors.New("refused (test)")
+	}
 	return s.Sink.Send(ctx, ch)
 }
 
@@ -383,6 +387,120 @@ func TestAggregate6(t *testing.T) {
 	if len(made) != 4000 || sink.n-before != 2 {
 		t.Errorf("a bulk ban: %d bans made, %d transactions; want 4000 and 2", len(made), sink.n-before)
 	}
+}
+
+// TestAggregate6Lifecycle follows aggregate /64 bans over time (a clock
+// of the test's): extended by a later ban that outlasts them; replaced by
+// an integration's /64 ban (NoShorten does not give way to them), and made
+// again when that one expires while the addresses stay; an operator's /64
+// ban never lifted for its addresses; a refused transaction tried again
+// at the next Expire; and lifted once aggregation is turned off.
+func TestAggregate6Lifecycle(t *testing.T) {
+	lab, _, c := newLoaded(t, ban.Guard{})
+	sink := &countingSink{Sink: c.cfg.Sink}
+	c.cfg.Sink = sink
+	clock := time.Now()
+	c.cfg.Now = func() time.Time { return clock }
+	c.SetPolicy(ban.Policy{Aggregate6: 3})
+	ctx := context.Background()
+	ban1 := func(p, origin string, ttl time.Duration, noShorten bool) {
+		t.Helper()
+		if _, err := c.Ban(ctx, []Request{{Prefix: netip.MustParsePrefix(p), TTL: ttl, Origin: origin, NoShorten: noShorten}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(p string) (ban.Ban, bool) {
+		var b ban.Ban
+		var ok bool
+		c.View(func(s *ban.Set) {
+			b, ok = s.Get(netip.MustParsePrefix(p))
+			ok = ok && b.Live(clock)
+		})
+		return b, ok
+	}
+	consistent := func() {
+		t.Helper()
+		c.View(func(s *ban.Set) {
+			if want := modelSets(s, clock); !equalSets(kernelSets(t, lab.FW), want) {
+				t.Errorf("kernel %v, want %v", kernelSets(t, lab.FW), want)
+			}
+		})
+	}
+	expire := func(d time.Duration) {
+		t.Helper()
+		clock = clock.Add(d)
+		if _, err := c.Expire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const p1 = "2001:db8:1::/64"
+	ban1("2001:db8:1::1/128", "a", 2*time.Hour, false)
+	ban1("2001:db8:1::2/128", "a", 2*time.Hour, false)
+	ban1("2001:db8:1::3/128", "a", 10*time.Minute, false)
+	if b, ok := get(p1); !ok || b.Origin != AggregateOrigin || b.Remaining(clock) != 10*time.Minute {
+		t.Fatalf("the aggregate: %+v, %v", b, ok)
+	}
+	ban1("2001:db8:1::4/128", "b", time.Hour, false)
+	if b, _ := get(p1); b.Remaining(clock) != time.Hour {
+		t.Errorf("the aggregate was not extended by a longer ban: %v left", b.Remaining(clock))
+	}
+	// An integration's /64 ban (NoShorten) replaces the aggregate; when it
+	// expires, the three addresses left bring the aggregate back, for as
+	// long as the longest of them.
+	ban1(p1, "fail2ban", 15*time.Minute, true)
+	if b, ok := get(p1); !ok || b.Origin != "fail2ban" {
+		t.Fatalf("the integration's /64 ban gave way to the aggregate: %+v, %v", b, ok)
+	}
+	expire(16 * time.Minute)
+	if b, ok := get(p1); !ok || b.Origin != AggregateOrigin || b.Remaining(clock) != 2*time.Hour-16*time.Minute {
+		t.Errorf("the aggregate after the integration's /64 ban expired: %+v, %v", b, ok)
+	}
+	consistent()
+
+	// An operator's own /64 ban stays when its addresses go.
+	const p2 = "2001:db8:2::/64"
+	ban1(p2, "cli", 0, false)
+	for _, a := range []string{"2001:db8:2::1/128", "2001:db8:2::2/128", "2001:db8:2::3/128"} {
+		ban1(a, "a", time.Hour, false)
+	}
+	if _, err := c.Unban(ctx, []Lift{{Prefix: netip.MustParsePrefix("2001:db8:2::1/128")}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, ok := get(p2); !ok || b.Origin != "cli" {
+		t.Errorf("the operator's /64 ban: %+v, %v", b, ok)
+	}
+
+	// A refused transaction: tried again at the next Expire, the
+	// aggregate then lasting as long as the longest of its addresses.
+	const p3 = "2001:db8:3::/64"
+	ban1("2001:db8:3::1/128", "a", time.Hour, false)
+	ban1("2001:db8:3::2/128", "a", 3*time.Hour, false)
+	sink.failAt = sink.n + 2 // the ban's transaction goes, the aggregate's is refused
+	ban1("2001:db8:3::3/128", "a", time.Hour, false)
+	if _, ok := get(p3); ok {
+		t.Fatal("an aggregate whose transaction was refused")
+	}
+	expire(time.Minute)
+	if b, ok := get(p3); !ok || b.Remaining(clock) != 3*time.Hour-time.Minute {
+		t.Errorf("the aggregate after the retry: %+v, %v", b, ok)
+	}
+	consistent()
+
+	// Turned off: the aggregates go at the next Expire, the addresses stay.
+	c.SetPolicy(ban.Policy{})
+	expire(time.Second)
+	for _, p := range []string{p1, p3} {
+		if b, ok := get(p); ok {
+			t.Errorf("%s still banned with aggregation off: %+v", p, b)
+		}
+	}
+	if _, ok := get("2001:db8:3::2/128"); !ok {
+		t.Error("an address ban went with the aggregates")
+	}
+	if b, ok := get(p2); !ok || b.Origin != "cli" {
+		t.Errorf("the operator's /64 ban with aggregation off: %+v, %v", b, ok)
+	}
+	consistent()
 }
 
 // prefixSetOf is the set of ps.
