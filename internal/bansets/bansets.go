@@ -543,13 +543,7 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 	}
 	var ch change
 	for _, b := range removed {
-		if !b.IsAddr() {
-			ch.nets = true
-			continue
-		}
-		f := family(b.Prefix)
-		ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
-		ch.n[f]--
+		ch.remove(b)
 	}
 	ch.nets = ch.nets || len(put) > 0
 	save := func() error { return c.cfg.Store.Change(put, prefixes(removed)) }
@@ -606,6 +600,17 @@ type change struct {
 	nets     bool
 }
 
+// remove adds to ch the removal of ban b.
+func (ch *change) remove(b ban.Ban) {
+	if !b.IsAddr() {
+		ch.nets = true
+		return
+	}
+	f := family(b.Prefix)
+	ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
+	ch.n[f]--
+}
+
 func family(p netip.Prefix) int {
 	if p.Addr().Is4() {
 		return 0
@@ -634,13 +639,7 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 			continue
 		}
 		lifted = append(lifted, b)
-		if !b.IsAddr() {
-			ch.nets = true
-			continue
-		}
-		f := family(b.Prefix)
-		ch.del[f] = append(ch.del[f], ban.Element{Prefix: b.Prefix, Expires: b.Expires})
-		ch.n[f]--
+		ch.remove(b)
 	}
 	if len(lifted) == 0 {
 		return nil, nil
