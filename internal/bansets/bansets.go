@@ -81,8 +81,9 @@ type Controller struct {
 	// retry64 are the /64s whose aggregate bans a failed transaction left
 	// out of line (reconcile64); aggOff: aggregation was turned off, and
 	// the next Expire lifts the aggregate bans it made.
-	retry64 map[netip.Prefix]bool
-	aggOff  bool
+	retry64   map[netip.Prefix]bool
+	retryLift map[netip.Prefix]bool // unbanned aggregates whose addresses still go
+	aggOff    bool
 	// pending are elements of bans that ran out while no Controller ran
 	// (pruned by Open), deleted from the kernel with the next change: a
 	// sink whose elements outlive their ban (ipset's, past its timeout
@@ -115,6 +116,18 @@ func Open(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, set: set}
 	set.Track64(cfg.Policy.Aggregate6 >= 2)
+	// Aggregates of an earlier run are brought in line at the first
+	// Expire (the policy may have turned aggregation off since; a fix
+	// left to retry then was lost with that run).
+	set.EachNet(func(b ban.Ban) bool {
+		if b.Origin == AggregateOrigin {
+			if c.retry64 == nil {
+				c.retry64, c.retryLift = map[netip.Prefix]bool{}, map[netip.Prefix]bool{}
+			}
+			c.retry64[b.Prefix] = true
+		}
+		return true
+	})
 	if gone := set.Prune(c.cfg.Now()); len(gone) > 0 {
 		if err := cfg.Store.Delete(prefixes(gone)...); err != nil {
 			return nil, err
@@ -403,8 +416,11 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 	}
 	if c.aggregating() {
 		touched := map[netip.Prefix]ban.Ban{}
+		n := c.cfg.Policy.Aggregate6
 		for _, b := range bans {
-			touch64(touched, b, true)
+			if p, ok := ban.Net64(b.Prefix); !ok || n < 2 || c.set.Count64(p) >= n {
+				touch64(touched, b, true)
+			}
 		}
 		made, _ := c.reconcile64(ctx, now, touched, nil)
 		bans = append(bans, made...)
@@ -460,10 +476,21 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 			touched[p] = ban.Ban{}
 		}
 	}
+	for p := range c.retryLift {
+		if !slices.Contains(lifted, p) {
+			lifted = append(lifted, p)
+		}
+	}
 	if len(touched)+len(lifted) == 0 {
 		return nil, nil
 	}
 	n := c.cfg.Policy.Aggregate6
+	// Bans that ran out count no more: pruned here, and deleted with this
+	// transaction (as Expire would), so that the counts are of live bans.
+	pruned := c.set.Prune(now)
+	for _, b := range pruned {
+		touch64(touched, b, false)
+	}
 	var del []netip.Prefix
 	if len(lifted) > 0 {
 		inside := make(map[netip.Prefix]bool, len(lifted))
@@ -478,7 +505,7 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		})
 	}
 	// The counts below are after the address lifts.
-	var removed []ban.Ban
+	removed := pruned
 	for _, p := range del {
 		if b, ok := c.set.Delete(p); ok {
 			removed = append(removed, b)
@@ -492,12 +519,12 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		mine := live && cur.Origin == AggregateOrigin
 		count := c.set.Count64(p)
 		switch {
-		case mine && (n < 2 || count < n):
+		case mine && (n < 2 || count < n || c.cfg.Guard.Check(p) != nil):
 			if b, ok := c.set.Delete(p); ok {
 				removed = append(removed, b)
 			}
 		case mine:
-			if fill.Prefix.IsValid() && fill.Outlasts(cur) {
+			if fill.Prefix.IsValid() && !fill.Expires.Equal(cur.Expires) && fill.Outlasts(cur) {
 				cur.Expires = fill.Expires
 				put = append(put, cur)
 			}
@@ -523,6 +550,9 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 			return true
 		})
 		for p := range longest {
+			if !perm[p] && exp[p].IsZero() {
+				continue // no address of it is live
+			}
 			a := ban.Ban{Prefix: p, Created: now, Expires: exp[p], Origin: AggregateOrigin,
 				Reason: fmt.Sprintf("%d addresses of %s banned (aggregate_v6: %d)", c.set.Count64(p), p, n)}
 			if perm[p] {
@@ -533,6 +563,7 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 	}
 	if len(put)+len(removed) == 0 {
 		clear(c.retry64)
+		clear(c.retryLift)
 		return nil, nil
 	}
 	var old []ban.Ban // what put replaced
@@ -561,22 +592,23 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		for _, b := range put {
 			c.set.Delete(b.Prefix)
 		}
-		for _, b := range slices.Concat(old, removed) {
-			c.set.Put(b)
+		for _, b := range slices.Concat(old, removed[len(pruned):]) {
+			c.set.Put(b) // the pruned stay pruned: the next Open drops them from the store
 		}
 		if c.retry64 == nil {
-			c.retry64 = map[netip.Prefix]bool{}
+			c.retry64, c.retryLift = map[netip.Prefix]bool{}, map[netip.Prefix]bool{}
 		}
 		for p := range touched {
 			c.retry64[p] = true
 		}
 		for _, p := range lifted {
-			c.retry64[p] = true
+			c.retryLift[p] = true // an operator's unban of an aggregate: its addresses still go
 		}
 		c.log().Warn("bringing the aggregate /64 bans in line (aggregate_v6) failed; tried again at the next expiry", "err", err)
 		return nil, nil
 	}
 	clear(c.retry64)
+	clear(c.retryLift)
 	if len(put) > 0 {
 		c.log().Info("aggregate /64 bans (aggregate_v6) made or extended", "count", len(put), "first", put[0].Prefix)
 	}
@@ -704,7 +736,7 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 // /64s tried before; once aggregation is turned off, it lifts what it
 // left (c.mu held).
 func (c *Controller) expire64(ctx context.Context, now time.Time, gone []ban.Ban) {
-	if !c.aggregating() && len(c.retry64) == 0 {
+	if !c.aggregating() && len(c.retry64)+len(c.retryLift) == 0 {
 		return
 	}
 	touched := map[netip.Prefix]ban.Ban{}

@@ -486,6 +486,50 @@ func TestAggregate6Lifecycle(t *testing.T) {
 	}
 	consistent()
 
+	// An unbanned aggregate whose addresses' transaction is refused: they
+	// go at the next Expire, and the aggregate does not come back.
+	sink.failAt = sink.n + 2
+	if _, err := c.Unban(ctx, []Lift{{Prefix: netip.MustParsePrefix(p3)}}); err != nil {
+		t.Fatal(err)
+	}
+	expire(time.Second)
+	if b, ok := get(p3); ok {
+		t.Errorf("the unbanned aggregate came back: %+v", b)
+	}
+	if _, ok := get("2001:db8:3::2/128"); ok {
+		t.Error("an address of the unbanned aggregate is still banned")
+	}
+	consistent()
+
+	// An address that ran out counts no more, before any Expire; a ban
+	// that changes nothing of an aggregate sends one transaction only.
+	const p4 = "2001:db8:4::/64"
+	ban1("2001:db8:4::1/128", "a", time.Minute, false)
+	ban1("2001:db8:4::2/128", "a", 0, false)
+	clock = clock.Add(2 * time.Minute)
+	ban1("2001:db8:4::3/128", "a", 0, false)
+	if b, ok := get(p4); ok {
+		t.Errorf("an aggregate counting an address that ran out: %+v", b)
+	}
+	ban1("2001:db8:4::4/128", "a", 0, false)
+	if b, ok := get(p4); !ok || !b.Expires.IsZero() {
+		t.Fatalf("the aggregate of permanent bans: %+v, %v", b, ok)
+	}
+	before := sink.n
+	ban1("2001:db8:4::5/128", "a", 0, false)
+	if sink.n-before != 1 {
+		t.Errorf("a permanent ban inside a permanent aggregate: %d transactions", sink.n-before)
+	}
+	// A guard that protects an address of it: the aggregate goes at its
+	// next ban.
+	c.SetGuard(ban.Guard{Protected: prefixSetOf(t, "2001:db8:4::ff/128")})
+	ban1("2001:db8:4::6/128", "a", time.Hour, false)
+	if b, ok := get(p4); ok {
+		t.Errorf("an aggregate over a protected address: %+v", b)
+	}
+	c.SetGuard(ban.Guard{})
+	consistent()
+
 	// Turned off: the aggregates go at the next Expire, the addresses stay.
 	c.SetPolicy(ban.Policy{})
 	expire(time.Second)
@@ -494,13 +538,35 @@ func TestAggregate6Lifecycle(t *testing.T) {
 			t.Errorf("%s still banned with aggregation off: %+v", p, b)
 		}
 	}
-	if _, ok := get("2001:db8:3::2/128"); !ok {
+	if _, ok := get("2001:db8:1::1/128"); !ok {
 		t.Error("an address ban went with the aggregates")
 	}
 	if b, ok := get(p2); !ok || b.Origin != "cli" {
 		t.Errorf("the operator's /64 ban with aggregation off: %+v, %v", b, ok)
 	}
 	consistent()
+
+	// A Controller opened on a store with aggregates, aggregation off (a
+	// restart with another policy): they go at its first Expire.
+	c.SetPolicy(ban.Policy{Aggregate6: 3})
+	ban1("2001:db8:5::1/128", "a", 0, false)
+	ban1("2001:db8:5::2/128", "a", 0, false)
+	ban1("2001:db8:5::3/128", "a", 0, false)
+	if _, ok := get("2001:db8:5::/64"); !ok {
+		t.Fatal("no aggregate")
+	}
+	c2, err := Open(Config{Sink: c.cfg.Sink, Store: c.cfg.Store, Now: c.cfg.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Expire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c2.View(func(s *ban.Set) {
+		if b, ok := s.Get(netip.MustParsePrefix("2001:db8:5::/64")); ok {
+			t.Errorf("an aggregate outlived a restart with aggregation off: %+v", b)
+		}
+	})
 }
 
 // prefixSetOf is the set of ps.
