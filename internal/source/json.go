@@ -69,7 +69,7 @@ func IsJSONFormat(format string) bool { _, ok := jsonFormats[format]; return ok 
 
 // Formats are the formats of the sources of rules' sets.
 func Formats() []string {
-	return []string{FormatList, FormatCountryCSV, FormatRIRDelegated, FormatSpamhausJSON, FormatAWSJSON, FormatGoogleJSON, FormatGitHubMeta, FormatFastlyJSON}
+	return []string{FormatList, FormatCountryCSV, FormatRIRDelegated, FormatMMDB, FormatSpamhausJSON, FormatAWSJSON, FormatGoogleJSON, FormatGitHubMeta, FormatFastlyJSON}
 }
 
 // pick is what a source takes of a JSON file's records: those of one of

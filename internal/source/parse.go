@@ -231,6 +231,9 @@ func readRows(r io.Reader, format, name string, file uint16, lim limits) (*part,
 	if IsJSONFormat(format) {
 		return readJSON(r, format, name, file, lim)
 	}
+	if format == FormatMMDB {
+		return readMMDB(r, name, file, lim)
+	}
 	tooMany := &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
 	if format == FormatList {
 		// Errors name the file already: a *prefix.ParseError, or a read

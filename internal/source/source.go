@@ -137,7 +137,7 @@ func (s *Source) Format() string { return s.format }
 // IsCountry reports whether the rows carry country codes (formats
 // country-csv and rir-delegated).
 func (s *Source) IsCountry() bool {
-	return s.format == FormatCountryCSV || s.format == FormatRIRDelegated
+	return s.format == FormatCountryCSV || s.format == FormatRIRDelegated || s.format == FormatMMDB
 }
 
 // Set returns all addresses of the source (for a country source: of every
@@ -243,11 +243,24 @@ func sortByOrigin[K key[K]](es []entry[K]) []entry[K] {
 }
 
 func (s *Source) match(lo, hi netip.Addr, cc, file uint16, line uint32) Match {
-	return Match{
-		Range:   netipx.IPRangeFrom(lo, hi),
-		Origin:  fmt.Sprintf("%s:%d", s.files[file], line),
-		Country: codeString(cc),
+	origin := fmt.Sprintf("%s:%d", s.files[file], line)
+	if line == 0 {
+		origin = s.files[file] // a row of no line (an mmdb network)
 	}
+	return Match{Range: netipx.IPRangeFrom(lo, hi), Origin: origin, Country: codeString(cc)}
+}
+
+// Codes are the country codes the rows carry, sorted (none for a source
+// without country data).
+func (s *Source) Codes() []string {
+	var out []string
+	for i, ok := range s.present {
+		if ok {
+			out = append(out, codeString(uint16(i)))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // String returns a one-line summary, for logs.

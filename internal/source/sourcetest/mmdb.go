@@ -1,0 +1,80 @@
+// Package sourcetest writes the source files tests need that no text
+// editor makes: MaxMind DB files.
+package sourcetest
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/maxmind/mmdbwriter"
+	"github.com/maxmind/mmdbwriter/mmdbtype"
+
+	"github.com/ipfence/ipfence/internal/prefix"
+	"github.com/ipfence/ipfence/internal/source"
+)
+
+// Builtin is the built-in country data, both families, as a source.
+func Builtin(t testing.TB) *source.Source {
+	t.Helper()
+	src, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), source.Spec{Name: "geo", Format: source.FormatCountryCSV,
+		Paths: []string{source.BuiltinPrefix + "country-ipv4.csv.gz", source.BuiltinPrefix + "country-ipv6.csv.gz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// WriteMMDB writes what src says of each country as a MaxMind DB file at
+// path (those of codes only, if any), in the layout layout names: "maxmind" (country.iso_code) or
+// "ipinfo" (country_code), as the publishers lay their files out.
+func WriteMMDB(t testing.TB, src *source.Source, path, layout string, codes ...string) {
+	t.Helper()
+	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: "ipfence-test-Country", RecordSize: 28, IPVersion: 6, IncludeReservedNetworks: true, DisableIPv4Aliasing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Broader networks first: a network nested in another country's (a
+	// CSV row inside a wider one) then wins, as in the publishers' files.
+	type row struct {
+		p  netip.Prefix
+		cc string
+	}
+	var rows []row
+	if codes == nil {
+		codes = src.Codes()
+	}
+	for _, cc := range codes {
+		set, err := src.Countries([]string{cc}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range prefix.Prefixes(set) {
+			rows = append(rows, row{p, cc})
+		}
+	}
+	slices.SortStableFunc(rows, func(a, b row) int { return a.p.Bits() - b.p.Bits() })
+	for _, r := range rows {
+		var rec mmdbtype.Map
+		switch layout {
+		case "maxmind":
+			rec = mmdbtype.Map{"country": mmdbtype.Map{"iso_code": mmdbtype.String(r.cc)}}
+		default:
+			rec = mmdbtype.Map{"country_code": mmdbtype.String(r.cc), "country": mmdbtype.String("name of " + r.cc)}
+		}
+		if err := w.Insert(&net.IPNet{IP: r.p.Addr().AsSlice(), Mask: net.CIDRMask(r.p.Bits(), r.p.Addr().BitLen())}, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := w.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+}
