@@ -797,7 +797,7 @@ func (res *Resolved) ruleSet(r *RuleDef) (*prefix.Set, error) {
 			continue
 		}
 		if !src.IsCountry() {
-			return nil, fmt.Errorf("source %s: %w (countries need format country-csv or rir-delegated)", name, ErrNotCountry)
+			return nil, fmt.Errorf("source %s: %w (countries need format country-csv, rir-delegated or mmdb)", name, ErrNotCountry)
 		}
 		s, err := src.Countries(r.Countries, r.Invert)
 		if err != nil {

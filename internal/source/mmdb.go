@@ -1,8 +1,11 @@
 package source
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 
 	"github.com/oschwald/maxminddb-golang/v2"
 	"go4.org/netipx"
@@ -12,26 +15,32 @@ import (
 // GeoIP2 Country or City, DB-IP lite, IPinfo lite, the ip-location-db
 // builds. Its networks are read with the country each record names:
 // country.iso_code (MaxMind, DB-IP), else country_code (IPinfo,
-// ip-location-db), else registered_country.iso_code. Networks without
-// one, and codes that are no country (EU, AP), are skipped.
+// ip-location-db), else a two-letter country (IPinfo's older files),
+// else registered_country.iso_code. Networks without one are skipped; a
+// file where none has one is refused.
 const FormatMMDB = "mmdb"
 
 // mmdbCode is the country code of res's record, as the publishers lay
-// their records out ("" for none): country.iso_code (MaxMind, DB-IP),
-// country_code (IPinfo, ip-location-db; their "country" is a name), then
-// registered_country.iso_code. A path of another type is no code.
+// their records out ("" for none). A path of another type is no code.
 func mmdbCode(res maxminddb.Result) string {
-	for _, path := range [][]any{{"country", "iso_code"}, {"country_code"}, {"registered_country", "iso_code"}} {
+	for _, path := range [][]any{{"country", "iso_code"}, {"country_code"}, {"country"}, {"registered_country", "iso_code"}} {
 		var cc string
-		if res.DecodePath(&cc, path...) == nil && cc != "" {
+		if res.DecodePath(&cc, path...) == nil && len(cc) == 2 {
 			return cc
 		}
 	}
 	return ""
 }
 
+// ErrMMDBTree: an mmdb whose search tree shares nodes, which makes its
+// networks (2^128 of them, for 128 nodes) a walk without end.
+var ErrMMDBTree = errors.New("a search tree whose nodes are shared")
+
 // readMMDB reads a MaxMind DB file's networks and countries (the file is
-// read whole: the format is a tree, not a stream). Its rows have no line:
+// read whole: the format is a tree, not a stream). Hostile files are
+// bounded: a tree whose nodes are shared is refused before the walk
+// (Verify does not catch it), and the walk stops past one network a node.
+// Adjacent networks of one country are one row. Its rows have no line:
 // their origin is the file.
 func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) {
 	data, err := io.ReadAll(r)
@@ -43,13 +52,38 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 		return nil, fmt.Errorf("reading %s: not a MaxMind DB file (.mmdb; a MaxMind .tar.gz must be unpacked first): %w", name, err)
 	}
 	defer db.Close()
+	md := db.Metadata
+	if err := checkTree(data, md.NodeCount, md.RecordSize, md.IPVersion); err != nil {
+		return nil, fmt.Errorf("reading %s: not a MaxMind DB file ipfence reads: %w", name, err)
+	}
 	p := new(part)
 	// Networks share records (a country's, an ASN's): each is decoded
 	// once, by its offset in the data section.
 	codes := map[uintptr]string{}
+	budget := int(md.NodeCount) + 1
+	var cur struct {
+		lo, hi netip.Addr
+		cc     uint16
+		ok     bool
+	}
+	flush := func() error {
+		if !cur.ok {
+			return nil
+		}
+		if p.rows() >= lim.entries {
+			return &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
+		}
+		p.add(cur.lo, cur.hi, cur.cc, file, 0)
+		cur.ok = false
+		return nil
+	}
+	networks := 0
 	for res := range db.Networks() {
 		if err := res.Err(); err != nil {
 			return nil, fmt.Errorf("reading %s: a damaged MaxMind DB file: %w", name, err)
+		}
+		if networks++; networks > budget {
+			return nil, fmt.Errorf("reading %s: more networks than the search tree has nodes (%d): %w", name, md.NodeCount, ErrMMDBTree)
 		}
 		code, seen := codes[res.Offset()]
 		if !seen {
@@ -58,13 +92,80 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 		}
 		cc, ok := codeIndex(code)
 		if !ok {
-			continue // no country, or a code that is none (EU, AP)
-		}
-		if p.rows() >= lim.entries {
-			return nil, &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
+			continue // no country
 		}
 		pr := res.Prefix().Masked()
-		p.add(pr.Addr(), netipx.PrefixLastIP(pr), cc, file, 0)
+		lo, hi := pr.Addr(), netipx.PrefixLastIP(pr)
+		if cur.ok && cur.cc == cc && cur.lo.Is4() == lo.Is4() && cur.hi.Next() == lo {
+			cur.hi = hi // the next network of the same country
+			continue
+		}
+		if err := flush(); err != nil {
+			return nil, err
+		}
+		cur.lo, cur.hi, cur.cc, cur.ok = lo, hi, cc, true
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if networks > 0 && p.rows() == 0 {
+		return nil, fmt.Errorf("reading %s: %d networks, none with a country (database type %q; looked for country.iso_code, country_code, country, registered_country.iso_code): not country data",
+			name, networks, md.DatabaseType)
 	}
 	return p, nil
+}
+
+// checkTree refuses a search tree (the first nodes*recordSize/4 bytes of
+// data) in which a node is the child of more than one node, but for the
+// IPv4 subtree of an IPv6 tree, which its aliases (::ffff:0:0/96,
+// 2001::/32, 2002::/16) share.
+func checkTree(data []byte, nodes, recordSize, ipVersion uint) error {
+	size := int(nodes) * int(recordSize) / 4
+	if recordSize != 24 && recordSize != 28 && recordSize != 32 || size > len(data) {
+		return fmt.Errorf("record size %d for %d nodes in %d bytes", recordSize, nodes, len(data))
+	}
+	child := func(n uint, right bool) uint {
+		b := data[int(n)*int(recordSize)/4:]
+		switch recordSize {
+		case 24:
+			if right {
+				b = b[3:]
+			}
+			return uint(b[0])<<16 | uint(b[1])<<8 | uint(b[2])
+		case 28:
+			if right {
+				return uint(b[3]&0x0f)<<24 | uint(b[4])<<16 | uint(b[5])<<8 | uint(b[6])
+			}
+			return uint(b[3]&0xf0)<<20 | uint(b[0])<<16 | uint(b[1])<<8 | uint(b[2])
+		}
+		if right {
+			b = b[4:]
+		}
+		return uint(binary.BigEndian.Uint32(b))
+	}
+	ipv4 := nodes // none
+	if ipVersion == 6 {
+		n := uint(0)
+		for range 96 {
+			if n >= nodes {
+				break
+			}
+			n = child(n, false)
+		}
+		ipv4 = n
+	}
+	parents := make([]uint8, nodes)
+	for n := range nodes {
+		for _, right := range []bool{false, true} {
+			c := child(n, right)
+			if c >= nodes || c == ipv4 {
+				continue // data, no data, or the shared IPv4 subtree
+			}
+			if c == 0 || parents[c] > 0 {
+				return fmt.Errorf("%w (node %d)", ErrMMDBTree, c)
+			}
+			parents[c]++
+		}
+	}
+	return nil
 }

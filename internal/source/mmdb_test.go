@@ -2,11 +2,19 @@ package source_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/maxmind/mmdbwriter"
+	"github.com/maxmind/mmdbwriter/mmdbtype"
+	"github.com/oschwald/maxminddb-golang/v2"
 
 	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
@@ -23,7 +31,14 @@ import (
 // and the country.
 func TestMMDB(t *testing.T) {
 	csv := sourcetest.Builtin(t)
-	// What the CSV gives any country, and to more than one.
+	// What the CSV gives any country, and to more than one, outside the
+	// networks that alias IPv4 in an IPv6 tree (which an mmdb has no
+	// IPv6 data in).
+	var ab prefix.Builder
+	for _, p := range sourcetest.Aliased {
+		ab.AddPrefix(p)
+	}
+	aliased, _ := ab.Build()
 	all, amb := &prefix.Set{}, &prefix.Set{}
 	sets := map[string]*prefix.Set{}
 	for _, cc := range csv.Codes() {
@@ -31,6 +46,7 @@ func TestMMDB(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		s = prefix.Subtract(s, aliased)
 		sets[cc] = s
 		amb = prefix.Union(amb, prefix.Intersect(all, s))
 		all = prefix.Union(all, s)
@@ -59,6 +75,9 @@ func TestMMDB(t *testing.T) {
 				t.Errorf("%s: the addresses with a country differ from the CSV's", layout)
 			}
 		}
+		if in := prefix.Intersect(src.Set(), aliased); !in.Empty() {
+			t.Errorf("%s: IPv4 networks read again where IPv6 aliases them: %v", layout, prefix.Prefixes(in)[:1])
+		}
 		if !src.IsCountry() || !slices.Equal(src.Codes(), codes) {
 			t.Fatalf("%s: country data %v, codes %v; want %v", layout, src.IsCountry(), src.Codes(), codes)
 		}
@@ -79,6 +98,42 @@ func TestMMDB(t *testing.T) {
 			t.Errorf("%s: explain 151.1.1.1: %+v", layout, m)
 		}
 	}
+	// A file whose search tree shares nodes (2^32 networks from 32
+	// nodes) is refused at once, not walked; one without countries is
+	// refused too.
+	chain := filepath.Join(dir, "chain.mmdb")
+	writeChain(t, chain, "country")
+	data, err := os.ReadFile(chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, empty := range []bool{false, true} {
+		bomb := slices.Clone(data)
+		shareNodes(t, bomb, empty)
+		shared := filepath.Join(dir, "shared.mmdb")
+		if err := os.WriteFile(shared, bomb, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), source.Spec{Name: "mm", Format: source.FormatMMDB, Paths: []string{shared}})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, source.ErrMMDBTree) {
+				t.Errorf("a tree of shared nodes (leaves empty: %v): %v", empty, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("a tree of shared nodes (leaves empty: %v) is still being walked after 20s", empty)
+		}
+	}
+	asn := filepath.Join(dir, "asn.mmdb")
+	writeChain(t, asn, "asn")
+	if _, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), source.Spec{Name: "mm", Format: source.FormatMMDB, Paths: []string{asn}}); err == nil || !strings.Contains(err.Error(), "none with a country") {
+		t.Errorf("a file without countries: %v", err)
+	}
+
 	// A file that is not an mmdb is refused, with what to do.
 	bad := filepath.Join(dir, "bad.mmdb")
 	if err := os.WriteFile(bad, []byte("1.2.3.0/24\n"), 0o600); err != nil {
@@ -108,5 +163,59 @@ func BenchmarkLoadCountries(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// writeChain writes an IPv4 mmdb of one network, 1.2.3.4/32 (a chain of
+// 32 nodes, 24-bit records), whose record is a country's, or an ASN's
+// (no country).
+func writeChain(t *testing.T, path, kind string) {
+	t.Helper()
+	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: "ipfence-test", RecordSize: 24, IPVersion: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := mmdbtype.Map{"country": mmdbtype.Map{"iso_code": mmdbtype.String("IT")}}
+	if kind == "asn" {
+		rec = mmdbtype.Map{"autonomous_system_number": mmdbtype.Uint32(64500)}
+	}
+	if err := w.Insert(&net.IPNet{IP: net.IPv4(1, 2, 3, 4).To4(), Mask: net.CIDRMask(32, 32)}, rec); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := w.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shareNodes makes both children of every node of an mmdb of 24-bit
+// records the node's child, where it has one: every node then has two
+// parents, and the tree 2^depth networks. With empty, the leaves hold no
+// data either: the walk then never hands a network back.
+func shareNodes(t *testing.T, data []byte, empty bool) {
+	t.Helper()
+	db, err := maxminddb.OpenBytes(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := int(db.Metadata.NodeCount)
+	db.Close()
+	for n := range nodes {
+		b := data[n*6 : n*6+6]
+		left := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
+		right := int(b[3])<<16 | int(b[4])<<8 | int(b[5])
+		switch {
+		case left < nodes:
+			copy(b[3:], b[:3])
+		case right < nodes:
+			copy(b[:3], b[3:])
+		case empty:
+			b[0], b[1], b[2] = byte(nodes>>16), byte(nodes>>8), byte(nodes)
+			copy(b[3:], b[:3])
+		}
 	}
 }
