@@ -74,8 +74,7 @@ func (a *applyRevision) restoreRefused(ctx context.Context, w io.Writer, policyF
 	if p := a.old; p != nil && p.Daemon {
 		// The daemon's trial: what it ran before is loaded in the
 		// file's place, from here on.
-		err := a.store.Refuse(trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(p.Policy, p.PolicyDigest), Table: p.Table,
-			Why: "the host restarted within the trial's window", Instead: p.Previous})
+		err := a.store.Refuse(p.DaemonRefusal("the host restarted within the trial's window", time.Now()))
 		if err == nil {
 			err = a.store.ClearPending()
 		}
@@ -148,7 +147,7 @@ func (a *applyRevision) apply(ctx context.Context, t *apply.Target, c *compiled,
 		}
 		return err
 	}
-	if lerr := a.loaded(t.NetNS, c, monitorAll, offline); lerr != nil {
+	if lerr := a.loaded(c, r, monitorAll, offline); lerr != nil {
 		a.roller.Logger.Warn("keeping a copy of what was applied (apply --confirm needs it)", "err", lerr)
 	}
 	return err
@@ -231,12 +230,12 @@ func (a *applyRevision) abandon() error {
 
 // loaded records the candidate as the revision in force, and the trial
 // as loaded: its window starts now.
-func (a *applyRevision) loaded(netns string, c *compiled, monitorAll, offline bool) error {
-	h, _ := a.store.Dir.AppliedHead(netns)
-	a.rev.Applied, a.rev.Backend, a.rev.Flavour, a.rev.MonitorAll = h.Time, c.Plan.Backend, c.Flavour, monitorAll
+func (a *applyRevision) loaded(c *compiled, r *apply.Report, monitorAll, offline bool) error {
+	applied := r.Applied.Time // the record the apply wrote (if it could)
+	a.rev.Applied, a.rev.Backend, a.rev.Flavour, a.rev.MonitorAll = applied, c.Plan.Backend, c.Flavour, monitorAll
 	err := a.store.CommitRevision(a.rev)
 	if p := a.pending; p != nil {
-		p.Trial, p.Deadline = h.Time, time.Now().Add(a.window).UTC()
+		p.Trial, p.Deadline = applied, time.Now().Add(a.window).UTC()
 		err = errors.Join(err, a.store.SavePending(p))
 	} else if !offline {
 		// The operator applied without a trial: what is refused is

@@ -114,16 +114,13 @@ func Open(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, set: set}
+	c := &Controller{cfg: cfg, set: set, retry64: map[netip.Prefix]bool{}, retryLift: map[netip.Prefix]bool{}}
 	set.Track64(cfg.Policy.Aggregate6 >= 2)
 	// Aggregates of an earlier run are brought in line at the first
 	// Expire (the policy may have turned aggregation off since; a fix
 	// left to retry then was lost with that run).
 	set.EachNet(func(b ban.Ban) bool {
 		if b.Origin == AggregateOrigin {
-			if c.retry64 == nil {
-				c.retry64, c.retryLift = map[netip.Prefix]bool{}, map[netip.Prefix]bool{}
-			}
 			c.retry64[b.Prefix] = true
 		}
 		return true
@@ -594,9 +591,6 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		}
 		for _, b := range slices.Concat(old, removed[len(pruned):]) {
 			c.set.Put(b) // the pruned stay pruned: the next Open drops them from the store
-		}
-		if c.retry64 == nil {
-			c.retry64, c.retryLift = map[netip.Prefix]bool{}, map[netip.Prefix]bool{}
 		}
 		for p := range touched {
 			c.retry64[p] = true

@@ -133,12 +133,9 @@ func (d *Daemon) rollBack(ctx context.Context, p *trial.Pending, why string) err
 		return err
 	}
 	d.log.Warn("the reload on trial ends unconfirmed: loading the policy the daemon ran before", "policy", p.Policy, "why", why)
-	// Refused: the file as it is now (edited during the trial, it is
-	// unconfirmed too).
-	ref := trial.Refused{Time: time.Now().UTC(), Policy: p.Policy, PolicyDigest: trial.FileDigest(p.Policy, p.PolicyDigest), Table: p.Table, Why: why, Instead: p.Previous}
-	// Refused, and no longer pending: the load reads the refusal (a
-	// pending trial has the file loaded).
-	if err := errors.Join(ts.Refuse(ref), ts.ClearPending()); err != nil {
+	// Refused (the file as it is now), and no longer pending: the load
+	// reads the refusal (a pending trial has the file loaded).
+	if err := errors.Join(ts.Refuse(p.DaemonRefusal(why, time.Now())), ts.ClearPending()); err != nil {
 		return err
 	}
 	if d.ctl == nil {

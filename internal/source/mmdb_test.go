@@ -3,7 +3,6 @@ package source_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -179,17 +178,8 @@ func writeChain(t *testing.T, path, kind string) {
 	if kind == "asn" {
 		rec = mmdbtype.Map{"autonomous_system_number": mmdbtype.Uint32(64500)}
 	}
-	if err := w.Insert(&net.IPNet{IP: net.IPv4(1, 2, 3, 4).To4(), Mask: net.CIDRMask(32, 32)}, rec); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := w.WriteTo(f); err != nil {
-		t.Fatal(err)
-	}
+	sourcetest.Insert(t, w, netip.MustParsePrefix("1.2.3.4/32"), rec)
+	sourcetest.Save(t, w, path)
 }
 
 // shareNodes makes both children of every node of an mmdb of 24-bit

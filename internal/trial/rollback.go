@@ -67,8 +67,7 @@ func (r *Roller) load(ctx context.Context, p *Pending) (*apply.Report, error) {
 		// The trial renamed the table: the apply removed the trial's.
 		r.Logger.Info("the trial's table was removed", "table", p.Table)
 	}
-	h, _ := r.Target.State.AppliedHead(r.Target.NetNS)
-	if err := r.Store.restoreRevision(p, data, h.Time); err != nil {
+	if err := r.Store.restoreRevision(p, data, rep.Applied.Time); err != nil {
 		r.Logger.Warn("keeping the copy of what was put back", "err", err)
 	}
 	return rep, nil
@@ -109,10 +108,7 @@ func (r *Roller) LoadConfirmed(ctx context.Context, in *plan.Input, rev *Revisio
 	if err != nil {
 		return nil, err
 	}
-	h, _ := r.Target.State.AppliedHead(r.Target.NetNS)
-	cur := *rev
-	cur.Applied = h.Time
-	if err := writeJSON(r.Store.revisionPath(".json"), cur); err != nil {
+	if err := r.Store.stamp(*rev, rep.Applied.Time); err != nil {
 		r.Logger.Warn("recording the copy of what was applied", "err", err)
 	}
 	return rep, nil
@@ -183,12 +179,9 @@ func (s Store) confirmed() ([]byte, *Revision, error) {
 	if rev.Nothing {
 		return nil, rev, nil
 	}
-	data, err := os.ReadFile(s.revisionPath(".bundle"))
+	data, err := readDigested(s.revisionPath(".bundle"), rev.Digest)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrNoRevision, err)
-	}
-	if Digest(data) != rev.Digest {
-		return nil, nil, fmt.Errorf("%w: %s changed since it was written", ErrNoRevision, s.revisionPath(".bundle"))
 	}
 	return data, rev, nil
 }

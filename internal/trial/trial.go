@@ -119,6 +119,13 @@ type Pending struct {
 	Previous string `json:"previous,omitempty"`
 }
 
+// DaemonRefusal is the refusal of p, a daemon's trial rolled back for
+// why at now: its policy file as it is then (an edit during the trial is
+// unconfirmed too), with the text the daemon ran before in its place.
+func (p *Pending) DaemonRefusal(why string, now time.Time) Refused {
+	return Refused{Time: now.UTC(), Policy: p.Policy, PolicyDigest: FileDigest(p.Policy, p.PolicyDigest), Table: p.Table, Why: why, Instead: p.Previous}
+}
+
 // Refused is the policy of a trial that was rolled back.
 type Refused struct {
 	Time         time.Time `json:"time"`
@@ -243,24 +250,31 @@ func (s Store) Refuse(r Refused) error { return writeJSON(s.trialPath(".refused.
 // SetAside copies the revision in force, rev, beside the trial as the
 // one to put back, checking its digest.
 func (s Store) SetAside(rev *Revision) error {
-	data, err := os.ReadFile(s.revisionPath(".bundle"))
+	data, err := readDigested(s.revisionPath(".bundle"), rev.Digest)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoRevision, err)
-	}
-	if Digest(data) != rev.Digest {
-		return fmt.Errorf("%w: %s changed since it was written", ErrNoRevision, s.revisionPath(".bundle"))
 	}
 	return statedir.WriteFileAtomic(s.trialPath(".bundle"), data)
 }
 
 // backBundle reads the copy p puts back, checking its digest.
 func (s Store) backBundle(p *Pending) ([]byte, error) {
-	data, err := os.ReadFile(s.trialPath(".bundle"))
+	data, err := readDigested(s.trialPath(".bundle"), p.Back.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("reading the revision to put back: %w", err)
 	}
-	if Digest(data) != p.Back.Digest {
-		return nil, fmt.Errorf("%s changed since the trial began (SHA-256 %s, recorded %s)", s.trialPath(".bundle"), Digest(data), p.Back.Digest)
+	return data, nil
+}
+
+// readDigested reads the file at path, which must be the one whose
+// SHA-256 is digest.
+func readDigested(path, digest string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if got := Digest(data); got != digest {
+		return nil, fmt.Errorf("%s changed since it was written (SHA-256 %s, recorded %s)", path, got, digest)
 	}
 	return data, nil
 }
@@ -271,7 +285,12 @@ func (s Store) restoreRevision(p *Pending, data []byte, applied time.Time) error
 	if err := statedir.WriteFileAtomic(s.revisionPath(".bundle"), data); err != nil {
 		return err
 	}
-	rev := *p.Back
+	return s.stamp(*p.Back, applied)
+}
+
+// stamp records rev, its copy in place, as the revision of the applied
+// record of time applied.
+func (s Store) stamp(rev Revision, applied time.Time) error {
 	rev.Applied = applied
 	return writeJSON(s.revisionPath(".json"), rev)
 }

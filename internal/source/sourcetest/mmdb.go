@@ -73,10 +73,22 @@ func WriteMMDB(t testing.TB, src *source.Source, path, layout string, codes ...s
 		default:
 			rec = mmdbtype.Map{"country_code": mmdbtype.String(r.cc), "country": mmdbtype.String("name of " + r.cc)}
 		}
-		if err := w.Insert(&net.IPNet{IP: r.p.Addr().AsSlice(), Mask: net.CIDRMask(r.p.Bits(), r.p.Addr().BitLen())}, rec); err != nil {
-			t.Fatal(err)
-		}
+		Insert(t, w, r.p, rec)
 	}
+	Save(t, w, path)
+}
+
+// Insert inserts rec for p into w.
+func Insert(t testing.TB, w *mmdbwriter.Tree, p netip.Prefix, rec mmdbtype.DataType) {
+	t.Helper()
+	if err := w.Insert(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}, rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Save writes w as the file at path.
+func Save(t testing.TB, w *mmdbwriter.Tree, path string) {
+	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
