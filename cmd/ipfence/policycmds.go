@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -681,7 +682,7 @@ func newExplainCmd(g *globals) *cobra.Command {
 		Short: "Say which rule decides a new connection from a source (or to a destination), and from which source entry",
 		Long: `Explain says which rule decides a new inbound connection from ADDR (or,
 with --to, a new connection from this host or a client it forwards to ADDR),
-and the source entries (file:line, country) the address comes from. Packets
+and the source entries (file:line, country, AS) the address comes from. Packets
 of connections conntrack knows pass every connection-aware rule; only
 stateless rules judge them.`,
 		Args: cobra.MaximumNArgs(1),
@@ -808,6 +809,12 @@ func printExplain(w io.Writer, ex explanation) {
 			cc := ""
 			if o.Country != "" {
 				cc = " " + o.Country
+			}
+			if o.ASN != 0 {
+				cc += fmt.Sprintf(" AS%d", o.ASN)
+				if o.Org != "" {
+					cc += " " + strconv.Quote(o.Org)
+				}
 			}
 			fmt.Fprintf(w, "    from %s: %s%s (%s)\n", o.Source, o.Range, cc, o.Where)
 		}

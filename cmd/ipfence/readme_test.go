@@ -34,6 +34,13 @@ func TestREADMEExplain(t *testing.T) {
 	if !strings.Contains(string(readme), out) {
 		t.Errorf("README.md does not show the output of `ipfence explain --monitor 8.8.8.8`:\n%s", out)
 	}
+	out, err = run(t, "explain", "--policy", "../../examples/hosting.yaml", "--port", "tcp/22", "--state", t.TempDir(), "198.51.100.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), strings.ReplaceAll(out, "../../", "")) {
+		t.Errorf("README.md does not show the output of `ipfence explain --policy examples/hosting.yaml --port tcp/22 198.51.100.7`:\n%s", out)
+	}
 	out, err = run(t, "geo", "--countries", "IT", "--count")
 	if err != nil || !strings.Contains(out, "10557") && !strings.Contains(out, "10,557") {
 		t.Errorf("geo --countries IT --count: %v\n%s", err, out)

@@ -136,6 +136,8 @@ type RuleDef struct {
 	Otherwise plan.Action
 	Sources   []string
 	Countries []string
+	// ASNs are the autonomous systems picked of an ASN source.
+	ASNs      []uint32
 	Invert    bool
 	Prefixes  []netipx.IPRange
 	Ports     []plan.Port
@@ -253,6 +255,7 @@ type matchDoc struct {
 	Source    string   `yaml:"source"`
 	Sources   []string `yaml:"sources"`
 	Countries []string `yaml:"countries"`
+	ASNs      []string `yaml:"asns"`
 	Invert    bool     `yaml:"invert"`
 	Prefixes  []string `yaml:"prefixes"`
 }
@@ -506,8 +509,18 @@ func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, erro
 	if len(r.Sources) == 0 && len(r.Prefixes) == 0 {
 		return nil, bad("rule %q matches nothing: give match.source, match.sources or match.prefixes", rd.Name)
 	}
-	if (len(r.Countries) > 0 || r.Invert) && len(r.Sources) == 0 {
-		return nil, bad("rule %q: countries/invert need a country source in match.source", rd.Name)
+	for _, a := range rd.Match.ASNs {
+		n, err := source.ParseASN(a)
+		if err != nil || n == 0 {
+			return nil, bad("rule %q: asns: %q is not an AS number (like AS15169 or 15169)", rd.Name, a)
+		}
+		r.ASNs = append(r.ASNs, n)
+	}
+	if len(r.Countries) > 0 && len(r.ASNs) > 0 {
+		return nil, bad("rule %q: give countries or asns, not both (write two rules)", rd.Name)
+	}
+	if (len(r.Countries) > 0 || len(r.ASNs) > 0 || r.Invert) && len(r.Sources) == 0 {
+		return nil, bad("rule %q: countries/asns/invert need a country or ASN source in match.source", rd.Name)
 	}
 	for _, ps := range rd.Ports {
 		pt, err := ParsePort(ps)
@@ -785,21 +798,33 @@ func (p *Policy) ResolveReusing(ctx context.Context, l *source.Loader, reuse fun
 	return res, nil
 }
 
-// ErrNotCountry is returned for countries on a list source.
-var ErrNotCountry = errors.New("source has no country data")
+// ErrNotCountry is returned for countries on a source without country
+// data, ErrNotASN for asns on one without ASNs.
+var (
+	ErrNotCountry = errors.New("source has no country data")
+	ErrNotASN     = errors.New("source has no autonomous systems")
+)
 
 func (res *Resolved) ruleSet(r *RuleDef) (*prefix.Set, error) {
 	sets := make([]*prefix.Set, 0, len(r.Sources))
 	for _, name := range r.Sources {
 		src := res.Sources[name]
-		if len(r.Countries) == 0 && !r.Invert {
-			sets = append(sets, src.Set())
-			continue
+		var s *prefix.Set
+		var err error
+		switch {
+		case len(r.ASNs) > 0:
+			if !src.IsASN() {
+				return nil, fmt.Errorf("source %s: %w (asns need format asn-csv, or an mmdb with ASNs)", name, ErrNotASN)
+			}
+			s, err = src.ASNs(r.ASNs, r.Invert)
+		case len(r.Countries) > 0 || r.Invert:
+			if !src.IsCountry() {
+				return nil, fmt.Errorf("source %s: %w (countries need format country-csv, rir-delegated, or an mmdb with countries)", name, ErrNotCountry)
+			}
+			s, err = src.Countries(r.Countries, r.Invert)
+		default:
+			s = src.Set()
 		}
-		if !src.IsCountry() {
-			return nil, fmt.Errorf("source %s: %w (countries need format country-csv, rir-delegated or mmdb)", name, ErrNotCountry)
-		}
-		s, err := src.Countries(r.Countries, r.Invert)
 		if err != nil {
 			return nil, err
 		}
@@ -827,6 +852,9 @@ type Origin struct {
 	Range   string `json:"range"`
 	Where   string `json:"where"`
 	Country string `json:"country,omitempty"`
+	// ASN and Org: the row's autonomous system and its organisation.
+	ASN uint32 `json:"asn,omitempty"`
+	Org string `json:"org,omitempty"`
 }
 
 // Explain lists, for rule r, the source entries that contain addr and
@@ -840,10 +868,10 @@ func (res *Resolved) Explain(ruleName string, addr netip.Addr) []Origin {
 		for _, name := range r.Sources {
 			src := res.Sources[name]
 			for _, m := range src.Explain(addr) {
-				if m.Country != "" && (len(r.Countries) > 0 || r.Invert) && slices.Contains(upper(r.Countries), m.Country) == r.Invert {
+				if !r.picks(m) {
 					continue
 				}
-				out = append(out, Origin{Source: name, Range: rangeString(m.Range), Where: m.Origin, Country: m.Country})
+				out = append(out, Origin{Source: name, Range: rangeString(m.Range), Where: m.Origin, Country: m.Country, ASN: m.ASN, Org: m.Org})
 			}
 		}
 		for _, rg := range r.Prefixes {
@@ -853,6 +881,18 @@ func (res *Resolved) Explain(ruleName string, addr netip.Addr) []Origin {
 		}
 	}
 	return out
+}
+
+// picks reports whether the rule's selection (asns, countries, invert)
+// takes the row m, as Source.ASNs and Source.Countries do.
+func (r *RuleDef) picks(m source.Match) bool {
+	switch {
+	case len(r.ASNs) > 0:
+		return m.ASN != 0 && slices.Contains(r.ASNs, m.ASN) != r.Invert
+	case len(r.Countries) > 0 || r.Invert:
+		return m.Country != "" && slices.Contains(upper(r.Countries), m.Country) != r.Invert
+	}
+	return true
 }
 
 func upper(ss []string) []string {

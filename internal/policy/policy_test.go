@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/plan"
+	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
 )
 
@@ -217,6 +219,10 @@ func TestParseErrors(t *testing.T) {
 		{"table DOCKER", "table: DOCKER\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "another firewall manager"},
 		{"table -x", "table: \"-x\"\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "starting with a letter"},
 		{"second document", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n---\nrules:\n  - {name: b, action: drop, match: {prefixes: [0.0.0.0/0]}}\n", 3, "a second YAML document"},
+		{"bad asn", "sources:\n  x: {format: asn-csv, paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x, asns: [AS15169, ASX]}}\n", 4, `asns: "ASX" is not an AS number`},
+		{"asn 0", "sources:\n  x: {format: asn-csv, paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x, asns: [0]}}\n", 4, `asns: "0" is not an AS number`},
+		{"asns and countries", "sources:\n  x: {format: mmdb, paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x, asns: [1], countries: [IT]}}\n", 4, "countries or asns, not both"},
+		{"asns without a source", "rules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4], asns: [1]}}\n", 2, "need a country or ASN source"},
 		{"api_key on a list", "sources:\n  x: {format: list, paths: [f], api_key: k}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "for crowdsec sources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -282,6 +288,46 @@ func TestResolveAndCompile(t *testing.T) {
 	}
 }
 
+// TestResolveASN resolves rules on an asn-csv source: asns as numbers
+// and AS names, inverted, and explain's AS and organisation.
+func TestResolveASN(t *testing.T) {
+	dir := t.TempDir()
+	csv := "# first,last,ASN,name\n192.0.2.0,192.0.2.127,64496,\"Example, Inc.\"\n192.0.2.128/25,AS64497,Other\n2001:db8::/32,64496\n"
+	if err := os.WriteFile(filepath.Join(dir, "asn.csv"), []byte(csv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "p.yaml")
+	y := "sources:\n  asn: {format: asn-csv, paths: [asn.csv]}\nrules:\n" +
+		"  - {name: a, action: drop, match: {source: asn, asns: [AS64496]}}\n" +
+		"  - {name: b, action: drop, match: {source: asn, asns: [64496], invert: true}}\n"
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Resolve(context.Background(), &source.Loader{StateDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"[192.0.2.0/25 2001:db8::/32]", "[192.0.2.128/25]"} {
+		if got := fmt.Sprint(prefix.Prefixes(res.Input.Rules[i].Set)); got != want {
+			t.Errorf("rule %s: %s, want %s", res.Input.Rules[i].Name, got, want)
+		}
+	}
+	ex := res.Explain("a", netip.MustParseAddr("192.0.2.9"))
+	if len(ex) != 1 || ex[0].ASN != 64496 || ex[0].Org != "Example, Inc." || ex[0].Where != filepath.Join(dir, "asn.csv")+":2" {
+		t.Errorf("explain 192.0.2.9 in rule a: %+v", ex)
+	}
+	if ex := res.Explain("b", netip.MustParseAddr("192.0.2.9")); len(ex) != 0 {
+		t.Errorf("explain 192.0.2.9 in rule b (every other AS): %+v", ex)
+	}
+	if ex := res.Explain("b", netip.MustParseAddr("192.0.2.200")); len(ex) != 1 || ex[0].ASN != 64497 || ex[0].Org != "Other" {
+		t.Errorf("explain 192.0.2.200 in rule b: %+v", ex)
+	}
+}
+
 func TestResolveErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string
@@ -291,6 +337,8 @@ func TestResolveErrors(t *testing.T) {
 		{"unknown country", "sources:\n  geo: {format: country-csv, paths: [\"builtin:country-ipv4.csv.gz\"]}\nrules:\n  - {name: a, action: allow-only, family: ipv4, match: {source: geo, countries: [QQ]}}\n", nil, "QQ"},
 		{"missing file", "sources:\n  f: {format: list, paths: [nope.txt]}\nrules:\n  - {name: a, action: drop, match: {source: f}}\n", nil, "nope.txt"},
 		{"countries on a list", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: a, action: drop, match: {source: f, countries: [IT]}}\n", ErrNotCountry, "country"},
+		{"asns on a list", "sources:\n  f: {format: list, paths: [feed.txt]}\nrules:\n  - {name: a, action: drop, match: {source: f, asns: [AS64500]}}\n", ErrNotASN, "asns need format asn-csv"},
+		{"asns on countries", "sources:\n  geo: {format: country-csv, paths: [\"builtin:country-ipv4.csv.gz\"]}\nrules:\n  - {name: a, action: drop, match: {source: geo, asns: [AS64500]}}\n", ErrNotASN, "no autonomous systems"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := resolve(t, tc.yaml)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ipfence/ipfence/internal/prefix"
 )
@@ -46,6 +47,18 @@ func FuzzRIRDelegated(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) { checkFuzz(t, FormatRIRDelegated, in) })
+}
+
+func FuzzASNCSV(f *testing.F) {
+	for _, s := range []string{
+		"start_ip,end_ip,asn,name\n1.0.0.0,1.0.0.255,13335,CLOUDFLARENET\n2001:200::/32,AS2500,\"WIDE, Project\"\n",
+		"1.0.0.0/24,0,Not routed\n1.2.3.4,as1\n5.5.5.0-5.5.5.9,4294967295,x\n",
+		"1.2.3.0/24,AS\n", "1.2.3.9,1.2.3.0,1\n", "1.2.3.0,::1,1\n", "1.0.0.0/24\n", ",1\n", "a,b,c,d\n",
+		"1.0.0.0/24,1,\x00\xff\"\"\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) { checkFuzz(t, FormatASNCSV, in) })
 }
 
 func FuzzList(f *testing.F) {
@@ -93,6 +106,15 @@ func checkFuzz(t *testing.T, format, in string) {
 			if !src.Set().IPSet().ContainsRange(m.Range) {
 				t.Fatalf("row %v not in Set", m)
 			}
+			if m.ASN != 0 {
+				as, err := src.ASNs([]uint32{m.ASN}, false)
+				if err != nil || !as.IPSet().ContainsRange(m.Range) {
+					t.Fatalf("row %v not in ASNs(%d): %v", m, m.ASN, err)
+				}
+				if len(m.Org) > maxOrgName || !utf8.ValidString(m.Org) {
+					t.Fatalf("row %v: organisation of %d bytes, or not UTF-8", m, len(m.Org))
+				}
+			}
 			if m.Country != "" {
 				cs, err := src.Countries([]string{m.Country}, false)
 				if err != nil || !cs.IPSet().ContainsRange(m.Range) {
@@ -109,12 +131,12 @@ func checkFuzz(t *testing.T, format, in string) {
 // allMatches yields every row of s as a Match.
 func (s *Source) allMatches(yield func(m Match) bool) {
 	for e := range s.v4.all() {
-		if !yield(s.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)) {
+		if !yield(s.match(e.lo.addr(), e.hi.addr(), e.cc, e.asn, e.file, e.line)) {
 			return
 		}
 	}
 	for e := range s.v6.all() {
-		if !yield(s.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)) {
+		if !yield(s.match(e.lo.addr(), e.hi.addr(), e.cc, e.asn, e.file, e.line)) {
 			return
 		}
 	}

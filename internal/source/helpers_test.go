@@ -30,7 +30,16 @@ func fromBytes(format string, files ...[]byte) (*Source, error) {
 	return src, nil
 }
 
-// rows lists every row of src in file order, as "ORIGIN FIRST-LAST CC".
+// rowText is "ORIGIN FIRST-LAST CC" (and " ASn ORG" for a row of an AS).
+func rowText(m Match) string {
+	s := strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)
+	if m.ASN != 0 {
+		s = strings.TrimSpace(fmt.Sprintf("%s AS%d %s", s, m.ASN, m.Org))
+	}
+	return s
+}
+
+// rows lists every row of src in file order, as rowText.
 func rows(src *Source) []string {
 	type row struct {
 		file, line uint32
@@ -38,12 +47,12 @@ func rows(src *Source) []string {
 	}
 	var rs []row
 	for e := range src.v4.all() {
-		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)
-		rs = append(rs, row{uint32(e.file), e.line, strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)})
+		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.asn, e.file, e.line)
+		rs = append(rs, row{uint32(e.file), e.line, rowText(m)})
 	}
 	for e := range src.v6.all() {
-		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line)
-		rs = append(rs, row{uint32(e.file), e.line, strings.TrimSpace(m.Origin + " " + m.Range.String() + " " + m.Country)})
+		m := src.match(e.lo.addr(), e.hi.addr(), e.cc, e.asn, e.file, e.line)
+		rs = append(rs, row{uint32(e.file), e.line, rowText(m)})
 	}
 	slices.SortFunc(rs, func(a, b row) int {
 		if a.file != b.file {

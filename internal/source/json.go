@@ -69,7 +69,7 @@ func IsJSONFormat(format string) bool { _, ok := jsonFormats[format]; return ok 
 
 // Formats are the formats of the sources of rules' sets.
 func Formats() []string {
-	return []string{FormatList, FormatCountryCSV, FormatRIRDelegated, FormatMMDB, FormatSpamhausJSON, FormatAWSJSON, FormatGoogleJSON, FormatGitHubMeta, FormatFastlyJSON}
+	return []string{FormatList, FormatCountryCSV, FormatRIRDelegated, FormatASNCSV, FormatMMDB, FormatSpamhausJSON, FormatAWSJSON, FormatGoogleJSON, FormatGitHubMeta, FormatFastlyJSON}
 }
 
 // pick is what a source takes of a JSON file's records: those of one of
@@ -166,7 +166,7 @@ func readJSON(r io.Reader, format, name string, file uint16, lim limits) (*part,
 		if p.rows() >= lim.entries {
 			return &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
 		}
-		p.add(rng.From(), rng.To(), noCountry, file, rec.line)
+		p.add(rng.From(), rng.To(), noCountry, 0, file, rec.line)
 		return nil
 	}
 	if format == FormatSpamhausJSON {

@@ -328,17 +328,21 @@ func (s *Source) finish(parts []*part) {
 	// the source, and a second copy of them as a set would cost more
 	// (48 bytes a range) than building it again.
 	e4, e6 := join(p4), join(p6)
-	s.n4, s.n6 = tally(e4, &s.present), tally(e6, &s.present)
+	s.n4, s.n6 = tally(e4, s), tally(e6, s)
 	s.v4.pack(e4)
 	s.v6.pack(e6)
+	s.names = packNames(parts)
 }
 
-// tally marks the countries of es in present and returns how many
+// tally marks the countries and ASNs of es in s and returns how many
 // prefixes the minimal cover of es has.
-func tally[K key[K]](es []entry[K], present *[numCodes]bool) (prefixes int) {
+func tally[K key[K]](es []entry[K], s *Source) (prefixes int) {
 	for i := range es {
 		if es[i].cc < numCodes {
-			present[es[i].cc] = true
+			s.present[es[i].cc], s.hasCountry = true, true
+		}
+		if es[i].asn != 0 {
+			s.hasASN = true
 		}
 	}
 	unionRanges(slices.Values(es), nil, func(r netipx.IPRange) { prefixes += prefix.CountRange(r) })

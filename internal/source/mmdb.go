@@ -16,9 +16,43 @@ import (
 // builds. Its networks are read with the country each record names:
 // country.iso_code (MaxMind, DB-IP), else country_code (IPinfo,
 // ip-location-db), else a two-letter country (IPinfo's older files),
-// else registered_country.iso_code. Networks without one are skipped; a
-// file where none has one is refused.
+// else registered_country.iso_code; and with the autonomous system each
+// names: autonomous_system_number and autonomous_system_organization
+// (GeoLite2 ASN, DB-IP, ip-location-db), else asn ("AS15169") and
+// as_name (IPinfo). Networks with neither are skipped; a file where none
+// has either is refused.
 const FormatMMDB = "mmdb"
+
+// mmdbRecord is what ipfence reads of an mmdb record.
+type mmdbRecord struct {
+	cc    uint16 // noCountry for none
+	asn   uint32 // 0 for none
+	org   string
+	valid bool // a country or an ASN
+}
+
+// readRecord decodes what ipfence reads of res's record.
+func readRecord(res maxminddb.Result) mmdbRecord {
+	rec := mmdbRecord{cc: noCountry}
+	if cc, ok := codeIndex(mmdbCode(res)); ok {
+		rec.cc, rec.valid = cc, true
+	}
+	var n uint32
+	if res.DecodePath(&n, "autonomous_system_number") == nil && n != 0 {
+		rec.asn = n
+		_ = res.DecodePath(&rec.org, "autonomous_system_organization")
+	} else {
+		var as string
+		if res.DecodePath(&as, "asn") == nil {
+			if n, err := ParseASN(as); err == nil && n != 0 {
+				rec.asn = n
+				_ = res.DecodePath(&rec.org, "as_name")
+			}
+		}
+	}
+	rec.valid = rec.valid || rec.asn != 0
+	return rec
+}
 
 // mmdbCode is the country code of res's record, as the publishers lay
 // their records out ("" for none). A path of another type is no code.
@@ -36,12 +70,12 @@ func mmdbCode(res maxminddb.Result) string {
 // networks (2^128 of them, for 128 nodes) a walk without end.
 var ErrMMDBTree = errors.New("a search tree whose nodes are shared")
 
-// readMMDB reads a MaxMind DB file's networks and countries (the file is
-// read whole: the format is a tree, not a stream). Hostile files are
-// bounded: a tree whose nodes are shared is refused before the walk
-// (Verify does not catch it), and the walk stops past one network a node.
-// Adjacent networks of one country are one row. Its rows have no line:
-// their origin is the file.
+// readMMDB reads a MaxMind DB file's networks, countries and autonomous
+// systems (the file is read whole: the format is a tree, not a stream).
+// Hostile files are bounded: a tree whose nodes are shared is refused
+// before the walk (Verify does not catch it), and the walk stops past
+// one network a node. Adjacent networks of one country and AS are one
+// row. Its rows have no line: their origin is the file.
 func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -59,11 +93,12 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 	p := new(part)
 	// Networks share records (a country's, an ASN's): each is decoded
 	// once, by its offset in the data section.
-	codes := map[uintptr]string{}
+	records := map[uintptr]mmdbRecord{}
 	budget := int(md.NodeCount) + 1
 	var cur struct {
 		lo, hi netip.Addr
 		cc     uint16
+		asn    uint32
 		ok     bool
 	}
 	flush := func() error {
@@ -73,7 +108,7 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 		if p.rows() >= lim.entries {
 			return &LimitError{File: name, What: "entries", Limit: int64(lim.entries), Key: "max_entries"}
 		}
-		p.add(cur.lo, cur.hi, cur.cc, file, 0)
+		p.add(cur.lo, cur.hi, cur.cc, cur.asn, file, 0)
 		cur.ok = false
 		return nil
 	}
@@ -85,31 +120,31 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 		if networks++; networks > budget {
 			return nil, fmt.Errorf("reading %s: more networks than the search tree has nodes (%d): %w", name, md.NodeCount, ErrMMDBTree)
 		}
-		code, seen := codes[res.Offset()]
+		rec, seen := records[res.Offset()]
 		if !seen {
-			code = mmdbCode(res)
-			codes[res.Offset()] = code
+			rec = readRecord(res)
+			records[res.Offset()] = mmdbRecord{cc: rec.cc, asn: rec.asn, valid: rec.valid} // the name is in p
+			p.name(rec.asn, rec.org)
 		}
-		cc, ok := codeIndex(code)
-		if !ok {
-			continue // no country
+		if !rec.valid {
+			continue // neither a country nor an AS
 		}
 		pr := res.Prefix().Masked()
 		lo, hi := pr.Addr(), netipx.PrefixLastIP(pr)
-		if cur.ok && cur.cc == cc && cur.lo.Is4() == lo.Is4() && cur.hi.Next() == lo {
-			cur.hi = hi // the next network of the same country
+		if cur.ok && cur.cc == rec.cc && cur.asn == rec.asn && cur.lo.Is4() == lo.Is4() && cur.hi.Next() == lo {
+			cur.hi = hi // the next network of the same country and AS
 			continue
 		}
 		if err := flush(); err != nil {
 			return nil, err
 		}
-		cur.lo, cur.hi, cur.cc, cur.ok = lo, hi, cc, true
+		cur.lo, cur.hi, cur.cc, cur.asn, cur.ok = lo, hi, rec.cc, rec.asn, true
 	}
 	if err := flush(); err != nil {
 		return nil, err
 	}
 	if networks > 0 && p.rows() == 0 {
-		return nil, fmt.Errorf("reading %s: %d networks, none with a country (database type %q; looked for country.iso_code, country_code, country, registered_country.iso_code): not country data",
+		return nil, fmt.Errorf("reading %s: %d networks, none with a country or an autonomous system (database type %q; looked for country.iso_code, country_code, country, registered_country.iso_code, autonomous_system_number, asn): not country or ASN data",
 			name, networks, md.DatabaseType)
 	}
 	return p, nil

@@ -3,6 +3,7 @@ package source_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -127,10 +128,27 @@ func TestMMDB(t *testing.T) {
 			t.Fatalf("a tree of shared nodes (leaves empty: %v) is still being walked after 20s", empty)
 		}
 	}
+	// A file of ASNs and no countries is an ASN source; one of neither
+	// is refused.
 	asn := filepath.Join(dir, "asn.mmdb")
 	writeChain(t, asn, "asn")
-	if _, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), source.Spec{Name: "mm", Format: source.FormatMMDB, Paths: []string{asn}}); err == nil || !strings.Contains(err.Error(), "none with a country") {
-		t.Errorf("a file without countries: %v", err)
+	src, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), source.Spec{Name: "mm", Format: source.FormatMMDB, Paths: []string{asn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.IsCountry() || !src.IsASN() {
+		t.Errorf("an ASN file: IsCountry %v, IsASN %v", src.IsCountry(), src.IsASN())
+	}
+	if _, err := src.Countries([]string{"IT"}, false); !errors.Is(err, source.ErrNotCountry) {
+		t.Errorf("countries of an ASN file: %v", err)
+	}
+	if set, err := src.ASNs([]uint32{64500}, false); err != nil || fmt.Sprint(prefix.Prefixes(set)) != "[1.2.3.4/32]" {
+		t.Errorf("AS64500 of an ASN file: %v, %v", set, err)
+	}
+	none := filepath.Join(dir, "none.mmdb")
+	writeChain(t, none, "none")
+	if _, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), source.Spec{Name: "mm", Format: source.FormatMMDB, Paths: []string{none}}); err == nil || !strings.Contains(err.Error(), "none with a country or an autonomous system") {
+		t.Errorf("a file without countries or ASNs: %v", err)
 	}
 
 	// A file that is not an mmdb is refused, with what to do.
@@ -166,8 +184,8 @@ func BenchmarkLoadCountries(b *testing.B) {
 }
 
 // writeChain writes an IPv4 mmdb of one network, 1.2.3.4/32 (a chain of
-// 32 nodes, 24-bit records), whose record is a country's, or an ASN's
-// (no country).
+// 32 nodes, 24-bit records), whose record is a country's, an ASN's (no
+// country) or neither's.
 func writeChain(t *testing.T, path, kind string) {
 	t.Helper()
 	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: "ipfence-test", RecordSize: 24, IPVersion: 4})
@@ -175,8 +193,11 @@ func writeChain(t *testing.T, path, kind string) {
 		t.Fatal(err)
 	}
 	rec := mmdbtype.Map{"country": mmdbtype.Map{"iso_code": mmdbtype.String("IT")}}
-	if kind == "asn" {
+	switch kind {
+	case "asn":
 		rec = mmdbtype.Map{"autonomous_system_number": mmdbtype.Uint32(64500)}
+	case "none":
+		rec = mmdbtype.Map{"city": mmdbtype.String("Rome")}
 	}
 	sourcetest.Insert(t, w, netip.MustParsePrefix("1.2.3.4/32"), rec)
 	sourcetest.Save(t, w, path)

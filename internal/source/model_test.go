@@ -18,13 +18,15 @@ type modelRow struct {
 	file, line int
 	lo, hi     netip.Addr
 	cc         string
+	asn        uint32 // asn-csv
+	org        string // asn-csv: the name the row gives ("": none)
 }
 
 // covered says whether the source drops r: a row of its file and country
 // that sorts before it (first address, widest first, line) contains it.
 func covered(model []modelRow, r modelRow) bool {
 	for _, q := range model {
-		if q == r || q.file != r.file || !strings.EqualFold(q.cc, r.cc) || r.lo.Less(q.lo) || q.hi.Less(r.hi) {
+		if q == r || q.file != r.file || !strings.EqualFold(q.cc, r.cc) || q.asn != r.asn || r.lo.Less(q.lo) || q.hi.Less(r.hi) {
 			continue
 		}
 		if q.lo.Less(r.lo) || r.hi.Less(q.hi) || q.line < r.line {
@@ -45,6 +47,13 @@ var universes = []netip.Prefix{
 	netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ff00/120"),
 }
 
+// modelASNs are the autonomous systems of the synthetic asn-csv data
+// (64503 is never used), and modelOrgs the names rows give them.
+var (
+	modelASNs = []uint32{64500, 64501, 4200000000, 64503}
+	modelOrgs = []string{"Example, Inc.", `The "Quoted" Org`, "Plain"}
+)
+
 // modelCodes are the codes the synthetic data uses: countries, a
 // placeholder, a withdrawn code. JP and US are valid codes it never uses.
 var modelCodes = []string{"IT", "DE", "FR", "ZZ", "AN", "JP", "US"}
@@ -59,7 +68,7 @@ func TestModel(t *testing.T) {
 	}
 	defer func(c int) { compactAt = c }(compactAt)
 	for trial := range trials {
-		format := []string{FormatCountryCSV, FormatRIRDelegated, FormatList}[trial%3]
+		format := []string{FormatCountryCSV, FormatRIRDelegated, FormatList, FormatASNCSV}[trial%4]
 		u4 := universes[rng.IntN(3)]
 		u6 := universes[3+rng.IntN(3)]
 		files, model := modelData(rng, format, []netip.Prefix{u4, u6})
@@ -70,13 +79,13 @@ func TestModel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("trial %d (%s): %v\n%s", trial, format, err, files)
 		}
-		check := func(what string, got *prefix.Set, in func(cc string) bool) {
+		check := func(what string, got *prefix.Set, in func(r modelRow) bool) {
 			t.Helper()
 			var b netipx.IPSetBuilder
 			for _, u := range []netip.Prefix{u4, u6} {
 				for a := u.Addr(); u.Contains(a); a = a.Next() {
 					for _, r := range model {
-						if in(r.cc) && !a.Less(r.lo) && !r.hi.Less(a) {
+						if in(r) && !a.Less(r.lo) && !r.hi.Less(a) {
 							b.Add(a)
 							break
 						}
@@ -88,12 +97,33 @@ func TestModel(t *testing.T) {
 				t.Fatalf("trial %d (%s) %s:\ngot  %v\nwant %v\ndata:\n%s", trial, format, what, got.Ranges(), want.Ranges(), files)
 			}
 		}
-		check("Set()", src.Set(), func(string) bool { return true })
+		check("Set()", src.Set(), func(modelRow) bool { return true })
 		if n4, n6 := src.Prefixes(); n4+n6 != len(prefix.Prefixes(src.Set())) {
 			t.Fatalf("trial %d: Prefixes() = %d+%d, Set has %d", trial, n4, n6, len(prefix.Prefixes(src.Set())))
 		}
 
-		if format != FormatList {
+		if format == FormatASNCSV {
+			for range 4 {
+				var asns []uint32
+				for _, a := range modelASNs {
+					if rng.IntN(3) == 0 {
+						asns = append(asns, a)
+					}
+				}
+				invert := rng.IntN(2) == 0
+				got, err := src.ASNs(asns, invert)
+				if err != nil {
+					t.Fatalf("trial %d: ASNs(%v, %v): %v", trial, asns, invert, err)
+				}
+				check(fmt.Sprintf("ASNs(%v, %v)", asns, invert), got, func(r modelRow) bool { return slices.Contains(asns, r.asn) != invert })
+			}
+			if _, err := src.Countries([]string{"IT"}, false); !errors.Is(err, ErrNotCountry) {
+				t.Fatalf("trial %d: Countries of an asn-csv source: %v", trial, err)
+			}
+		} else if format != FormatList {
+			if _, err := src.ASNs([]uint32{64500}, false); !errors.Is(err, ErrNotASN) {
+				t.Fatalf("trial %d: ASNs of a %s source: %v", trial, format, err)
+			}
 			for range 4 {
 				var codes []string
 				for _, c := range modelCodes {
@@ -119,8 +149,8 @@ func TestModel(t *testing.T) {
 				if err != nil {
 					t.Fatalf("trial %d: Countries(%v, %v): %v", trial, codes, invert, err)
 				}
-				check(fmt.Sprintf("Countries(%v, %v)", codes, invert), got, func(cc string) bool {
-					return slices.ContainsFunc(codes, func(c string) bool { return strings.EqualFold(c, cc) }) != invert
+				check(fmt.Sprintf("Countries(%v, %v)", codes, invert), got, func(r modelRow) bool {
+					return slices.ContainsFunc(codes, func(c string) bool { return strings.EqualFold(c, r.cc) }) != invert
 				})
 			}
 		}
@@ -134,6 +164,8 @@ func TestModel(t *testing.T) {
 							Range:   netipx.IPRangeFrom(r.lo, r.hi),
 							Origin:  fmt.Sprintf("f%d:%d", r.file, r.line),
 							Country: r.cc,
+							ASN:     r.asn,
+							Org:     modelOrg(model, r.asn),
 						})
 					}
 				}
@@ -165,15 +197,31 @@ func modelData(rng *rand.Rand, format string, us []netip.Prefix) ([][]byte, []mo
 			}
 			u := us[rng.IntN(len(us))]
 			cc := modelCodes[rng.IntN(5)] // not JP and US
+			var asn uint32
+			org := ""
+			if format == FormatASNCSV {
+				asn, cc = modelASNs[rng.IntN(3)], ""
+				cc = fmt.Sprint(asn)
+				if rng.IntN(2) == 0 {
+					cc = "AS" + cc
+				}
+				if i := rng.IntN(len(modelOrgs) + 1); i < len(modelOrgs) {
+					org = modelOrgs[i]
+					cc += "," + strings.NewReplacer(`"`, `""`).Replace(org)
+					if strings.Contains(org, `"`) {
+						cc = "AS" + fmt.Sprint(asn) + `,"` + strings.ReplaceAll(org, `"`, `""`) + `"`
+					}
+				}
+			}
 			lo, hi, text := modelRange(rng, u, format, cc)
 			if text == "" {
 				continue
 			}
 			emit(text)
-			if format == FormatList {
+			if format == FormatList || format == FormatASNCSV {
 				cc = ""
 			}
-			model = append(model, modelRow{file: file, line: line, lo: lo, hi: hi, cc: cc})
+			model = append(model, modelRow{file: file, line: line, lo: lo, hi: hi, cc: cc, asn: asn, org: org})
 		}
 		files = append(files, []byte(b.String()))
 	}
@@ -196,7 +244,7 @@ func modelRange(rng *rand.Rand, u netip.Prefix, format, cc string) (lo, hi netip
 		r := netipx.RangeOfPrefix(p)
 		lo, hi = r.From(), r.To()
 		switch format {
-		case FormatCountryCSV:
+		case FormatCountryCSV, FormatASNCSV:
 			return lo, hi, p.String() + "," + cc
 		case FormatRIRDelegated:
 			if is4 {
@@ -213,13 +261,24 @@ func modelRange(rng *rand.Rand, u netip.Prefix, format, cc string) (lo, hi netip
 	}
 	lo, hi = nextN(u.Addr(), i), nextN(u.Addr(), j)
 	switch format {
-	case FormatCountryCSV:
+	case FormatCountryCSV, FormatASNCSV:
 		return lo, hi, fmt.Sprintf("%s,%s,%s", lo, hi, cc)
 	case FormatRIRDelegated:
 		return lo, hi, fmt.Sprintf("test|%s|ipv4|%s|%d|20260101|allocated", cc, lo, j-i+1)
 	default:
 		return lo, hi, fmt.Sprintf("%s-%s", lo, hi)
 	}
+}
+
+// modelOrg is the name of asn: the first row (in file order) that gives
+// one.
+func modelOrg(model []modelRow, asn uint32) string {
+	for _, r := range model {
+		if r.asn == asn && r.org != "" {
+			return r.org
+		}
+	}
+	return ""
 }
 
 func nextN(a netip.Addr, n int) netip.Addr {

@@ -11,9 +11,10 @@ import (
 //   - its first address less the previous row's first address (rows are
 //     sorted: never negative), then its size (last-first+1; 0 for the
 //     whole IPv6 space), both as packed 128-bit integers;
-//   - its country, shifted left by one, as a uvarint whose low bit says
-//     that its file differs from the previous row's; then the file as a
-//     uvarint, only then;
+//   - its country, shifted left by two, as a uvarint whose low bit says
+//     that its file differs from the previous row's and whose next bit
+//     says that its autonomous system does; then the file as a uvarint,
+//     only then, and the ASN as a uvarint, only then;
 //   - its line less the previous row's line, as a varint.
 //
 // A packed 128-bit integer (appendWide) is one byte, 0xff for zero, else
@@ -28,31 +29,42 @@ type rowWriter struct {
 	b    []byte
 	lo   prefix.U128
 	line uint32
+	asn  uint32
 	file uint16
 }
 
-func (w *rowWriter) row(lo, hi prefix.U128, cc, file uint16, line uint32) {
+func (w *rowWriter) row(lo, hi prefix.U128, cc uint16, asn uint32, file uint16, line uint32) {
 	w.b = appendWide(w.b, lo.Sub(w.lo))
 	w.b = appendWide(w.b, hi.Sub(lo).Add64(1))
-	if file == w.file {
-		w.b = binary.AppendUvarint(w.b, uint64(cc)<<1)
-	} else {
-		w.b = binary.AppendUvarint(binary.AppendUvarint(w.b, uint64(cc)<<1|1), uint64(file))
+	head := uint64(cc) << 2
+	if file != w.file {
+		head |= 1
+	}
+	if asn != w.asn {
+		head |= 2
+	}
+	w.b = binary.AppendUvarint(w.b, head)
+	if file != w.file {
+		w.b = binary.AppendUvarint(w.b, uint64(file))
+	}
+	if asn != w.asn {
+		w.b = binary.AppendUvarint(w.b, uint64(asn))
 	}
 	w.b = binary.AppendVarint(w.b, int64(line)-int64(w.line))
-	w.lo, w.line, w.file = lo, line, file
+	w.lo, w.line, w.file, w.asn = lo, line, file, asn
 }
 
 // rowReader reads the rows a rowWriter packed, in order.
 type rowReader struct {
 	lo   prefix.U128
 	line uint32
+	asn  uint32
 	file uint16
 }
 
 // row reads the row at the start of b and returns the rest of b. b is
 // what a rowWriter wrote: it is not checked.
-func (r *rowReader) row(b []byte) (rest []byte, lo, hi prefix.U128, cc, file uint16, line uint32) {
+func (r *rowReader) row(b []byte) (rest []byte, lo, hi prefix.U128, cc uint16, asn uint32, file uint16, line uint32) {
 	var d, size prefix.U128
 	b, d = readWide(b)
 	b, size = readWide(b)
@@ -63,10 +75,15 @@ func (r *rowReader) row(b []byte) (rest []byte, lo, hi prefix.U128, cc, file uin
 		b = b[n:]
 		r.file = uint16(f)
 	}
+	if c&2 != 0 {
+		a, n := binary.Uvarint(b)
+		b = b[n:]
+		r.asn = uint32(a)
+	}
 	dl, n := binary.Varint(b)
 	r.lo = r.lo.Add(d)
 	r.line = uint32(int64(r.line) + dl)
-	return b[n:], r.lo, r.lo.Add(size).Sub64(1), uint16(c >> 1), r.file, r.line
+	return b[n:], r.lo, r.lo.Add(size).Sub64(1), uint16(c >> 2), r.asn, r.file, r.line
 }
 
 func appendWide(b []byte, v prefix.U128) []byte {

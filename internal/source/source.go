@@ -109,6 +109,10 @@ type Match struct {
 	// a downloaded file, the path as given otherwise.
 	Origin  string
 	Country string // upper case; empty for list sources
+	// ASN is the row's autonomous system (0: none), Org its
+	// organisation as the data names it.
+	ASN uint32
+	Org string
 }
 
 // Source is the loaded content of one Spec. It is immutable and safe for
@@ -119,6 +123,9 @@ type Source struct {
 	v4           table[k4]
 	v6           table[k6]
 	present      [numCodes]bool // codes that occur in the data
+	hasCountry   bool           // some row has a country
+	hasASN       bool           // some row has an autonomous system
+	names        asnNames       // the organisations of the ASNs
 	n4, n6       int            // prefixes of set
 	rows4, rows6 int            // rows read (before compact)
 	stale        []error        // why cached copies were used
@@ -135,9 +142,9 @@ func (s *Source) Name() string { return s.name }
 func (s *Source) Format() string { return s.format }
 
 // IsCountry reports whether the rows carry country codes (formats
-// country-csv and rir-delegated).
+// country-csv and rir-delegated, and an mmdb with countries).
 func (s *Source) IsCountry() bool {
-	return s.format == FormatCountryCSV || s.format == FormatRIRDelegated || s.format == FormatMMDB
+	return s.format == FormatCountryCSV || s.format == FormatRIRDelegated || s.format == FormatMMDB && s.hasCountry
 }
 
 // Set returns all addresses of the source (for a country source: of every
@@ -174,7 +181,7 @@ func (s *Source) Stale() (bool, error) {
 // wrapping ErrNotCountry.
 func (s *Source) Countries(codes []string, invert bool) (*prefix.Set, error) {
 	if !s.IsCountry() {
-		return nil, fmt.Errorf("selecting countries of source %s: it has format %s: %w", s.name, s.format, ErrNotCountry)
+		return nil, fmt.Errorf("selecting countries of source %s: it has format %s and no countries: %w", s.name, s.format, ErrNotCountry)
 	}
 	var sel [numCodes]bool
 	for _, c := range codes {
@@ -192,14 +199,13 @@ func (s *Source) Countries(codes []string, invert bool) (*prefix.Set, error) {
 			sel[i] = !sel[i]
 		}
 	}
-	return s.build(&sel), nil
+	return s.build(&selector{cc: &sel}), nil
 }
 
-// build returns the union of the rows whose country sel selects (nil: all
-// rows).
-func (s *Source) build(sel *[numCodes]bool) *prefix.Set {
+// build returns the union of the rows sel picks (nil: all rows).
+func (s *Source) build(sel *selector) *prefix.Set {
 	var b prefix.Builder
-	if !s.IsCountry() {
+	if !s.IsCountry() && !s.IsASN() {
 		// A list's rows are compacted (none within another): their
 		// union has about as many ranges. A country table's rows
 		// merge into far fewer, and sel picks some of them.
@@ -222,11 +228,11 @@ func (s *Source) Explain(addr netip.Addr) []Match {
 	var out []Match
 	if addr.Is4() {
 		for _, e := range sortByOrigin(s.v4.containing(k4From(addr), nil)) {
-			out = append(out, s.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line))
+			out = append(out, s.match(e.lo.addr(), e.hi.addr(), e.cc, e.asn, e.file, e.line))
 		}
 	} else {
 		for _, e := range sortByOrigin(s.v6.containing(k6From(addr), nil)) {
-			out = append(out, s.match(e.lo.addr(), e.hi.addr(), e.cc, e.file, e.line))
+			out = append(out, s.match(e.lo.addr(), e.hi.addr(), e.cc, e.asn, e.file, e.line))
 		}
 	}
 	return out
@@ -242,12 +248,12 @@ func sortByOrigin[K key[K]](es []entry[K]) []entry[K] {
 	return es
 }
 
-func (s *Source) match(lo, hi netip.Addr, cc, file uint16, line uint32) Match {
+func (s *Source) match(lo, hi netip.Addr, cc uint16, asn uint32, file uint16, line uint32) Match {
 	origin := fmt.Sprintf("%s:%d", s.files[file], line)
 	if line == 0 {
 		origin = s.files[file] // a row of no line (an mmdb network)
 	}
-	return Match{Range: netipx.IPRangeFrom(lo, hi), Origin: origin, Country: codeString(cc)}
+	return Match{Range: netipx.IPRangeFrom(lo, hi), Origin: origin, Country: codeString(cc), ASN: asn, Org: s.names.name(asn)}
 }
 
 // Codes are the country codes the rows carry, sorted (none for a source

@@ -82,9 +82,10 @@ func k6From(a netip.Addr) k6 {
 }
 
 // entry is one row of a source: an inclusive range, its country (or
-// noCountry) and where it was read.
+// noCountry), its autonomous system (0: none) and where it was read.
 type entry[K key[K]] struct {
 	lo, hi K
+	asn    uint32
 	cc     uint16
 	file   uint16 // index into Source.files
 	line   uint32
@@ -130,7 +131,7 @@ func (t *table[K]) pack(es []entry[K]) {
 	var w rowWriter
 	w.b = make([]byte, 0, len(es)*int(unsafe.Sizeof(es[0])*3/4)+64)
 	for i := range es {
-		w.row(es[i].lo.wide(), es[i].hi.wide(), es[i].cc, es[i].file, es[i].line)
+		w.row(es[i].lo.wide(), es[i].hi.wide(), es[i].cc, es[i].asn, es[i].file, es[i].line)
 	}
 	// A copy of its size when the room was much more than that.
 	t.b, t.n = w.b, len(es)
@@ -147,7 +148,7 @@ func (t *table[K]) all() iter.Seq[entry[K]] {
 		for b := t.b; len(b) > 0; {
 			var lo, hi prefix.U128
 			var e entry[K]
-			b, lo, hi, e.cc, e.file, e.line = r.row(b)
+			b, lo, hi, e.cc, e.asn, e.file, e.line = r.row(b)
 			e.lo, e.hi = k.fromWide(lo), k.fromWide(hi)
 			if !yield(e) {
 				return
@@ -156,25 +157,43 @@ func (t *table[K]) all() iter.Seq[entry[K]] {
 	}
 }
 
-// addTo adds to b the union of the entries whose country is selected by
-// sel (nil: all entries), merged into as few ranges as possible first so
-// that b has little left to do.
-func (t *table[K]) addTo(b *prefix.Builder, sel *[numCodes]bool) { t.ranges(sel, b.AddRange) }
+// selector picks rows by country or by autonomous system; a nil
+// *selector picks every row.
+type selector struct {
+	cc *[numCodes]bool // the countries picked; nil: by ASN
+	// asns are the autonomous systems picked (with invert: every other
+	// one); a row of no ASN is never picked.
+	asns   map[uint32]bool
+	invert bool
+}
 
-// ranges calls fn with the ranges of the union of the entries whose
-// country is selected by sel (nil: all entries), in order: the ranges of
-// the set Source.build makes of them.
-func (t *table[K]) ranges(sel *[numCodes]bool, fn func(netipx.IPRange)) {
+func (s *selector) picks(cc uint16, asn uint32) bool {
+	switch {
+	case s == nil:
+		return true
+	case s.cc != nil:
+		return cc < numCodes && s.cc[cc]
+	}
+	return asn != 0 && s.asns[asn] != s.invert
+}
+
+// addTo adds to b the union of the entries sel picks, merged into as
+// few ranges as possible first so that b has little left to do.
+func (t *table[K]) addTo(b *prefix.Builder, sel *selector) { t.ranges(sel, b.AddRange) }
+
+// ranges calls fn with the ranges of the union of the entries sel picks,
+// in order: the ranges of the set Source.build makes of them.
+func (t *table[K]) ranges(sel *selector, fn func(netipx.IPRange)) {
 	unionRanges(t.all(), sel, fn)
 }
 
 // unionRanges is ranges over the entries es yields, sorted by first
 // address.
-func unionRanges[K key[K]](es iter.Seq[entry[K]], sel *[numCodes]bool, fn func(netipx.IPRange)) {
+func unionRanges[K key[K]](es iter.Seq[entry[K]], sel *selector, fn func(netipx.IPRange)) {
 	var lo, hi K
 	open := false
 	for e := range es {
-		if sel != nil && (e.cc >= numCodes || !sel[e.cc]) {
+		if !sel.picks(e.cc, e.asn) {
 			continue
 		}
 		if open {

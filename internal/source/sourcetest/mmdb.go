@@ -4,14 +4,17 @@ package sourcetest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/maxmind/mmdbwriter"
 	"github.com/maxmind/mmdbwriter/mmdbtype"
+	"go4.org/netipx"
 
 	"github.com/ipfence/ipfence/internal/prefix"
 	"github.com/ipfence/ipfence/internal/source"
@@ -97,4 +100,66 @@ func Save(t testing.TB, w *mmdbwriter.Tree, path string) {
 	if _, err := w.WriteTo(f); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ASNRow is a row of the synthetic ASN data WriteASN writes.
+type ASNRow struct {
+	Prefix netip.Prefix
+	ASN    uint32
+	Org    string
+}
+
+// WriteASN writes synthetic autonomous-system data, the same rows as an
+// asn-csv file at csvPath and as a MaxMind DB at mmdbPath (the layout
+// "maxmind", GeoLite2-ASN's autonomous_system_number, or "ipinfo", IPinfo
+// lite's "AS15169" asn with a country_code of IT), and returns the rows:
+// every every-th prefix of the built-in country data (both families),
+// each of one of asns ASNs from 64512 on, named "Org N" (some with a
+// comma, some quoted).
+func WriteASN(t testing.TB, csvPath, mmdbPath, layout string, every, asns int) []ASNRow {
+	t.Helper()
+	var rows []ASNRow
+	for i, p := range prefix.Prefixes(Builtin(t).Set()) {
+		if i%every != 0 || slices.ContainsFunc(Aliased, func(a netip.Prefix) bool { return a.Overlaps(p) }) {
+			continue
+		}
+		asn := 64512 + uint32(len(rows)*7919%asns)
+		org := fmt.Sprintf("Org %d", asn)
+		switch asn % 3 {
+		case 1:
+			org += ", Ltd."
+		case 2:
+			org = fmt.Sprintf(`The "%d" Company`, asn)
+		}
+		rows = append(rows, ASNRow{p, asn, org})
+	}
+	var b strings.Builder
+	b.WriteString("ip_range_start,ip_range_end,autonomous_system_number,autonomous_system_organization\n")
+	for i, r := range rows {
+		org := r.Org
+		if strings.ContainsAny(org, `",`) {
+			org = `"` + strings.ReplaceAll(org, `"`, `""`) + `"`
+		}
+		if i%2 == 0 {
+			fmt.Fprintf(&b, "%s,%s,%d,%s\n", r.Prefix.Addr(), netipx.PrefixLastIP(r.Prefix), r.ASN, org)
+		} else {
+			fmt.Fprintf(&b, "%s,AS%d,%s\n", r.Prefix, r.ASN, org)
+		}
+	}
+	if err := os.WriteFile(csvPath, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: "ipfence-test-ASN", RecordSize: 28, IPVersion: 6, IncludeReservedNetworks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		rec := mmdbtype.Map{"autonomous_system_number": mmdbtype.Uint32(r.ASN), "autonomous_system_organization": mmdbtype.String(r.Org)}
+		if layout == "ipinfo" {
+			rec = mmdbtype.Map{"asn": mmdbtype.String(fmt.Sprintf("AS%d", r.ASN)), "as_name": mmdbtype.String(r.Org), "country_code": mmdbtype.String("IT")}
+		}
+		Insert(t, w, r.Prefix, rec)
+	}
+	Save(t, w, mmdbPath)
+	return rows
 }
