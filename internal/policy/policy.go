@@ -460,7 +460,30 @@ func Parse(data []byte, file string) (*Policy, error) {
 		}
 		p.Rules = append(p.Rules, r)
 	}
+	p.labelSources()
 	return p, nil
+}
+
+// labelSources tells each mmdb source what its rules select by (its
+// Spec.Labels): an mmdb is read with those labels only, and refused when
+// it lacks one (a wrong edition downloaded keeps the cached copy).
+func (p *Policy) labelSources() {
+	for _, sd := range p.Sources {
+		if sd.Spec.Format != source.FormatMMDB {
+			continue
+		}
+		for _, r := range p.Rules {
+			if !slices.Contains(r.Sources, sd.Spec.Name) {
+				continue
+			}
+			switch {
+			case len(r.ASNs) > 0:
+				sd.Spec.Labels |= source.LabelASN
+			case len(r.Countries) > 0 || r.Invert:
+				sd.Spec.Labels |= source.LabelCountry
+			}
+		}
+	}
 }
 
 func (p *Policy) rule(rd ruleDoc, line int, seen map[string]int) (*RuleDef, error) {

@@ -328,6 +328,25 @@ func TestResolveASN(t *testing.T) {
 	}
 }
 
+// TestSourceLabels: an mmdb source is read with what its rules select
+// by; other formats are not told.
+func TestSourceLabels(t *testing.T) {
+	y := "sources:\n  mm: {format: mmdb, paths: [f]}\n  both: {format: mmdb, paths: [f]}\n  plain: {format: mmdb, paths: [f]}\n  csv: {format: asn-csv, paths: [f]}\n" +
+		"rules:\n  - {name: a, action: drop, match: {source: mm, countries: [IT]}}\n" +
+		"  - {name: b, action: drop, match: {source: both, asns: [1]}}\n  - {name: c, action: drop, match: {source: both, invert: true}}\n" +
+		"  - {name: d, action: drop, match: {sources: [plain, csv]}}\n  - {name: e, action: drop, match: {source: csv, asns: [1]}}\n"
+	p, err := Parse([]byte(y), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]source.Labels{"mm": source.LabelCountry, "both": source.LabelCountry | source.LabelASN, "plain": 0, "csv": 0}
+	for _, sd := range p.Sources {
+		if sd.Spec.Labels != want[sd.Spec.Name] {
+			t.Errorf("source %s: labels %v, want %v", sd.Spec.Name, sd.Spec.Labels, want[sd.Spec.Name])
+		}
+	}
+}
+
 func TestResolveErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string

@@ -41,7 +41,11 @@ func parseASNRow(row string) (lo, hi netip.Addr, cc uint16, asn uint32, org stri
 	var f [3]string
 	n := splitFields(row, ',', f[:])
 	fields := 2 // before the ASN
-	if _, aerr := netip.ParseAddr(f[1]); n == 3 && aerr == nil {
+	_, aerr := netip.ParseAddr(f[1])
+	if n == 2 && aerr == nil {
+		return lo, hi, 0, 0, "", false, errors.New("an address range and no ASN after it")
+	}
+	if n == 3 && aerr == nil {
 		if lo, err = parseAddr("first address", f[0]); err != nil {
 			return
 		}

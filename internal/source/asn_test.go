@@ -95,6 +95,25 @@ func TestASN(t *testing.T) {
 	if err != nil || !it.IPSet().Equal(srcs["ipinfo"].Set().IPSet()) {
 		t.Errorf("ipinfo's countries: %v", err)
 	}
+
+	// What the policy's rules select by is all that is read of an mmdb:
+	// IPinfo's file read for countries has no ASNs (and merges its
+	// networks by country alone); a label no network has is refused.
+	spec := func(path string, l source.Labels) source.Spec {
+		return source.Spec{Name: "asn", Format: source.FormatMMDB, Paths: []string{filepath.Join(dir, path)}, Labels: l}
+	}
+	cc, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), spec("ipinfo.mmdb", source.LabelCountry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r4, _ := cc.Rows()
+	b4, _ := srcs["ipinfo"].Rows()
+	if cc.IsASN() || !cc.IsCountry() || r4 > b4 {
+		t.Errorf("ipinfo read for countries: IsASN %v, IsCountry %v, %d IPv4 rows (%d with ASNs)", cc.IsASN(), cc.IsCountry(), r4, b4)
+	}
+	if _, err := (&source.Loader{StateDir: t.TempDir()}).Load(context.Background(), spec("maxmind.mmdb", source.LabelCountry|source.LabelASN)); err == nil || !strings.Contains(err.Error(), "none with a country") {
+		t.Errorf("an ASN database read for countries: %v", err)
+	}
 }
 
 // TestASNErrors: bad rows of an asn-csv file are refused with file, line

@@ -24,8 +24,8 @@ const (
 	DefaultMaxJSONBytes = 32 << 20
 	// DefaultMaxEntries bounds a source's rows (addresses, prefixes,
 	// ranges), all files together: the bundled country data has 550k,
-	// ipfence's range is up to 1M prefixes. Each row costs 16 (IPv4) or
-	// 40 (IPv6) bytes while loading.
+	// ipfence's range is up to 1M prefixes. Each row costs 20 (IPv4) or
+	// 48 (IPv6) bytes while loading.
 	DefaultMaxEntries = 2_000_000
 	// DefaultMaxGrowth is the growth gate's share: a load may have up to
 	// 1 + DefaultMaxGrowth times the prefixes of the last good one.
@@ -42,10 +42,11 @@ type limits struct {
 	entries int
 	broad   bool // list rows may be broader than bans may (ban.MinBits)
 	pick    pick
+	labels  Labels
 }
 
 func (s Spec) limits() limits {
-	l := limits{bytes: s.MaxBytes, entries: s.MaxEntries, broad: s.AllowBroad, pick: pick{services: s.Services, regions: s.Regions}}
+	l := limits{bytes: s.MaxBytes, entries: s.MaxEntries, broad: s.AllowBroad, pick: pick{services: s.Services, regions: s.Regions}, labels: s.Labels}
 	if l.bytes <= 0 {
 		l.bytes = DefaultMaxBytes
 		if IsJSONFormat(s.Format) {

@@ -514,3 +514,36 @@ func TestRepeatedRowsCompact(t *testing.T) {
 		t.Fatalf("Explain = %+v, want dup.txt:1 only", got)
 	}
 }
+
+// TestNameBounds: a file that gives every row an AS and a long name of
+// its own keeps at most maxNames names in maxNameBytes bytes; names are
+// printable and cut at maxOrgName bytes; a name that cleans to nothing
+// does not take the AS's name.
+func TestNameBounds(t *testing.T) {
+	var p part
+	long := strings.Repeat("x", 200)
+	for i := range uint32(maxNames + 1000) {
+		p.name(i+1, long)
+	}
+	if len(p.names) > maxNames || p.nameBytes > maxNameBytes+maxOrgName {
+		t.Errorf("%d names in %d bytes", len(p.names), p.nameBytes)
+	}
+	for _, n := range p.names {
+		if len(n) > maxOrgName {
+			t.Fatalf("a name of %d bytes", len(n))
+		}
+	}
+	var q part
+	for i := range uint32(maxNames + 1000) {
+		q.name(i+1, "n")
+	}
+	if len(q.names) != maxNames {
+		t.Errorf("%d short names, want %d", len(q.names), maxNames)
+	}
+	var r part
+	r.name(7, "\x1b\x00\x07")
+	r.name(7, "Real\x1b[31m Org")
+	if r.names[7] != "Real [31m Org" {
+		t.Errorf("name %q", r.names[7])
+	}
+}

@@ -31,11 +31,17 @@ type mmdbRecord struct {
 	valid bool // a country or an ASN
 }
 
-// readRecord decodes what ipfence reads of res's record.
-func readRecord(res maxminddb.Result) mmdbRecord {
+// readRecord decodes what ipfence reads of res's record: the labels of
+// want (0: both).
+func readRecord(res maxminddb.Result, want Labels) mmdbRecord {
 	rec := mmdbRecord{cc: noCountry}
-	if cc, ok := codeIndex(mmdbCode(res)); ok {
-		rec.cc, rec.valid = cc, true
+	if want == 0 || want&LabelCountry != 0 {
+		if cc, ok := codeIndex(mmdbCode(res)); ok {
+			rec.cc, rec.valid = cc, true
+		}
+	}
+	if want != 0 && want&LabelASN == 0 {
+		return rec
 	}
 	var n uint32
 	if res.DecodePath(&n, "autonomous_system_number") == nil && n != 0 {
@@ -113,6 +119,7 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 		return nil
 	}
 	networks := 0
+	var have Labels
 	for res := range db.Networks() {
 		if err := res.Err(); err != nil {
 			return nil, fmt.Errorf("reading %s: a damaged MaxMind DB file: %w", name, err)
@@ -122,12 +129,18 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 		}
 		rec, seen := records[res.Offset()]
 		if !seen {
-			rec = readRecord(res)
+			rec = readRecord(res, lim.labels)
 			records[res.Offset()] = mmdbRecord{cc: rec.cc, asn: rec.asn, valid: rec.valid} // the name is in p
 			p.name(rec.asn, rec.org)
 		}
 		if !rec.valid {
 			continue // neither a country nor an AS
+		}
+		if rec.cc != noCountry {
+			have |= LabelCountry
+		}
+		if rec.asn != 0 {
+			have |= LabelASN
 		}
 		pr := res.Prefix().Masked()
 		lo, hi := pr.Addr(), netipx.PrefixLastIP(pr)
@@ -142,6 +155,15 @@ func readMMDB(r io.Reader, name string, file uint16, lim limits) (*part, error) 
 	}
 	if err := flush(); err != nil {
 		return nil, err
+	}
+	for _, l := range []struct {
+		label Labels
+		what  string
+	}{{LabelCountry, "a country (country.iso_code, country_code, country, registered_country.iso_code), which the policy's countries: rules need"},
+		{LabelASN, "an autonomous system (autonomous_system_number, asn), which the policy's asns: rules need"}} {
+		if networks > 0 && lim.labels&l.label != 0 && have&l.label == 0 {
+			return nil, fmt.Errorf("reading %s: %d networks, none with %s (database type %q)", name, networks, l.what, md.DatabaseType)
+		}
 	}
 	if networks > 0 && p.rows() == 0 {
 		return nil, fmt.Errorf("reading %s: %d networks, none with a country or an autonomous system (database type %q; looked for country.iso_code, country_code, country, registered_country.iso_code, autonomous_system_number, asn): not country or ASN data",

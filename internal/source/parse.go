@@ -83,8 +83,10 @@ type part struct {
 	v6           chunks[k6]
 	rows4, rows6 int // rows read
 	// names are the organisations of the autonomous systems, as the
-	// first row of each that names one says.
-	names map[uint32]string
+	// first row of each that names one says, within maxNames and
+	// maxNameBytes (nameBytes so far).
+	names     map[uint32]string
+	nameBytes int
 }
 
 // rows is the number of rows read, both families.
@@ -225,24 +227,36 @@ func (p *part) add(lo, hi netip.Addr, cc uint16, asn uint32, file uint16, line i
 	}
 }
 
-// maxOrgName bounds the name kept of an autonomous system's
-// organisation, in bytes.
-const maxOrgName = 96
+// Bounds of the organisation names a file's rows give (a hostile file
+// could give each row an AS and a name of its own): maxOrgName bytes a
+// name, and maxNames names and maxNameBytes bytes a file, past which
+// names are dropped (the real tables name some 120,000 ASes in about
+// 3 MB).
+const (
+	maxOrgName   = 96
+	maxNames     = 250_000
+	maxNameBytes = 8 << 20
+)
 
 // name records org as asn's organisation unless one is known: printable
 // text only, at most maxOrgName bytes, copied (org may be a slice of a
 // chunk read).
 func (p *part) name(asn uint32, org string) {
-	if asn == 0 || org == "" {
+	if asn == 0 || org == "" || len(p.names) >= maxNames || p.nameBytes >= maxNameBytes {
 		return
 	}
 	if _, ok := p.names[asn]; ok {
 		return
 	}
+	n := cleanName(org)
+	if n == "" {
+		return
+	}
 	if p.names == nil {
 		p.names = map[uint32]string{}
 	}
-	p.names[asn] = cleanName(org)
+	p.names[asn] = n
+	p.nameBytes += len(n)
 }
 
 // cleanName is org with every control character and invalid byte a

@@ -97,7 +97,22 @@ type Spec struct {
 	// names): those of one of the services and one of the regions
 	// listed, compared without case; none listed: all.
 	Services, Regions []string
+	// Labels are what an mmdb's networks are read with: LabelCountry,
+	// LabelASN or both (0: whichever the file has). A label asked for
+	// that no network has fails the load (a wrong edition downloaded
+	// keeps the cached copy), and one not asked for is not read: adjacent
+	// networks of a country are then one row, whatever their ASNs.
+	Labels Labels
 }
+
+// Labels say what a source's rows carry beside their addresses.
+type Labels uint8
+
+// The labels of Spec.Labels.
+const (
+	LabelCountry Labels = 1 << iota
+	LabelASN
+)
 
 // DefaultMaxShrink is the MaxShrink of a Spec that sets none.
 const DefaultMaxShrink = 0.5
