@@ -199,12 +199,16 @@ func newUnbanCmd(g *globals) *cobra.Command {
 	var f kernelFlags
 	var fb fleetBanFlags
 	var socket, origin string
+	var forget bool
 	c := &cobra.Command{
-		Use:   "unban ADDRESS|PREFIX|-... [--origin NAME]",
+		Use:   "unban ADDRESS|PREFIX|-... [--origin NAME] [--forget]",
 		Short: "Lift bans (exactly these prefixes), in one transaction",
 		Long: `Unban lifts the bans of exactly these prefixes, in one transaction. With
 --origin, only the ones that origin made: an integration lifting its own ban
-(fail2ban's unban) leaves an operator's ban of the same address in force.`,
+(fail2ban's unban) leaves an operator's ban of the same address in force.
+Under bans: {recidive: ...} a lifted temporary ban counts as one that ran
+out: banned again within the window, the prefix gets a longer ban.
+--forget forgets that too (a ban made by mistake).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ps, err := banTargets(args, cmd.InOrStdin())
@@ -223,7 +227,7 @@ func newUnbanCmd(g *globals) *cobra.Command {
 			var lifted []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
 				for _, p := range ps {
-					resp, err := cl.Unban(cmd.Context(), p.String(), origin)
+					resp, err := cl.UnbanForget(cmd.Context(), p.String(), origin, forget)
 					if err != nil {
 						return err
 					}
@@ -235,7 +239,7 @@ func newUnbanCmd(g *globals) *cobra.Command {
 				err = withBans(cmd.Context(), &f, false, func(c *bansets.Controller) (err error) {
 					ls := make([]bansets.Lift, len(ps))
 					for i, p := range ps {
-						ls[i] = bansets.Lift{Prefix: p, Origin: origin}
+						ls[i] = bansets.Lift{Prefix: p, Origin: origin, Forget: forget}
 					}
 					lifted, err = c.Unban(cmd.Context(), ls)
 					return err
@@ -259,6 +263,7 @@ func newUnbanCmd(g *globals) *cobra.Command {
 	f.register(c)
 	fb.register(c)
 	c.Flags().StringVar(&origin, "origin", "", "lift only bans made by this origin")
+	c.Flags().BoolVar(&forget, "forget", false, "also forget that the prefix was banned (bans: recidive): its next ban is not escalated")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
 }

@@ -11,6 +11,8 @@ type Policy struct {
 	// Aggregate6, when 2 or more, bans a /64 once that many addresses of
 	// it are banned, in place of them.
 	Aggregate6 int `json:"aggregate_v6,omitempty"`
+	// Recidive escalates the bans of prefixes banned again.
+	Recidive Recidive `json:"recidive,omitzero"`
 }
 
 // MaxAggregate6 bounds Policy.Aggregate6.
@@ -21,7 +23,7 @@ func (p Policy) Check() error {
 	if p.Aggregate6 != 0 && (p.Aggregate6 < 2 || p.Aggregate6 > MaxAggregate6) {
 		return fmt.Errorf("aggregate_v6 %d: give the number of addresses of one /64 that bans it whole, 2 to %d (0: off)", p.Aggregate6, MaxAggregate6)
 	}
-	return nil
+	return p.Recidive.Check()
 }
 
 // Net64 is the /64 of the IPv6 address ban p (false for anything else).

@@ -35,6 +35,10 @@ type Set struct {
 	// not yet pruned) of each /64, by its first 8 bytes: pointer-free,
 	// as the rest.
 	n64 map[[8]byte]uint32
+	// past are the strikes (see Recidive): what is remembered of the
+	// prefixes whose last temporary ban ended. A prefix has a ban or a
+	// strike, not both.
+	past map[pkey]strike
 }
 
 // NewSet returns an empty set.
@@ -157,6 +161,9 @@ func (s *Set) Put(b Ban) (old Ban, existed bool) {
 		panic(fmt.Sprintf("ban: Set.Put of invalid prefix %v", b.Prefix))
 	}
 	b.Prefix = b.Prefix.Masked()
+	if s.past != nil {
+		delete(s.past, prefixKey(b.Prefix)) // the ban takes the strike's place
+	}
 	r := rec{expires: nanos(b.Expires), created: nanos(b.Created), reason: s.strs.ref(b.Reason), origin: s.strs.ref(b.Origin)}
 	if o, ok := s.get(b.Prefix); ok {
 		old, existed = s.ban(b.Prefix, o), true

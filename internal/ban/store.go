@@ -364,10 +364,16 @@ func (st *Store) Delete(ps ...netip.Prefix) error {
 // journal frame: after a crash, both or neither). Invalid prefixes fail
 // it as Put and Delete do.
 func (st *Store) Change(put []Ban, del []netip.Prefix) error {
-	if len(put)+len(del) == 0 {
+	return st.Commit(put, nil, del)
+}
+
+// Commit is Change with strikes too: each one stored in place of its
+// prefix's ban (a prefix has one record, a ban or a strike).
+func (st *Store) Commit(put []Ban, strikes []Strike, del []netip.Prefix) error {
+	if len(put)+len(strikes)+len(del) == 0 {
 		return nil
 	}
-	f := newFrame(len(put)*40 + len(del)*20)
+	f := newFrame(len(put)*40 + len(strikes)*30 + len(del)*20)
 	var key [64]byte
 	for _, b := range put {
 		if !b.Prefix.IsValid() {
@@ -376,6 +382,12 @@ func (st *Store) Change(put []Ban, del []netip.Prefix) error {
 		b.Prefix = b.Prefix.Masked()
 		f.put(b.Prefix.AppendTo(key[:0]), encodeBan(b))
 	}
+	for _, s := range strikes {
+		if !s.Prefix.IsValid() {
+			return fmt.Errorf("storing the strike of %v: %w: the prefix is not valid", s.Prefix, ErrInvalid)
+		}
+		f.put(s.Prefix.Masked().AppendTo(key[:0]), encodeStrike(s))
+	}
 	for _, p := range del {
 		if !p.IsValid() {
 			return fmt.Errorf("deleting ban %v: %w: the prefix is not valid", p, ErrInvalid)
@@ -383,7 +395,7 @@ func (st *Store) Change(put []Ban, del []netip.Prefix) error {
 		f.delete(p.Masked().AppendTo(key[:0]))
 	}
 	if err := st.write(f); err != nil {
-		return fmt.Errorf("storing %d and deleting %d bans in %s: %w", len(put), len(del), st.path, err)
+		return fmt.Errorf("storing %d bans and %d strikes and deleting %d in %s: %w", len(put), len(strikes), len(del), st.path, err)
 	}
 	return nil
 }
@@ -425,6 +437,7 @@ func (st *Store) Load() (*Set, error) {
 				return fmt.Errorf("ban %q: %w: %v", e.key, ErrInvalid, err)
 			}
 			s.Delete(p)
+			s.ForgetStrike(p)
 			return nil
 		})
 		if err != nil {
@@ -434,8 +447,16 @@ func (st *Store) Load() (*Set, error) {
 	return s, nil
 }
 
-// loadRecord decodes one stored ban into s.
+// loadRecord decodes one stored ban or strike into s.
 func loadRecord(s *Set, k, v []byte) error {
+	if len(v) > 0 && v[0] == recordStrike {
+		st, err := decodeStrike(k, v)
+		if err != nil || !bytes.Equal(storeKey(st.Prefix), k) {
+			return fmt.Errorf("strike %q: %w: %v", k, ErrInvalid, err)
+		}
+		s.PutStrike(st)
+		return nil
+	}
 	b, err := decodeBan(k, v)
 	if err != nil {
 		return fmt.Errorf("ban %q: %w: %v", k, ErrInvalid, err)
@@ -454,6 +475,38 @@ func loadRecord(s *Set, k, v []byte) error {
 // the key. A record starting with '{' is the JSON of a Ban (the format of
 // earlier versions), still read.
 const recordV1 = 1
+
+// A strike's record (Recidive): a version byte (2), then its ban's
+// duration in nanoseconds and until when it counts, in Unix nanoseconds
+// (varints). Versions before recidive cannot read it.
+const recordStrike = 2
+
+func encodeStrike(s Strike) []byte {
+	buf := make([]byte, 0, 1+2*binary.MaxVarintLen64)
+	buf = append(buf, recordStrike)
+	buf = binary.AppendVarint(buf, int64(s.TTL))
+	return binary.AppendVarint(buf, nanos(s.Until))
+}
+
+func decodeStrike(key, v []byte) (Strike, error) {
+	var s Strike
+	p, err := netip.ParsePrefix(string(key))
+	if err != nil {
+		return s, err
+	}
+	s.Prefix = p
+	r := v[1:]
+	ttl, k := binary.Varint(r)
+	if k <= 0 {
+		return s, errors.New("truncated strike")
+	}
+	until, k2 := binary.Varint(r[k:])
+	if k2 <= 0 || ttl <= 0 || until == 0 {
+		return s, errors.New("truncated or bad strike")
+	}
+	s.TTL, s.Until = time.Duration(ttl), fromNanos(until)
+	return s, nil
+}
 
 func encodeBan(b Ban) []byte {
 	buf := make([]byte, 0, 1+2*binary.MaxVarintLen64+2+len(b.Reason)+len(b.Origin))

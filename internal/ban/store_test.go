@@ -280,3 +280,86 @@ func TestStoreRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreStrikes: a strike takes its prefix's record (a ban put
+// later takes it back), survives a reopen through the journal and the
+// folded file alike, and goes with a delete.
+func TestStoreStrikes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bans.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	a, b, c := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("2001:db8::/48"), netip.MustParsePrefix("198.51.100.0/24")
+	if err := st.Put(Ban{Prefix: a, Created: now, Expires: now.Add(time.Hour)}, Ban{Prefix: b, Created: now}, Ban{Prefix: c, Created: now}); err != nil {
+		t.Fatal(err)
+	}
+	strikes := []Strike{{Prefix: a, TTL: time.Hour, Until: now.Add(25 * time.Hour)}, {Prefix: c, TTL: 2 * time.Hour, Until: now.Add(30 * time.Hour)}}
+	if err := st.Commit(nil, strikes, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(Ban{Prefix: c, Created: now, Reason: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		set, err := st.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := set.Strike(a, now); !ok || s.Prefix != a || s.TTL != time.Hour || !s.Until.Equal(strikes[0].Until) {
+			t.Errorf("round %d: strike of %s: %+v, %v", round, a, s, ok)
+		}
+		if _, ok := set.Get(a); ok {
+			t.Errorf("round %d: %s has a ban and a strike", round, a)
+		}
+		if _, ok := set.Strike(c, now); ok || set.Strikes() != 1 {
+			t.Errorf("round %d: %s's strike outlived its new ban (%d strikes)", round, c, set.Strikes())
+		}
+		if bn, ok := set.Get(c); !ok || bn.Reason != "again" {
+			t.Errorf("round %d: the ban of %s: %+v, %v", round, c, bn, ok)
+		}
+		if _, ok := set.Strike(a, now.Add(26*time.Hour)); ok {
+			t.Errorf("round %d: a strike past its window counts", round)
+		}
+		// Again once the journal is folded into the file.
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st, err = Open(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Delete(a); err != nil {
+		t.Fatal(err)
+	}
+	set, err := st.Load()
+	if err != nil || set.Strikes() != 0 {
+		t.Errorf("after delete: %d strikes, %v", set.Strikes(), err)
+	}
+	st.Close()
+}
+
+// TestRecidiveEscalate: Escalate multiplies the last ban's duration, caps
+// it at Max, never shortens what is asked, and leaves permanent bans and
+// an off Recidive alone.
+func TestRecidiveEscalate(t *testing.T) {
+	r := Recidive{Window: time.Hour, Factor: 1.5, Max: 10 * time.Hour}
+	for _, tc := range []struct{ ask, last, want time.Duration }{
+		{time.Hour, time.Hour, 90 * time.Minute},
+		{time.Hour, 8 * time.Hour, 10 * time.Hour},
+		{12 * time.Hour, 8 * time.Hour, 12 * time.Hour},
+		{0, time.Hour, 0},
+		{time.Hour, 0, time.Hour},
+	} {
+		if got := r.Escalate(tc.ask, tc.last); got != tc.want {
+			t.Errorf("Escalate(%v, %v) = %v, want %v", tc.ask, tc.last, got, tc.want)
+		}
+	}
+	if got := (Recidive{}).Escalate(time.Hour, time.Hour); got != time.Hour {
+		t.Errorf("off: %v", got)
+	}
+	if err := (Recidive{Window: time.Hour, Factor: 2, Max: time.Hour}).Check(); err != nil {
+		t.Error(err)
+	}
+}

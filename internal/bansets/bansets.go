@@ -66,6 +66,10 @@ type Request struct {
 type Lift struct {
 	Prefix netip.Prefix
 	Origin string
+	// Forget forgets the prefix's strike too (see ban.Recidive): its
+	// next ban is not escalated. Without it, a temporary ban lifted
+	// leaves a strike as one that ran out does.
+	Forget bool
 }
 
 // Controller bans and unbans. It is safe for concurrent use; changes are
@@ -89,6 +93,9 @@ type Controller struct {
 	// sink whose elements outlive their ban (ipset's, past its timeout
 	// cap) needs that; for others deleting a gone element is no error.
 	pending Snapshot
+	// struckAt is when Expire last forgot the strikes that no longer
+	// count.
+	struckAt time.Time
 }
 
 // Close closes the Controller's sink (not the Store).
@@ -126,7 +133,8 @@ func Open(cfg Config) (*Controller, error) {
 		return true
 	})
 	if gone := set.Prune(c.cfg.Now()); len(gone) > 0 {
-		if err := cfg.Store.Delete(prefixes(gone)...); err != nil {
+		strikes, del := c.ended(gone, time.Time{})
+		if err := cfg.Store.Commit(nil, strikes, del); err != nil {
 			return nil, err
 		}
 		for _, b := range gone {
@@ -349,6 +357,7 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		old ban.Ban
 	}
 	var replaced []prior
+	var struck []ban.Strike       // the strikes the bans took the place of
 	bans := make([]ban.Ban, 0, n) // the bans made
 	for _, p := range ps {
 		for j, b := range p.bans {
@@ -356,6 +365,9 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && old.Origin != AggregateOrigin && old.Outlasts(b) {
 					continue
 				}
+			}
+			if st, ok := c.escalate(&b, now); ok {
+				struck = append(struck, st)
 			}
 			old, existed := c.set.Put(b)
 			if existed {
@@ -379,6 +391,10 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		return nil, nil
 	}
 	save := func() error { return c.cfg.Store.Put(bans...) }
+	hadStrike := make(map[netip.Prefix]bool, len(struck))
+	for _, st := range struck {
+		hadStrike[st.Prefix] = true
+	}
 	unsave := func() error { // the store as it was: as each prefix's first ban found it
 		put := make([]ban.Ban, 0, len(replaced))
 		var del []netip.Prefix
@@ -393,11 +409,11 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 					put = append(put, replaced[k].old)
 				}
 				k++
-			case first:
+			case first && !hadStrike[b.Prefix]:
 				del = append(del, b.Prefix)
 			}
 		}
-		return errors.Join(c.cfg.Store.Delete(del...), c.cfg.Store.Put(put...))
+		return c.cfg.Store.Commit(put, struck, del)
 	}
 	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
 		k := len(replaced) - 1
@@ -408,6 +424,9 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 			} else {
 				c.set.Delete(bans[i].Prefix)
 			}
+		}
+		for _, st := range struck {
+			c.set.PutStrike(st)
 		}
 		return nil, err
 	}
@@ -652,9 +671,17 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
 	var lifted []ban.Ban
+	var forgotten []ban.Strike // strikes forgotten without a ban lifted
+	forget := map[netip.Prefix]bool{}
 	var ch change
 	for _, l := range ls {
 		p := l.Prefix.Masked()
+		if l.Forget {
+			forget[p] = true
+			if st, ok := c.set.Strike(p, time.Time{}); ok {
+				forgotten = append(forgotten, st)
+			}
+		}
 		if l.Origin != "" {
 			if b, ok := c.set.Get(p); !ok || !l.matches(b.Origin) {
 				continue
@@ -668,15 +695,50 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 		ch.remove(b)
 	}
 	if len(lifted) == 0 {
+		if len(forgotten) == 0 {
+			return nil, nil
+		}
+		ps := make([]netip.Prefix, len(forgotten))
+		for i, st := range forgotten {
+			ps[i] = st.Prefix
+		}
+		if err := c.cfg.Store.Delete(ps...); err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			c.set.ForgetStrike(p)
+		}
 		return nil, nil
 	}
-	save := func() error { return c.cfg.Store.Delete(prefixes(lifted)...) }
-	unsave := func() error { return c.cfg.Store.Put(lifted...) }
+	// A lifted temporary ban leaves a strike, unless forgotten (an
+	// integration's unban at the end of its own ban time is a lift).
+	var strikes []ban.Strike
+	var del []netip.Prefix
+	for _, b := range lifted {
+		if st, ok := c.cfg.Policy.Recidive.StrikeOf(b, now); ok && !forget[b.Prefix] && b.Origin != AggregateOrigin {
+			strikes = append(strikes, st)
+		} else {
+			del = append(del, b.Prefix)
+		}
+	}
+	for _, st := range forgotten {
+		if !slices.Contains(del, st.Prefix) {
+			del = append(del, st.Prefix)
+		}
+	}
+	save := func() error { return c.cfg.Store.Commit(nil, strikes, del) }
+	unsave := func() error { return c.cfg.Store.Commit(lifted, forgotten, nil) }
 	if err := c.commit(ctx, now, &ch, save, unsave); err != nil {
 		for _, b := range lifted {
 			c.set.Put(b)
 		}
 		return nil, err
+	}
+	for _, st := range strikes {
+		c.set.PutStrike(st)
+	}
+	for _, st := range forgotten {
+		c.set.ForgetStrike(st.Prefix)
 	}
 	if c.aggregating() {
 		touched := map[netip.Prefix]ban.Ban{}
@@ -700,6 +762,7 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
+	c.pruneStrikes(now)
 	gone := c.set.Prune(now)
 	if len(gone) == 0 {
 		c.expire64(ctx, now, nil)
@@ -719,11 +782,82 @@ func (c *Controller) Expire(ctx context.Context) (int, error) {
 		}
 	}
 	// Expired bans stay expired: if the kernel refuses, they need not
-	// come back to the store.
-	err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Delete(prefixes(gone)...) }, nil)
+	// come back to the store. Those that escalate a repeat leave a
+	// strike.
+	strikes, del := c.ended(gone, time.Time{})
+	err := c.commit(ctx, now, &ch, func() error { return c.cfg.Store.Commit(nil, strikes, del) }, nil)
 	// Expired bans stay expired, sent or not: the aggregates follow.
 	c.expire64(ctx, now, gone)
 	return len(gone), err
+}
+
+// ended leaves the strikes (ban.Recidive) of bans that ended, in the
+// set, and returns them and the prefixes of the others, whose records
+// go. A ban ends at its expiry, or at end when that is not zero (a
+// lift). Aggregates leave none: their addresses' bans do (c.mu held).
+func (c *Controller) ended(gone []ban.Ban, end time.Time) (strikes []ban.Strike, del []netip.Prefix) {
+	now := c.cfg.Now()
+	for _, b := range gone {
+		at := end
+		if at.IsZero() {
+			at = b.Expires
+		}
+		if st, ok := c.cfg.Policy.Recidive.StrikeOf(b, at); ok && b.Origin != AggregateOrigin && st.Until.After(now) {
+			c.set.PutStrike(st)
+			strikes = append(strikes, st)
+			continue
+		}
+		del = append(del, b.Prefix)
+	}
+	return strikes, del
+}
+
+// strikePruneEvery is how often Expire forgets the strikes that no
+// longer count (a pass over all of them).
+const strikePruneEvery = time.Minute
+
+// pruneStrikes forgets the strikes that no longer count, at most once
+// every strikePruneEvery; a failure to delete their records is logged
+// (the next load forgets them again) (c.mu held).
+func (c *Controller) pruneStrikes(now time.Time) {
+	if c.set.Strikes() == 0 || now.Sub(c.struckAt) < strikePruneEvery {
+		return
+	}
+	c.struckAt = now
+	if gone := c.set.PruneStrikes(now); len(gone) > 0 {
+		if err := c.cfg.Store.Delete(gone...); err != nil {
+			c.log().Warn("forgetting the strikes past the recidive window", "count", len(gone), "err", err)
+		}
+	}
+}
+
+// escalate lengthens b, a ban about to be made at now, when its prefix
+// was banned before within the recidive window (ban.Recidive): from its
+// strike, or from its last ban if that ran out and Expire has not pruned
+// it yet. It returns the strike it took, if any (c.mu held).
+func (c *Controller) escalate(b *ban.Ban, now time.Time) (ban.Strike, bool) {
+	rc := c.cfg.Policy.Recidive
+	if !rc.On() || b.Expires.IsZero() || b.Origin == AggregateOrigin {
+		return ban.Strike{}, false
+	}
+	var last time.Duration
+	st, struck := c.set.Strike(b.Prefix, now)
+	switch old, ok := c.set.Get(b.Prefix); {
+	case ok && old.Live(now):
+		return ban.Strike{}, false // the same incident: no repeat
+	case ok:
+		if s, ok := rc.StrikeOf(old, old.Expires); ok && s.Until.After(now) {
+			last = s.TTL
+		}
+	case struck:
+		last = st.TTL
+	}
+	ask := b.Expires.Sub(b.Created)
+	if ttl := min(rc.Escalate(ask, last), ban.MaxTTL); ttl > ask {
+		b.Expires = b.Created.Add(ttl)
+		c.log().Info("repeat ban escalated (recidive)", "prefix", b.Prefix, "asked", ask, "given", ttl, "last", last)
+	}
+	return st, struck
 }
 
 // expire64 brings the aggregates in line with the bans gone, and with the

@@ -96,7 +96,7 @@ func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
 		writeBanError(w, err)
 		return
 	}
-	lifted, err := d.Unban(r.Context(), []bansets.Lift{{Prefix: p, Origin: r.URL.Query().Get("origin")}})
+	lifted, err := d.Unban(r.Context(), []bansets.Lift{{Prefix: p, Origin: r.URL.Query().Get("origin"), Forget: r.URL.Query().Get("forget") == "1"}})
 	if err != nil {
 		writeBanError(w, err)
 		return

@@ -33,14 +33,18 @@ import (
 // chose (BundleRule.Layout4/6), which older agents refuse: upgrade the
 // agents before the publisher. 4 added rules in monitor mode, which an
 // older reader would enforce; 5 the policy's bans: (/64 aggregation),
-// which an older reader would refuse as a field it does not know. A bundle without them keeps its version.
-const BundleVersion = 5
+// which an older reader would refuse as a field it does not know; 6 the
+// escalation of repeat bans (bans: recidive). A bundle without them keeps
+// its version.
+const BundleVersion = 6
 
 // The versions that added the layouts, monitor mode and the ban policy.
 const (
 	layoutsVersion = 3
 	monitorVersion = 4
 	bansVersion    = 5
+	// recidiveVersion: the bans' policy escalates repeats (Bans.Recidive).
+	recidiveVersion = 6
 )
 
 // Bundle is one revision of a group's policy: the policy file, for the
@@ -196,6 +200,9 @@ func newBundle(in *plan.Input, rejectMark uint32, name, text string, now time.Ti
 	b.Version = 1
 	if in.Bans != (ban.Policy{}) {
 		b.Version = bansVersion
+		if in.Bans.Recidive.On() {
+			b.Version = recidiveVersion
+		}
 	}
 	for _, r := range in.Rules {
 		if r.Direction.Out() {

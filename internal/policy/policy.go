@@ -175,12 +175,46 @@ type doc struct {
 
 // bansDoc is the policy's `bans:`.
 type bansDoc struct {
-	AggregateV6 int `yaml:"aggregate_v6"`
+	AggregateV6 int          `yaml:"aggregate_v6"`
+	Recidive    *recidiveDoc `yaml:"recidive"`
 }
+
+// recidiveDoc is `bans: {recidive: ...}`: window, and factor and max
+// (defaults 2 and 30d).
+type recidiveDoc struct {
+	Window string  `yaml:"window"`
+	Factor float64 `yaml:"factor"`
+	Max    string  `yaml:"max"`
+}
+
+// Defaults of `bans: {recidive: ...}`.
+const (
+	defaultRecidiveFactor = 2
+	defaultRecidiveMax    = "30d"
+)
 
 // banPolicy reads d.
 func (d bansDoc) banPolicy() (ban.Policy, error) {
 	p := ban.Policy{Aggregate6: d.AggregateV6}
+	if r := d.Recidive; r != nil {
+		if r.Window == "" {
+			return p, errors.New("recidive needs a window: how long after a ban ends a new one of the prefix is a repeat")
+		}
+		var err error
+		if p.Recidive.Window, err = ban.ParseTTL(r.Window); err != nil || p.Recidive.Window == 0 {
+			return p, fmt.Errorf("recidive window %q: a duration such as 24h or 7d", r.Window)
+		}
+		if r.Max == "" {
+			r.Max = defaultRecidiveMax
+		}
+		if p.Recidive.Max, err = ban.ParseTTL(r.Max); err != nil || p.Recidive.Max == 0 {
+			return p, fmt.Errorf("recidive max %q: a duration such as 7d or 30d", r.Max)
+		}
+		p.Recidive.Factor = r.Factor
+		if r.Factor == 0 {
+			p.Recidive.Factor = defaultRecidiveFactor
+		}
+	}
 	return p, p.Check()
 }
 
@@ -313,7 +347,7 @@ func Parse(data []byte, file string) (*Policy, error) {
 		return nil, &Error{File: file, Line: lines.key("backend"), Msg: err.Error()}
 	}
 	if p.Bans, err = d.Bans.banPolicy(); err != nil {
-		return nil, &Error{File: file, Line: lines.key("bans"), Msg: "bans: " + err.Error() + ` (e.g. bans: {aggregate_v6: 4})`}
+		return nil, &Error{File: file, Line: lines.key("bans"), Msg: "bans: " + err.Error() + ` (e.g. bans: {aggregate_v6: 4, recidive: {window: 24h, factor: 2, max: 30d}})`}
 	}
 	if d.RejectMark != "" {
 		m, err := strconv.ParseUint(d.RejectMark, 0, 32)

@@ -106,6 +106,15 @@ func TestParseBans(t *testing.T) {
 	if err != nil || res.Input.Bans != want {
 		t.Errorf("input bans %+v, %v", res.Input.Bans, err)
 	}
+	for y, want := range map[string]ban.Recidive{
+		"{window: 24h}":                     {Window: 24 * time.Hour, Factor: 2, Max: 30 * 24 * time.Hour},
+		"{window: 7d, factor: 3, max: 60d}": {Window: 7 * 24 * time.Hour, Factor: 3, Max: 60 * 24 * time.Hour},
+	} {
+		p, err := Parse([]byte("bans: {recidive: "+y+"}\nrules:\n  - {name: a, action: drop, match: {prefixes: [192.0.2.0/24]}}\n"), "p.yaml")
+		if err != nil || p.Bans.Recidive != want {
+			t.Errorf("recidive %s: %+v, %v; want %+v", y, p.Bans.Recidive, err, want)
+		}
+	}
 }
 
 // TestParseCatalog: a catalog source takes its entry's URLs, format,
@@ -181,6 +190,10 @@ func TestParseErrors(t *testing.T) {
 		{"bad protect", "protect: [1.2.3.4, nope]\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `"nope"`},
 		{"no format", "sources:\n  x: {paths: [f]}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "no format"},
 		{"no rules", "sources: {}\n", 0, "no rules"},
+		{"recidive without window", "bans: {recidive: {factor: 2}}\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "recidive needs a window"},
+		{"recidive factor 1", "bans: {recidive: {window: 1h, factor: 1}}\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "recidive factor 1"},
+		{"recidive bad max", "bans: {recidive: {window: 1h, max: forever}}\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, `recidive max "forever"`},
+		{"recidive short window", "bans: {recidive: {window: 10s}}\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "recidive window 10s"},
 		{"bad aggregate", "bans: {aggregate_v6: 1}\nrules:\n  - {name: a, action: drop, match: {prefixes: [1.2.3.4]}}\n", 1, "aggregate_v6 1"},
 		{"unknown catalog", "sources:\n  x: {catalog: spamhaus}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, `catalog "spamhaus" is not in the catalog (spamhaus-drop, firehol-level1`},
 		{"catalog and url", "sources:\n  x: {catalog: feodo, url: \"https://example.net/f.txt\"}\nrules:\n  - {name: a, action: drop, match: {source: x}}\n", 2, "catalog feodo gives the URLs and format"},

@@ -75,14 +75,27 @@ func (c *Client) Ban(ctx context.Context, r BanRequest) (*BanResponse, error) {
 // Unban lifts the ban of exactly prefix; with an origin, only a ban made
 // by that origin.
 func (c *Client) Unban(ctx context.Context, prefix, origin string) (*UnbanResponse, error) {
+	return c.UnbanForget(ctx, prefix, origin, false)
+}
+
+// UnbanForget is Unban that, with forget, also forgets the prefix's
+// strike (bans: recidive): its next ban is not escalated.
+func (c *Client) UnbanForget(ctx context.Context, prefix, origin string, forget bool) (*UnbanResponse, error) {
 	var out UnbanResponse
 	addr, bits, cut := strings.Cut(prefix, "/")
 	path := "/v1/bans/" + url.PathEscape(addr)
 	if cut {
 		path += "/" + url.PathEscape(bits)
 	}
+	q := url.Values{}
 	if origin != "" {
-		path += "?origin=" + url.QueryEscape(origin)
+		q.Set("origin", origin)
+	}
+	if forget {
+		q.Set("forget", "1")
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	return &out, c.do(ctx, http.MethodDelete, path, nil, &out)
 }

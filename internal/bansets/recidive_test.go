@@ -1,0 +1,128 @@
+package bansets
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ipfence/ipfence/internal/backend/nft"
+	"github.com/ipfence/ipfence/internal/backend/nft/nfttest"
+	"github.com/ipfence/ipfence/internal/ban"
+)
+
+// TestRecidive: under bans: {recidive: {window: 6h, factor: 2, max: 10h}},
+// in a lab, an address banned again within the window of its last ban's
+// end gets twice that ban (1h, 2h, 4h, 8h, then 10h at most), in the
+// kernel (the element's timeout) and in what Ban returns, whether that
+// ban ran out, ran out while no Controller ran (a restart), was lifted,
+// or ran out and was not pruned yet; a ban while one is live, a
+// permanent one, a repeat after the window and one after unban --forget
+// are not escalated. A prefix keeps its strike in the store, and a strike
+// past its window is forgotten there too.
+func TestRecidive(t *testing.T) {
+	lab, store, c := newLoaded(t, ban.Guard{})
+	now := time.Now().Truncate(time.Second)
+	clock := func() time.Time { return now }
+	c.cfg.Now = clock
+	pol := ban.Policy{Recidive: ban.Recidive{Window: 6 * time.Hour, Factor: 2, Max: 10 * time.Hour}}
+	c.SetPolicy(pol)
+	ctx := context.Background()
+	addr := netip.MustParsePrefix("198.51.100.7/32")
+	banFor := func(ttl, want time.Duration) {
+		t.Helper()
+		bs, err := c.Ban(ctx, []Request{{Prefix: addr, TTL: ttl, Origin: "test"}})
+		if err != nil || len(bs) != 1 {
+			t.Fatalf("ban: %v, %v", bs, err)
+		}
+		if got := bs[0].Expires.Sub(now); got != want {
+			t.Fatalf("ban for %v: given %v, want %v", ttl, got, want)
+		}
+		el := nfttest.Elements(t, lab.FW, "set", "inet", "ipfence", nft.BanAddrs4)
+		if wantEl := fmt.Sprintf("198.51.100.7 timeout %ds", int(want.Seconds())); !slices.Contains(el, wantEl) {
+			t.Fatalf("kernel: %v, want %s", el, wantEl)
+		}
+	}
+	expire := func(after time.Duration) {
+		t.Helper()
+		now = now.Add(after)
+		if _, err := c.Expire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if el := nfttest.Elements(t, lab.FW, "set", "inet", "ipfence", nft.BanAddrs4); len(el) != 0 {
+			t.Fatalf("kernel after the ban ran out: %v", el)
+		}
+	}
+	banFor(time.Hour, time.Hour)
+	banFor(time.Hour, time.Hour) // again while live: the same incident
+	expire(time.Hour + time.Second)
+	banFor(time.Hour, 2*time.Hour)
+	expire(2*time.Hour + time.Second)
+	banFor(time.Hour, 4*time.Hour)
+
+	// A restart while the ban runs out: Open prunes it, and its strike
+	// is in the store.
+	c.Close()
+	now = now.Add(4*time.Hour + time.Second)
+	c2, err := Open(Config{Sink: &NFTSink{NetNS: lab.FW, Table: "ipfence", Priority: -300}, Store: store, Now: clock, Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c2.Close)
+	c = c2
+	banFor(time.Hour, 8*time.Hour)
+
+	// Ran out, not pruned yet: its record counts as its strike.
+	now = now.Add(8*time.Hour + time.Second)
+	banFor(time.Hour, 10*time.Hour) // at most max
+
+	// Lifted: a strike as well, unless forgotten.
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr}}); err != nil {
+		t.Fatal(err)
+	}
+	banFor(time.Hour, 10*time.Hour)
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr, Forget: true}}); err != nil {
+		t.Fatal(err)
+	}
+	banFor(time.Hour, time.Hour)
+
+	// Past the window: forgotten, in memory and in the store.
+	expire(time.Hour + time.Second)
+	set, err := store.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Strike(addr, now); !ok {
+		t.Error("the store has no strike of the ban that ran out")
+	}
+	expire(6*time.Hour + strikePruneEvery)
+	if set, err = store.Load(); err != nil || set.Strikes() != 0 || set.Len() != 0 {
+		t.Errorf("the store after the window: %d strikes, %d bans, %v", set.Strikes(), set.Len(), err)
+	}
+	banFor(time.Hour, time.Hour)
+
+	// A permanent ban leaves no strike, and a permanent request stays.
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr, Forget: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := c.Ban(ctx, []Request{{Prefix: addr, Origin: "test"}}); err != nil || !bs[0].Expires.IsZero() {
+		t.Fatalf("permanent ban: %v, %v", bs, err)
+	}
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr}}); err != nil {
+		t.Fatal(err)
+	}
+	banFor(time.Hour, time.Hour)
+	// A CIDR ban escalates too.
+	net := netip.MustParsePrefix("203.0.113.0/24")
+	for _, want := range []time.Duration{time.Hour, 2 * time.Hour} {
+		bs, err := c.Ban(ctx, []Request{{Prefix: net, TTL: time.Hour, Origin: "other"}})
+		if err != nil || bs[0].Expires.Sub(now) != want {
+			t.Fatalf("CIDR ban: %v, %v; want %v", bs, err, want)
+		}
+		if _, err := c.Unban(ctx, []Lift{{Prefix: net}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
