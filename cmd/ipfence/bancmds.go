@@ -215,6 +215,9 @@ out: banned again within the window, the prefix gets a longer ban.
 			if err != nil {
 				return err
 			}
+			if fb.on && forget {
+				return usageError{errors.New("--forget is for this host's bans: a fleet unban leaves each agent's strikes (unban --forget there)")}
+			}
 			if fb.on {
 				err := fb.publish(cmd, ps, func(p netip.Prefix, now time.Time) *fleet.Ban {
 					return &fleet.Ban{Prefix: p, Created: now, Unban: true}

@@ -132,6 +132,12 @@ func Open(cfg Config) (*Controller, error) {
 		}
 		return true
 	})
+	c.struckAt = c.cfg.Now()
+	if gone := set.PruneStrikes(c.struckAt); len(gone) > 0 {
+		if err := cfg.Store.Delete(gone...); err != nil {
+			return nil, err
+		}
+	}
 	if gone := set.Prune(c.cfg.Now()); len(gone) > 0 {
 		strikes, del := c.ended(gone, time.Time{})
 		if err := cfg.Store.Commit(nil, strikes, del); err != nil {
@@ -357,18 +363,23 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 		old ban.Ban
 	}
 	var replaced []prior
-	var struck []ban.Strike       // the strikes the bans took the place of
+	var struck []ban.Strike // the strikes the bans took the place of
+	taken := map[netip.Prefix]time.Duration{}
 	bans := make([]ban.Ban, 0, n) // the bans made
 	for _, p := range ps {
-		for j, b := range p.bans {
+		for j := range p.bans {
 			if p.noShorten != nil && p.noShorten[j] {
+				b := p.bans[j]
 				if old, ok := c.set.Get(b.Prefix); ok && old.Live(now) && old.Origin != b.Origin && old.Origin != AggregateOrigin && old.Outlasts(b) {
 					continue
 				}
 			}
-			if st, ok := c.escalate(&b, now); ok {
+			// Escalated in place: the callers (the Queue) report the
+			// prepared bans as made.
+			if st, ok := c.escalate(&p.bans[j], now, taken); ok {
 				struck = append(struck, st)
 			}
+			b := p.bans[j]
 			old, existed := c.set.Put(b)
 			if existed {
 				replaced = append(replaced, prior{len(bans), old})
@@ -593,7 +604,11 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		ch.remove(b)
 	}
 	ch.nets = ch.nets || len(put) > 0
-	save := func() error { return c.cfg.Store.Change(put, prefixes(removed)) }
+	// The bans pruned here ran out: they leave strikes as Expire's do.
+	strikes, ran := c.ended(pruned, time.Time{})
+	save := func() error {
+		return c.cfg.Store.Commit(put, strikes, slices.Concat(ran, prefixes(removed[len(pruned):])))
+	}
 	unsave := func() error {
 		back := slices.Concat(old, removed)
 		var drop []netip.Prefix
@@ -722,9 +737,7 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 		}
 	}
 	for _, st := range forgotten {
-		if !slices.Contains(del, st.Prefix) {
-			del = append(del, st.Prefix)
-		}
+		del = append(del, st.Prefix) // a prefix with a strike has no ban: not lifted
 	}
 	save := func() error { return c.cfg.Store.Commit(nil, strikes, del) }
 	unsave := func() error { return c.cfg.Store.Commit(lifted, forgotten, nil) }
@@ -835,30 +848,51 @@ func (c *Controller) pruneStrikes(now time.Time) {
 // was banned before within the recidive window (ban.Recidive): from its
 // strike, or from its last ban if that ran out and Expire has not pruned
 // it yet. It returns the strike it took, if any (c.mu held).
-func (c *Controller) escalate(b *ban.Ban, now time.Time) (ban.Strike, bool) {
+//
+// An escalated ban is made with the origin RecidiveOrigin (its reason
+// names the origin that asked): the one that asked lifts, shortens or
+// re-sends its own bans (fail2ban's unban at the end of its ban time,
+// CrowdSec's decisions pulled again) and would otherwise undo the
+// escalation. taken are the prefixes this transaction escalated, with
+// the duration each escalated from: a second ban of one in the same
+// transaction is escalated alike.
+func (c *Controller) escalate(b *ban.Ban, now time.Time, taken map[netip.Prefix]time.Duration) (ban.Strike, bool) {
 	rc := c.cfg.Policy.Recidive
 	if !rc.On() || b.Expires.IsZero() || b.Origin == AggregateOrigin {
 		return ban.Strike{}, false
 	}
 	var last time.Duration
 	st, struck := c.set.Strike(b.Prefix, now)
-	switch old, ok := c.set.Get(b.Prefix); {
-	case ok && old.Live(now):
-		return ban.Strike{}, false // the same incident: no repeat
-	case ok:
-		if s, ok := rc.StrikeOf(old, old.Expires); ok && s.Until.After(now) {
-			last = s.TTL
+	if l, ok := taken[b.Prefix]; ok {
+		last = l
+	} else {
+		switch old, ok := c.set.Get(b.Prefix); {
+		case ok && old.Live(now):
+			return ban.Strike{}, false // the same incident: no repeat
+		case ok && old.Origin != AggregateOrigin:
+			if s, ok := rc.StrikeOf(old, old.Expires); ok && s.Until.After(now) {
+				last = s.TTL
+			}
+		case struck:
+			last = st.TTL
 		}
-	case struck:
-		last = st.TTL
 	}
 	ask := b.Expires.Sub(b.Created)
 	if ttl := min(rc.Escalate(ask, last), ban.MaxTTL); ttl > ask {
+		taken[b.Prefix] = last
 		b.Expires = b.Created.Add(ttl)
+		if b.Origin != RecidiveOrigin {
+			b.Reason = strings.TrimSpace(fmt.Sprintf("repeat (%s): %s", b.Origin, b.Reason))
+			b.Origin = RecidiveOrigin
+		}
 		c.log().Info("repeat ban escalated (recidive)", "prefix", b.Prefix, "asked", ask, "given", ttl, "last", last)
 	}
 	return st, struck
 }
+
+// RecidiveOrigin is the origin of the bans escalated as repeats
+// (ban.Recidive): lifted by an unban of no origin or of this one.
+const RecidiveOrigin = "recidive"
 
 // expire64 brings the aggregates in line with the bans gone, and with the
 // /64s tried before; once aggregation is turned off, it lifts what it

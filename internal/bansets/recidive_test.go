@@ -114,6 +114,43 @@ func TestRecidive(t *testing.T) {
 		t.Fatal(err)
 	}
 	banFor(time.Hour, time.Hour)
+	// The origin that asked cannot undo the escalation: its unban at the
+	// end of its own ban time and its re-sends (NoShorten) leave the
+	// escalated ban, whose origin is recidive, in force; two bans of the
+	// prefix in one transaction are both escalated; the prepared bans
+	// say what was given (the daemon's queue reports them).
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr}}); err != nil {
+		t.Fatal(err)
+	}
+	f2b := Request{Prefix: addr, TTL: time.Hour, Origin: "fail2ban/sshd", Reason: "sshd"}
+	p, err := c.Prepare([]Request{f2b, f2b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BanPrepared(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range p.Bans() {
+		if b.Expires.Sub(now) != 2*time.Hour || b.Origin != RecidiveOrigin || b.Reason != "repeat (fail2ban/sshd): sshd" {
+			t.Errorf("prepared ban after escalation: %+v", b)
+		}
+	}
+	now = now.Add(time.Hour)
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr, Origin: "fail2ban/sshd"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ban(ctx, []Request{{Prefix: addr, TTL: time.Minute, Origin: "fail2ban/sshd", NoShorten: true}}); err != nil {
+		t.Fatal(err)
+	}
+	c.View(func(s *ban.Set) {
+		if b, ok := s.Get(addr); !ok || b.Origin != RecidiveOrigin || b.Expires.Sub(now) != time.Hour {
+			t.Errorf("the escalated ban after fail2ban's unban and re-ban: %+v, %v", b, ok)
+		}
+	})
+	if _, err := c.Unban(ctx, []Lift{{Prefix: addr, Forget: true}}); err != nil {
+		t.Fatal(err)
+	}
+
 	// A CIDR ban escalates too.
 	net := netip.MustParsePrefix("203.0.113.0/24")
 	for _, want := range []time.Duration{time.Hour, 2 * time.Hour} {
@@ -124,5 +161,35 @@ func TestRecidive(t *testing.T) {
 		if _, err := c.Unban(ctx, []Lift{{Prefix: net}}); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// A restart past the window forgets the strikes, in the store too.
+	c.Close()
+	now = now.Add(7 * time.Hour)
+	c3, err := Open(Config{Sink: &NFTSink{NetNS: lab.FW, Table: "ipfence", Priority: -300}, Store: store, Now: clock, Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c3.Close)
+	if set, err := store.Load(); err != nil || set.Strikes() != 0 {
+		t.Errorf("the store after a restart past the window: %d strikes, %v", set.Strikes(), err)
+	}
+	c = c3
+
+	// With aggregate_v6 on, a ban that ran out and that reconciling the
+	// aggregates prunes (before Expire) leaves its strike too.
+	pol.Aggregate6 = 2
+	c.SetPolicy(pol)
+	a6 := netip.MustParsePrefix("2001:db8:1::1/128")
+	if _, err := c.Ban(ctx, []Request{{Prefix: a6, TTL: time.Hour, Origin: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour + time.Second)
+	if _, err := c.Ban(ctx, []Request{{Prefix: netip.MustParsePrefix("2001:db8:2::1/128"), TTL: time.Hour, Origin: "test"},
+		{Prefix: netip.MustParsePrefix("2001:db8:2::2/128"), TTL: time.Hour, Origin: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := c.Ban(ctx, []Request{{Prefix: a6, TTL: time.Hour, Origin: "test"}}); err != nil || bs[0].Expires.Sub(now) != 2*time.Hour {
+		t.Errorf("repeat ban after the aggregates pruned the first: %v, %v", bs, err)
 	}
 }

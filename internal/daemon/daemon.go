@@ -352,7 +352,9 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	// The sink is the backend's, from the first load on.
-	ctl, err := bansets.Open(bansets.Config{Sink: bansets.NoSink{}, Guard: d.guard(c.plan), Store: d.store, Logger: d.log})
+	// The policy's bans from the start, so that the bans that ran out
+	// while no daemon ran leave their strikes (recidive).
+	ctl, err := bansets.Open(bansets.Config{Sink: bansets.NoSink{}, Guard: d.guard(c.plan), Store: d.store, Policy: c.plan.Bans, Logger: d.log})
 	if err != nil {
 		return err
 	}

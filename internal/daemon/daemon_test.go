@@ -238,7 +238,7 @@ func TestDaemon(t *testing.T) {
 	r.d.metrics.handler(false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, want := range []string{`ipfence_source_last_load_failed{source="feed"} 1`, `ipfence_bans_by_origin{origin="load"} 400`,
 		`ipfence_rule_packets_total{rule="ban"}`, `ipfence_ban_request_seconds_count`, `ipfence_apply_seconds_count{kind="update"} 1`,
-		`ipfence_conntrack_max `} {
+		`ipfence_conntrack_max `, `ipfence_ban_strikes 0`} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
 		}

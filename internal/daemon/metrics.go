@@ -82,11 +82,12 @@ var (
 	descMonitor  = prometheus.NewDesc("ipfence_rule_monitor", "1 when the rule is in monitor mode: its packets counts are what it would have dropped or rejected.", []string{"rule"}, nil)
 	descXDPPass  = prometheus.NewDesc("ipfence_xdp_passed_packets_total", "Packets the XDP program passed on to nftables (since its last swap).", nil, nil)
 	descCTCount  = prometheus.NewDesc("ipfence_conntrack_entries", "Connections the namespace's conntrack table holds (connection-aware rules let their packets pass).", nil, nil)
+	descStrikes  = prometheus.NewDesc("ipfence_ban_strikes", "Prefixes whose last temporary ban ended within the recidive window (bans: recidive): a new ban of one is escalated.", nil, nil)
 	descCTMax    = prometheus.NewDesc("ipfence_conntrack_max", "The size of the namespace's conntrack table (nf_conntrack_max): once full, new connections are dropped.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBans, descOrigin, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass, descMonitor, descCTCount, descCTMax} {
+	for _, d := range []*prometheus.Desc{descBans, descOrigin, descStrikes, descElements, descNftElems, descFeedAge, descFeedErr, descStale, descPackets, descBytes, descApplied, descXDPPass, descMonitor, descCTCount, descCTMax} {
 		ch <- d
 	}
 }
@@ -97,7 +98,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	var counts ban.Counts
-	d.ctl.View(func(s *ban.Set) { counts = s.Tally() })
+	strikes := 0
+	d.ctl.View(func(s *ban.Set) { counts, strikes = s.Tally(), s.Strikes() })
+	ch <- prometheus.MustNewConstMetric(descStrikes, prometheus.GaugeValue, float64(strikes))
 	for kind, n := range map[string]int{"address_ipv4": counts.Addr4, "address_ipv6": counts.Addr6, "prefix_ipv4": counts.Net4, "prefix_ipv6": counts.Net6} {
 		ch <- prometheus.MustNewConstMetric(descBans, prometheus.GaugeValue, float64(n), kind)
 	}
