@@ -70,6 +70,11 @@ type Lift struct {
 	// next ban is not escalated. Without it, a temporary ban lifted
 	// leaves a strike as one that ran out does.
 	Forget bool
+	// Escalated also lifts the ban escalated (RecidiveOrigin) from a
+	// ban of Origin: for lifts that are always deliberate (a fleet
+	// unban, a CrowdSec decision deleted), not for an integration's
+	// lift at the end of its own ban time (fail2ban's).
+	Escalated bool
 }
 
 // Controller bans and unbans. It is safe for concurrent use; changes are
@@ -374,11 +379,14 @@ func (c *Controller) BanPrepared(ctx context.Context, ps ...Prepared) ([]ban.Ban
 					continue
 				}
 			}
-			// Escalated in place: the callers (the Queue) report the
-			// prepared bans as made.
-			if st, ok := c.escalate(&p.bans[j], now, taken); ok {
+			// A strike the ban takes the place of goes back if the
+			// transaction fails, whether or not the ban escalates.
+			if st, ok := c.set.Strike(p.bans[j].Prefix, time.Time{}); ok {
 				struck = append(struck, st)
 			}
+			// Escalated in place: the callers (the Queue) report the
+			// prepared bans as made.
+			c.escalate(&p.bans[j], now, taken)
 			b := p.bans[j]
 			old, existed := c.set.Put(b)
 			if existed {
@@ -593,6 +601,15 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		clear(c.retryLift)
 		return nil, nil
 	}
+	// The bans pruned here ran out: they leave strikes as Expire's do,
+	// but for the prefixes an aggregate takes (put after them).
+	strikes, ran := c.ended(pruned, time.Time{})
+	aggregated := make(map[netip.Prefix]bool, len(put))
+	for _, b := range put {
+		aggregated[b.Prefix] = true
+	}
+	strikes = slices.DeleteFunc(strikes, func(s ban.Strike) bool { return aggregated[s.Prefix] })
+	ran = slices.DeleteFunc(ran, func(p netip.Prefix) bool { return aggregated[p] })
 	var old []ban.Ban // what put replaced
 	for _, b := range put {
 		if o, existed := c.set.Put(b); existed {
@@ -604,8 +621,6 @@ func (c *Controller) reconcile64(ctx context.Context, now time.Time, touched map
 		ch.remove(b)
 	}
 	ch.nets = ch.nets || len(put) > 0
-	// The bans pruned here ran out: they leave strikes as Expire's do.
-	strikes, ran := c.ended(pruned, time.Time{})
 	save := func() error {
 		return c.cfg.Store.Commit(put, strikes, slices.Concat(ran, prefixes(removed[len(pruned):])))
 	}
@@ -698,7 +713,7 @@ func (c *Controller) Unban(ctx context.Context, ls []Lift) ([]ban.Ban, error) {
 			}
 		}
 		if l.Origin != "" {
-			if b, ok := c.set.Get(p); !ok || !l.matches(b.Origin) {
+			if b, ok := c.set.Get(p); !ok || !l.lifts(b) {
 				continue
 			}
 		}
@@ -847,7 +862,7 @@ func (c *Controller) pruneStrikes(now time.Time) {
 // escalate lengthens b, a ban about to be made at now, when its prefix
 // was banned before within the recidive window (ban.Recidive): from its
 // strike, or from its last ban if that ran out and Expire has not pruned
-// it yet. It returns the strike it took, if any (c.mu held).
+// it yet (c.mu held).
 //
 // An escalated ban is made with the origin RecidiveOrigin (its reason
 // names the origin that asked): the one that asked lifts, shortens or
@@ -856,10 +871,10 @@ func (c *Controller) pruneStrikes(now time.Time) {
 // escalation. taken are the prefixes this transaction escalated, with
 // the duration each escalated from: a second ban of one in the same
 // transaction is escalated alike.
-func (c *Controller) escalate(b *ban.Ban, now time.Time, taken map[netip.Prefix]time.Duration) (ban.Strike, bool) {
+func (c *Controller) escalate(b *ban.Ban, now time.Time, taken map[netip.Prefix]time.Duration) {
 	rc := c.cfg.Policy.Recidive
 	if !rc.On() || b.Expires.IsZero() || b.Origin == AggregateOrigin {
-		return ban.Strike{}, false
+		return
 	}
 	var last time.Duration
 	st, struck := c.set.Strike(b.Prefix, now)
@@ -868,7 +883,7 @@ func (c *Controller) escalate(b *ban.Ban, now time.Time, taken map[netip.Prefix]
 	} else {
 		switch old, ok := c.set.Get(b.Prefix); {
 		case ok && old.Live(now):
-			return ban.Strike{}, false // the same incident: no repeat
+			return // the same incident: no repeat
 		case ok && old.Origin != AggregateOrigin:
 			if s, ok := rc.StrikeOf(old, old.Expires); ok && s.Until.After(now) {
 				last = s.TTL
@@ -887,7 +902,6 @@ func (c *Controller) escalate(b *ban.Ban, now time.Time, taken map[netip.Prefix]
 		}
 		c.log().Info("repeat ban escalated (recidive)", "prefix", b.Prefix, "asked", ask, "given", ttl, "last", last)
 	}
-	return st, struck
 }
 
 // RecidiveOrigin is the origin of the bans escalated as repeats
@@ -1026,6 +1040,20 @@ func (c *Controller) Verify(ctx context.Context, sample int) (int, error) {
 		return n < sample
 	})
 	return v.Verify(ctx, now, probe, c.nets)
+}
+
+// lifts reports whether l lifts b: a ban of its origin, or with
+// Escalated one escalated from a ban of its origin.
+func (l Lift) lifts(b ban.Ban) bool {
+	if l.matches(b.Origin) {
+		return true
+	}
+	if !l.Escalated || b.Origin != RecidiveOrigin {
+		return false
+	}
+	rest, ok := strings.CutPrefix(b.Reason, "repeat (")
+	asked, _, ok2 := strings.Cut(rest, "):")
+	return ok && ok2 && l.matches(asked)
 }
 
 // matches reports whether origin is one that l lifts.

@@ -192,4 +192,56 @@ func TestRecidive(t *testing.T) {
 	if bs, err := c.Ban(ctx, []Request{{Prefix: a6, TTL: time.Hour, Origin: "test"}}); err != nil || bs[0].Expires.Sub(now) != 2*time.Hour {
 		t.Errorf("repeat ban after the aggregates pruned the first: %v, %v", bs, err)
 	}
+
+	// A /64 ban that ran out and whose /64 the aggregates take at once
+	// leaves the aggregate in force (not its strike).
+	n64 := netip.MustParsePrefix("2001:db8:5::/64")
+	if _, err := c.Ban(ctx, []Request{{Prefix: n64, TTL: time.Hour, Origin: "cli"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ban(ctx, []Request{{Prefix: netip.MustParsePrefix("2001:db8:5::1/128"), TTL: 10 * time.Hour, Origin: "test"},
+		{Prefix: netip.MustParsePrefix("2001:db8:5::2/128"), TTL: 10 * time.Hour, Origin: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour + time.Second)
+	if _, err := c.Ban(ctx, []Request{{Prefix: netip.MustParsePrefix("2001:db8:5::3/128"), TTL: 10 * time.Hour, Origin: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.View(func(s *ban.Set) {
+		if b, ok := s.Get(n64); !ok || b.Origin != AggregateOrigin || !b.Live(now) {
+			t.Errorf("the /64 after its ban ran out with 3 addresses banned: %+v, %v", b, ok)
+		}
+	})
+	if el := nfttest.Elements(t, lab.FW, "set", "inet", "ipfence", nft.BanNets6); !slices.Contains(el, "2001:db8:5::/64 timeout 35999s") && !slices.Contains(el, "2001:db8:5::/64 timeout 36000s") {
+		t.Errorf("kernel prefix bans: %v", el)
+	}
+	if set, err := store.Load(); err != nil {
+		t.Fatal(err)
+	} else if b, ok := set.Get(n64); !ok || b.Origin != AggregateOrigin {
+		t.Errorf("the store's /64: %+v, %v", b, ok)
+	}
+
+	// Lifts that are always deliberate (a fleet unban, a CrowdSec
+	// decision deleted) lift the ban escalated from theirs; others do
+	// not.
+	fleetAddr := netip.MustParsePrefix("192.0.2.99/32")
+	for range 2 {
+		if _, err := c.Ban(ctx, []Request{{Prefix: fleetAddr, TTL: time.Hour, Origin: "fleet:k1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Unban(ctx, []Lift{{Prefix: fleetAddr, Origin: "fleet:*"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.View(func(s *ban.Set) {
+		if b, ok := s.Get(fleetAddr); !ok || b.Origin != RecidiveOrigin {
+			t.Errorf("an escalated fleet ban after a plain fleet lift: %+v, %v", b, ok)
+		}
+	})
+	if ls, err := c.Unban(ctx, []Lift{{Prefix: fleetAddr, Origin: "fail2ban/*", Escalated: true}}); err != nil || len(ls) != 0 {
+		t.Errorf("another origin's lift: %v, %v", ls, err)
+	}
+	if ls, err := c.Unban(ctx, []Lift{{Prefix: fleetAddr, Origin: "fleet:*", Escalated: true}}); err != nil || len(ls) != 1 {
+		t.Errorf("a fleet unban of the ban escalated from a fleet ban: %v, %v", ls, err)
+	}
 }

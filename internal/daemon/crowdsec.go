@@ -105,7 +105,9 @@ func (d *Daemon) pull(ctx context.Context, f *follower, cl *crowdsec.Client, tr 
 	if len(lifts) > 0 {
 		ls := make([]bansets.Lift, len(lifts))
 		for i, p := range lifts {
-			ls[i] = bansets.Lift{Prefix: p, Origin: f.def.Name}
+			// A decision lifted before it expires was deleted: the
+			// ban it escalated to goes too.
+			ls[i] = bansets.Lift{Prefix: p, Origin: f.def.Name, Escalated: true}
 		}
 		if _, err := d.Unban(ctx, ls); err != nil {
 			return err

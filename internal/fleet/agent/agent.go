@@ -641,8 +641,9 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		if b.Unban {
 			flush()
 			// A fleet ban's only: bans of this host's own (operator,
-			// fail2ban, CrowdSec) stay.
-			if _, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: b.Prefix, Origin: FleetOrigin + "*"}}); err != nil {
+			// fail2ban, CrowdSec) stay; one escalated from a fleet ban
+			// goes (bans: recidive).
+			if _, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: b.Prefix, Origin: FleetOrigin + "*", Escalated: true}}); err != nil {
 				a.log.Warn("fleet unban", "prefix", b.Prefix, "err", err)
 			}
 			continue
