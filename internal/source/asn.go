@@ -46,17 +46,8 @@ func parseASNRow(row string) (lo, hi netip.Addr, cc uint16, asn uint32, org stri
 		return lo, hi, 0, 0, "", false, errors.New("an address range and no ASN after it")
 	}
 	if n == 3 && aerr == nil {
-		if lo, err = parseAddr("first address", f[0]); err != nil {
+		if lo, hi, err = parseRange(f[0], f[1]); err != nil {
 			return
-		}
-		if hi, err = parseAddr("last address", f[1]); err != nil {
-			return
-		}
-		if lo.Is4() != hi.Is4() {
-			return lo, hi, 0, 0, "", false, errors.New("the range mixes IPv4 and IPv6")
-		}
-		if hi.Less(lo) {
-			return lo, hi, 0, 0, "", false, fmt.Errorf("the range ends (%v) before it starts (%v)", hi, lo)
 		}
 	} else {
 		if n < 2 {

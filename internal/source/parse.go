@@ -411,18 +411,7 @@ func parseCSVRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 	n := splitFields(row, ',', f[:])
 	switch n {
 	case 3:
-		if lo, err = parseAddr("first address", f[0]); err != nil {
-			return
-		}
-		if hi, err = parseAddr("last address", f[1]); err != nil {
-			return
-		}
-		if lo.Is4() != hi.Is4() {
-			err = errors.New("the range mixes IPv4 and IPv6")
-			return
-		}
-		if hi.Less(lo) {
-			err = fmt.Errorf("the range ends (%v) before it starts (%v)", hi, lo)
+		if lo, hi, err = parseRange(f[0], f[1]); err != nil {
 			return
 		}
 	case 2:
@@ -449,6 +438,24 @@ func parseCSVRow(row string) (lo, hi netip.Addr, cc uint16, ok bool, err error) 
 	}
 	cc, err = dataCode(f[n-1])
 	return lo, hi, cc, err == nil, err
+}
+
+// parseRange parses a row's inclusive range, its first and last
+// addresses: one family, in order.
+func parseRange(first, last string) (lo, hi netip.Addr, err error) {
+	if lo, err = parseAddr("first address", first); err != nil {
+		return
+	}
+	if hi, err = parseAddr("last address", last); err != nil {
+		return
+	}
+	if lo.Is4() != hi.Is4() {
+		return lo, hi, errors.New("the range mixes IPv4 and IPv6")
+	}
+	if hi.Less(lo) {
+		return lo, hi, fmt.Errorf("the range ends (%v) before it starts (%v)", hi, lo)
+	}
+	return lo, hi, nil
 }
 
 // parseAddr parses one address of a row, without a zone.
