@@ -89,6 +89,9 @@ func (s *Set) PutStrike(st Strike) {
 // Strike returns the strike of prefix p (masked) that still counts at
 // now.
 func (s *Set) Strike(p netip.Prefix, now time.Time) (Strike, bool) {
+	if len(s.past) == 0 {
+		return Strike{}, false // every ban asks: no key built for nothing
+	}
 	p = p.Masked()
 	r, ok := s.past[prefixKey(p)]
 	if !ok || r.until <= nowNanos(now) {
