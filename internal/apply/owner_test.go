@@ -90,7 +90,7 @@ func TestUnmarkedChains(t *testing.T) {
 	tg := &Target{NetNS: lab.FW, State: statedir.Dir{Path: t.TempDir()}}
 	c := compileDrop(t, "ipfence", plan.IPSet)
 	mustApply(t, tg, c)
-	save := func() string { return netnstest.Exec(t, lab.FW, "iptables-nft-save", "-t", "mangle") }
+	save := func() string { return netnstest.Saved(t, lab.FW, "iptables-nft-save", "-t", "mangle") }
 	if !strings.Contains(save(), ipt.Mark) {
 		t.Fatalf("ipfence's chains are not marked:\n%s", save())
 	}

@@ -164,6 +164,20 @@ func Ruleset(t testing.TB, ns string) string {
 	return expires.ReplaceAllString(Exec(t, ns, "nft", "list", "ruleset"), "")
 }
 
+// Saved returns what an iptables-save command (argv) lists in namespace
+// ns without its "# Generated/Completed ... on <time>" lines, so that
+// two listings of the same chains a second apart compare equal.
+func Saved(t testing.TB, ns string, argv ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(Exec(t, ns, argv...), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
 // Exec runs argv in namespace ns and returns its combined output. It
 // fails t when the command fails, so that a check on what a listing
 // holds (or lacks) cannot pass on the error message of a failed one.
