@@ -48,6 +48,11 @@ func viaDaemon(socket string, fn func(*api.Client) error) (ok bool, err error) {
 // withBans runs fn with the state lock held and the namespace's ban
 // service open (see apply.Target.OpenBans).
 func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *bansets.Controller) error) error {
+	return withLists(ctx, f, ensure, func(l bansets.Lists) error { return fn(l.Bans) })
+}
+
+// withLists is withBans with both Controllers: bans and allow entries.
+func withLists(ctx context.Context, f *kernelFlags, ensure bool, fn func(l bansets.Lists) error) error {
 	t := f.target()
 	unlock, err := t.State.Lock()
 	if err != nil {
@@ -59,7 +64,7 @@ func withBans(ctx context.Context, f *kernelFlags, ensure bool, fn func(c *banse
 		return err
 	}
 	defer b.Close()
-	return fn(b.Controller)
+	return fn(b.Lists)
 }
 
 func newBanCmd(g *globals) *cobra.Command {
@@ -272,12 +277,39 @@ out: banned again within the window, the prefix gets a longer ban.
 }
 
 func newBansCmd(g *globals) *cobra.Command {
+	return newListCmd(g, listKind{
+		name: "bans", title: "bans", short: "List the bans in force, from ipfence's state (never from the kernel)",
+		controller: func(l bansets.Lists) *bansets.Controller { return l.Bans },
+		fetch: func(ctx context.Context, cl *api.Client, o api.ListOptions) ([]ban.Ban, int, api.Counts, error) {
+			l, err := cl.List(ctx, o)
+			if err != nil {
+				return nil, 0, api.Counts{}, err
+			}
+			return l.Bans, l.Total, l.Counts, nil
+		},
+	})
+}
+
+// listKind is what newListCmd lists: bans or allow entries.
+type listKind struct {
+	// name is the command's and the JSON key's; title the entries' in
+	// the text output.
+	name, title, short string
+	// controller is the list's Controller of a namespace's lists.
+	controller func(bansets.Lists) *bansets.Controller
+	// fetch asks a daemon for a page.
+	fetch func(context.Context, *api.Client, api.ListOptions) ([]ban.Ban, int, api.Counts, error)
+}
+
+// newListCmd is the command that lists k's entries in force: the bans
+// or the allow entries.
+func newListCmd(g *globals, k listKind) *cobra.Command {
 	var f kernelFlags
 	var within, origin, socket string
 	var offset, limit int
 	c := &cobra.Command{
-		Use:   "bans [--within PREFIX] [--origin NAME] [--offset N] [--limit N]",
-		Short: "List the bans in force, from ipfence's state (never from the kernel)",
+		Use:   k.name + " [--within PREFIX] [--origin NAME] [--offset N] [--limit N]",
+		Short: k.short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var flt ban.Filter
@@ -293,16 +325,13 @@ func newBansCmd(g *globals) *cobra.Command {
 			var total int
 			var counts api.Counts
 			now := time.Now()
-			ok, err := viaDaemon(socket, func(cl *api.Client) error {
-				l, err := cl.List(cmd.Context(), api.ListOptions{Within: within, Origin: origin, Offset: offset, Limit: limit})
-				if err == nil {
-					page, total, counts = l.Bans, l.Total, l.Counts
-				}
+			ok, err := viaDaemon(socket, func(cl *api.Client) (err error) {
+				page, total, counts, err = k.fetch(cmd.Context(), cl, api.ListOptions{Within: within, Origin: origin, Offset: offset, Limit: limit})
 				return err
 			})
 			if !ok {
-				err = withBans(cmd.Context(), &f, false, func(c *bansets.Controller) error {
-					c.View(func(s *ban.Set) {
+				err = withLists(cmd.Context(), &f, false, func(l bansets.Lists) error {
+					k.controller(l).View(func(s *ban.Set) {
 						page, total = s.List(now, flt, offset, limit)
 						counts = api.CountsOf(s.Counts(now))
 					})
@@ -313,15 +342,15 @@ func newBansCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"bans": page, "total": total, "counts": counts})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{k.name: page, "total": total, "counts": counts})
 			}
-			printBans(cmd.OutOrStdout(), page, total, counts, now)
+			printBans(cmd.OutOrStdout(), k.title, page, total, counts, now)
 			return nil
 		},
 	}
 	f.register(c)
-	c.Flags().StringVar(&within, "within", "", "only bans inside this prefix")
-	c.Flags().StringVar(&origin, "origin", "", "only bans from this origin")
+	c.Flags().StringVar(&within, "within", "", "only entries inside this prefix")
+	c.Flags().StringVar(&origin, "origin", "", "only entries from this origin")
 	c.Flags().IntVar(&offset, "offset", 0, "skip this many")
 	c.Flags().IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
@@ -360,9 +389,11 @@ func banTargets(args []string, stdin io.Reader) ([]netip.Prefix, error) {
 	return ps, nil
 }
 
-func printBans(w io.Writer, page []ban.Ban, total int, c api.Counts, now time.Time) {
-	fmt.Fprintf(w, "%d bans in force: %d IPv4 + %d IPv6 addresses, %d IPv4 + %d IPv6 prefixes\n",
-		c.Total, c.Addr4, c.Addr6, c.Net4, c.Net6)
+// printBans prints a page of entries (bans, or allow entries when what
+// says "allows").
+func printBans(w io.Writer, what string, page []ban.Ban, total int, c api.Counts, now time.Time) {
+	fmt.Fprintf(w, "%d %s in force: %d IPv4 + %d IPv6 addresses, %d IPv4 + %d IPv6 prefixes\n",
+		c.Total, what, c.Addr4, c.Addr6, c.Net4, c.Net6)
 	for _, b := range page {
 		fmt.Fprintf(w, "  %-24s%s  %s %s\n", b.Prefix, describeExpiry(b, now), b.Origin, b.Reason)
 	}

@@ -134,7 +134,7 @@ func (a *applyRevision) apply(ctx context.Context, t *apply.Target, c *compiled,
 			return err
 		}
 	}
-	r, err := t.Apply(ctx, c.Compiled, bans.Controller, apply.Options{MonitorAll: monitorAll})
+	r, err := t.Apply(ctx, c.Compiled, bans.Lists, apply.Options{MonitorAll: monitorAll})
 	if r != nil {
 		rep.Report = r
 	}

@@ -107,7 +107,7 @@ func Compile(in *plan.Input, o CompileOptions) (*Compiled, error) {
 	}
 	c.Plan = p
 	if !p.Backend.IPTables() {
-		c.NFT = nft.FromPlan(p, nft.Bans{})
+		c.NFT = nft.FromPlan(p, nft.Dynamic{})
 		p.Release() // the program holds the elements now
 		return c, nil
 	}
@@ -290,8 +290,8 @@ func (t *Target) Previous() *statedir.Applied {
 	return prev
 }
 
-// Apply loads c into t's namespace with the bans of bans (whose sink
-// becomes c's backend's), after checking that no rule blocks one of the
+// Apply loads c into t's namespace with the bans and allow entries of
+// l (whose sinks become c's backend's), after checking that no rule blocks one of the
 // namespace's own addresses. The parts are loaded in the order that
 // never leaves a rule unenforced: when rules move into XDP, or XDP only
 // changes, the XDP program switches first and the table (or iptables)
@@ -301,7 +301,7 @@ func (t *Target) Previous() *statedir.Applied {
 // the backend can (XDP's previous program). A backend the last apply
 // used and c does not is emptied only once c's are in force. Then c is
 // recorded as applied. The caller holds the state folder's lock.
-func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controller, o Options) (*Report, error) {
+func (t *Target) Apply(ctx context.Context, c *Compiled, l bansets.Lists, o Options) (*Report, error) {
 	if !o.Repair {
 		if err := hostaddr.CheckPlan(c.Plan, t.NetNS); err != nil {
 			return nil, err
@@ -365,7 +365,7 @@ func (t *Target) Apply(ctx context.Context, c *Compiled, bans *bansets.Controlle
 	}
 	var failed error
 	for _, s := range stages {
-		if err := s.Commit(ctx, bans); err != nil {
+		if err := s.Commit(ctx, l); err != nil {
 			if !rep.Loaded {
 				return nil, err // nothing changed: XDP's Close puts its previous program back
 			}

@@ -28,8 +28,9 @@ type Backend interface {
 	// the Stage puts it in force. A backend with nothing to load for c
 	// returns a Stage that removes what an earlier load left.
 	Prepare(ctx context.Context, c *Compiled) (Stage, error)
-	// Sink is the backend's ban sets (bansets.NoSink when it has none).
-	Sink(c *Compiled) bansets.Sink
+	// Sinks are the backend's ban and allow sets (bansets.NoSink where
+	// it has none).
+	Sinks(c *Compiled) (bans, allows bansets.Sink)
 	// Flush removes what ipfence made in this backend (table, program,
 	// chains and sets); false when there was nothing.
 	Flush(ctx context.Context, table string) (bool, error)
@@ -42,9 +43,10 @@ type Backend interface {
 // Stage is a prepared load.
 type Stage interface {
 	// Commit puts the load in force, in one step (one transaction, one
-	// link update), with the Controller's bans where the backend holds
-	// ban sets; if it fails, what was in force stays.
-	Commit(ctx context.Context, bans *bansets.Controller) error
+	// link update), with the Controllers' bans and allow entries where
+	// the backend holds their sets; if it fails, what was in force
+	// stays.
+	Commit(ctx context.Context, l bansets.Lists) error
 	// Keep makes a committed load the one that stays (XDP: pins it).
 	Keep() error
 	// Close releases the stage; before Keep it puts back what Commit
@@ -76,9 +78,23 @@ func (b *nftBackend) options(table string) nft.ApplyOptions {
 func (*nftBackend) isBackend()         {}
 func (*nftBackend) Kind() plan.Backend { return plan.NFTables }
 
-func (b *nftBackend) Sink(c *Compiled) bansets.Sink {
-	return &bansets.NFTSink{NetNS: b.netns, Table: c.Plan.Table, Heads: nft.Heads(c.Plan), Priority: c.Plan.Priority,
+// sets are the ban and allow sets of c's table.
+func (b *nftBackend) sets(c *Compiled) *bansets.NFTSets {
+	return &bansets.NFTSets{NetNS: b.netns, Table: c.Plan.Table, Heads: nft.Heads(c.Plan), Priority: c.Plan.Priority,
 		Adopt: b.prev.Vouches(c.Plan.Table)}
+}
+
+func (b *nftBackend) Sinks(c *Compiled) (bans, allows bansets.Sink) {
+	return sinksOf(c, b.sets(c))
+}
+
+// sinksOf are sets' sinks for c: the allow sets refuse entries while c
+// runs rules in XDP, ahead of the table.
+func sinksOf(c *Compiled, sets *bansets.NFTSets) (bans, allows bansets.Sink) {
+	if len(c.Plan.XDPRules()) > 0 {
+		return sets.Bans(), bansets.NoSink{Err: bansets.ErrNoAllowSets}
+	}
+	return sets.Bans(), sets.Allows()
 }
 
 func (b *nftBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
@@ -109,7 +125,7 @@ type nftStage struct {
 	gone   int
 }
 
-func (s *nftStage) Commit(ctx context.Context, bans *bansets.Controller) error {
+func (s *nftStage) Commit(ctx context.Context, l bansets.Lists) error {
 	if s.update != nil {
 		if s.update.Empty() {
 			return nil
@@ -123,8 +139,23 @@ func (s *nftStage) Commit(ctx context.Context, bans *bansets.Controller) error {
 	}
 	p := s.c.Plan
 	heads := nft.Heads(p)
-	err := bans.Load(s.b.Sink(s.c), func(snap bansets.Snapshot, now time.Time) (err error) {
-		s.result, err = applyRetrying(ctx, nft.WithBans(s.c.NFT, heads, p.Priority, snap.Nft(now)), s.b.options(p.Table), s.b.log)
+	sets := s.b.sets(s.c)
+	bs, as := sinksOf(s.c, sets)
+	err := l.Load(bs, as, func(b, a bansets.Snapshot, now time.Time) (err error) {
+		xdpRules := len(p.XDPRules()) > 0
+		if xdpRules {
+			// Not loaded at all, rather than beating some rules only
+			// (the allows' sink refuses new ones meanwhile).
+			if n := a.Len(); n > 0 {
+				s.b.log.Warn("allow entries in the store are not enforced: the policy runs rules in XDP, ahead of the table", "allows", n)
+			}
+			a = bansets.Snapshot{}
+		}
+		d := bansets.Dynamic(b, a, now)
+		s.result, err = applyRetrying(ctx, nft.WithDynamic(s.c.NFT, heads, p.Priority, d), s.b.options(p.Table), s.b.log)
+		if err == nil {
+			sets.Assume(d.Present())
+		}
 		return err
 	})
 	if err != nil {
@@ -157,9 +188,11 @@ type xdpBackend struct {
 	opt xdp.Options // NetNS, PinDir, Generic; Interfaces come from the plan
 }
 
-func (*xdpBackend) isBackend()                  {}
-func (*xdpBackend) Kind() plan.Backend          { return plan.XDP }
-func (*xdpBackend) Sink(*Compiled) bansets.Sink { return bansets.NoSink{} }
+func (*xdpBackend) isBackend()         {}
+func (*xdpBackend) Kind() plan.Backend { return plan.XDP }
+func (*xdpBackend) Sinks(*Compiled) (bansets.Sink, bansets.Sink) {
+	return bansets.NoSink{}, bansets.NoSink{Err: bansets.ErrNoAllowSets}
+}
 func (b *xdpBackend) options(p *plan.Plan) xdp.Options {
 	o := b.opt
 	o.Interfaces = p.Interfaces
@@ -228,7 +261,7 @@ type xdpStage struct {
 	rep  *xdp.Report
 }
 
-func (s *xdpStage) Commit(context.Context, *bansets.Controller) error {
+func (s *xdpStage) Commit(context.Context, bansets.Lists) error {
 	t := time.Now()
 	err := s.swap.Attach()
 	s.rep.AttachMillis = time.Since(t).Milliseconds()
@@ -252,7 +285,7 @@ type xdpDetach struct {
 	detached bool
 }
 
-func (s *xdpDetach) Commit(context.Context, *bansets.Controller) (err error) {
+func (s *xdpDetach) Commit(context.Context, bansets.Lists) (err error) {
 	if s.detached, err = xdp.Flush(s.b.opt); err != nil {
 		return fmt.Errorf("the other rules are applied, but removing the previous XDP program failed: %w", err)
 	}
@@ -282,11 +315,12 @@ func (b *iptBackend) options(table string) ipt.Options {
 	return ipt.Options{NetNS: b.netns, Flavour: b.flavour, Adopt: b.prev.VouchesChains(table)}
 }
 
-func (b *iptBackend) Sink(c *Compiled) bansets.Sink {
+func (b *iptBackend) Sinks(c *Compiled) (bans, allows bansets.Sink) {
+	allows = bansets.NoSink{Err: bansets.ErrNoAllowSets}
 	if b.kind != plan.IPSet {
-		return bansets.NoSink{}
+		return bansets.NoSink{}, allows
 	}
-	return &bansets.IPSetSink{NetNS: b.netns, Prefix: c.Plan.Table}
+	return &bansets.IPSetSink{NetNS: b.netns, Prefix: c.Plan.Table}, allows
 }
 
 func (b *iptBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
@@ -316,9 +350,9 @@ type iptStage struct {
 	result ipt.Result
 }
 
-func (s *iptStage) Commit(ctx context.Context, bans *bansets.Controller) error {
-	sink := s.b.Sink(s.c)
-	return bans.Load(sink, func(snap bansets.Snapshot, now time.Time) (err error) {
+func (s *iptStage) Commit(ctx context.Context, l bansets.Lists) error {
+	sink, allows := s.b.Sinks(s.c)
+	return l.Load(sink, allows, func(snap, a bansets.Snapshot, now time.Time) (err error) {
 		if s.result, err = ipt.Apply(ctx, s.c.IPT, s.b.options(s.c.Plan.Table)); err != nil {
 			return fmt.Errorf("applying to the kernel: %w", err)
 		}
@@ -326,8 +360,11 @@ func (s *iptStage) Commit(ctx context.Context, bans *bansets.Controller) error {
 			if err := is.Fill(ctx, snap, now); err != nil {
 				return fmt.Errorf("the rules are in force, but filling the ban sets failed: %w", err)
 			}
-		} else if n := len(snap[0]) + len(snap[1]) + len(snap[2]) + len(snap[3]); n > 0 {
+		} else if n := snap.Len(); n > 0 {
 			s.b.log.Warn("bans in the store are not enforced: iptables-split has no ban sets (use ipset or nftables)", "bans", n)
+		}
+		if n := a.Len(); n > 0 {
+			s.b.log.Warn("allow entries in the store are not enforced: they need the nftables backend", "allows", n)
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"time"
@@ -17,17 +18,20 @@ import (
 	"github.com/ipfence/ipfence/internal/statedir"
 )
 
-// Bans is a namespace's ban service opened without a daemon: its store
-// and a Controller whose sink is the backend the last apply recorded.
+// Bans is a namespace's ban service opened without a daemon: its stores
+// of bans and allow entries, and a Controller on each whose sink is the
+// backend the last apply recorded.
 type Bans struct {
-	*bansets.Controller
-	store *ban.Store
+	bansets.Lists
+	stores [2]*ban.Store
 }
 
-// Close closes the Controller and the store.
+// Close closes the Controllers and the stores.
 func (b *Bans) Close() {
-	b.Controller.Close()
-	b.store.Close()
+	b.Lists.Close()
+	for _, s := range b.stores {
+		s.Close()
+	}
 }
 
 // OpenStore opens t's ban store, making its folder.
@@ -38,12 +42,27 @@ func (t *Target) OpenStore() (*ban.Store, error) {
 	return ban.Open(t.State.BansPath(t.NetNS))
 }
 
-// OpenBans opens t's ban store and a Controller on it for the ruleset
-// the last apply recorded: its guard (protected prefixes and the
-// namespace's own addresses) and its backend's ban sets. With no record,
-// it is a table named table with ipfence's built-in protection, and when
-// ensure is set and no such table is loaded, a table holding only the
-// ban sets is loaded (and recorded). The caller holds the state lock.
+// OpenAllowStore opens t's store of allow entries, making its folder.
+func (t *Target) OpenAllowStore() (*ban.Store, error) {
+	if err := t.State.MkdirBans(); err != nil {
+		return nil, err
+	}
+	return ban.Open(t.State.AllowsPath(t.NetNS))
+}
+
+// OpenAllows opens a Controller of allow entries on store (see
+// bansets.Config.Allows), with sink.
+func OpenAllows(store *ban.Store, sink bansets.Sink, log *slog.Logger) (*bansets.Controller, error) {
+	return bansets.Open(bansets.Config{Sink: sink, Store: store, Logger: log, Allows: true})
+}
+
+// OpenBans opens t's ban and allow stores and a Controller on each for
+// the ruleset the last apply recorded: the bans' guard (protected
+// prefixes and the namespace's own addresses) and its backend's sets.
+// With no record, it is a table named table with ipfence's built-in
+// protection, and when ensure is set and no such table is loaded, a
+// table holding only the ban and allow sets is loaded (and recorded).
+// The caller holds the state lock.
 func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans, error) {
 	applied, err := t.State.LoadApplied(t.NetNS)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -63,16 +82,30 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 	if err != nil {
 		return nil, err
 	}
-	store, err := t.OpenStore()
-	if err != nil {
+	b := &Bans{}
+	if b.stores[0], err = t.OpenStore(); err != nil {
 		return nil, err
 	}
-	c, err := bansets.Open(bansets.Config{Sink: t.recordedSink(applied), Guard: ban.Guard{Protected: protect, Own: own}, Store: store, Policy: applied.Bans, Logger: t.log()})
-	if err != nil {
-		store.Close()
+	if b.stores[1], err = t.OpenAllowStore(); err != nil {
+		b.stores[0].Close()
 		return nil, err
 	}
-	b := &Bans{Controller: c, store: store}
+	bs, as, sets := t.recordedSinks(ctx, applied)
+	b.Bans, err = bansets.Open(bansets.Config{Sink: bs, Guard: ban.Guard{Protected: protect, Own: own}, Store: b.stores[0], Policy: applied.Bans, Logger: t.log()})
+	if err == nil {
+		b.Allows, err = OpenAllows(b.stores[1], as, t.log())
+		if err != nil {
+			b.Bans.Close()
+		}
+	}
+	if err != nil {
+		b.stores[0].Close()
+		b.stores[1].Close()
+		return nil, err
+	}
+	if sets != nil {
+		sets.Assume(b.Present())
+	}
 	if ensure && !applied.IPTables() {
 		if err := t.ensureBanSets(ctx, b, applied); err != nil {
 			b.Close()
@@ -82,16 +115,34 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 	return b, nil
 }
 
-// recordedSink is the ban sets of the backend a record says is loaded,
-// with the base chain's heads as recorded.
-func (t *Target) recordedSink(a *statedir.Applied) bansets.Sink {
+// recordedSinks are the ban and allow sets of the backend a record says
+// is loaded, with the base chains' heads as recorded; sets is the
+// nftables sets both sinks share (nil on other backends).
+func (t *Target) recordedSinks(ctx context.Context, a *statedir.Applied) (bans, allows bansets.Sink, sets *bansets.NFTSets) {
 	switch a.Backend {
 	case plan.IPSet:
-		return &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table}
+		return &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table}, bansets.NoSink{Err: bansets.ErrNoAllowSets}, nil
 	case plan.IPTablesSplit:
-		return bansets.NoSink{}
+		return bansets.NoSink{}, bansets.NoSink{Err: bansets.ErrNoAllowSets}, nil
 	}
-	return &bansets.NFTSink{NetNS: t.NetNS, Table: a.Table, Heads: a.RuleHeads(), Priority: a.Priority, Adopt: a.Vouches(a.Table)}
+	sets = &bansets.NFTSets{NetNS: t.NetNS, Table: a.Table, Heads: a.RuleHeads(), Priority: a.Priority, Adopt: a.Vouches(a.Table)}
+	allows = sets.Allows()
+	if len(a.XDPRules()) > 0 {
+		allows = bansets.NoSink{Err: bansets.ErrNoAllowSets}
+	} else if ts, err := nft.Status(ctx, a.Table, t.NetNS); err == nil && ts.Exists && !hasSet(ts, nft.AllowAddrs4) {
+		allows = bansets.NoSink{Err: fmt.Errorf("table inet %s has no allow sets (loaded by an older ipfence): run ipfence apply again", a.Table)}
+	}
+	return sets.Bans(), allows, sets
+}
+
+// hasSet reports whether the table ts describes has a set of name.
+func hasSet(ts nft.TableStatus, name string) bool {
+	for _, s := range ts.Sets {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureBanSets loads a table holding only the ban sets when the
@@ -103,16 +154,19 @@ func (t *Target) ensureBanSets(ctx context.Context, b *Bans, applied *statedir.A
 		return err
 	}
 	if ts.Exists {
-		for _, s := range ts.Sets {
-			if s.Name == nft.BanAddrs4 {
-				return nil
-			}
+		if hasSet(ts, nft.BanAddrs4) {
+			return nil
 		}
 		return fmt.Errorf("table inet %s has no ban sets (loaded by an older ipfence): run ipfence apply again", applied.Table)
 	}
 	p := &plan.Plan{Table: applied.Table, Priority: applied.Priority}
-	err = b.Load(nil, func(snap bansets.Snapshot, now time.Time) error {
-		_, err := nft.Apply(ctx, nft.FromPlan(p, snap.Nft(now)), nft.ApplyOptions{NetNS: t.NetNS})
+	sets := &bansets.NFTSets{NetNS: t.NetNS, Table: p.Table, Priority: p.Priority}
+	err = b.Load(sets.Bans(), sets.Allows(), func(bs, as bansets.Snapshot, now time.Time) error {
+		d := bansets.Dynamic(bs, as, now)
+		_, err := nft.Apply(ctx, nft.FromPlan(p, d), nft.ApplyOptions{NetNS: t.NetNS})
+		if err == nil {
+			sets.Assume(d.Present())
+		}
 		return err
 	})
 	if err != nil {

@@ -173,7 +173,7 @@ func applyWith(tg *Target, c *Compiled, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer bans.Close()
-	return tg.Apply(ctx, c, bans.Controller, o)
+	return tg.Apply(ctx, c, bans.Lists, o)
 }
 
 func mustApply(t *testing.T, tg *Target, c *Compiled) {

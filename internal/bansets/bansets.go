@@ -43,6 +43,11 @@ type Config struct {
 	// Logger gets what aggregation did and what failed of it (slog's
 	// default when nil).
 	Logger *slog.Logger
+	// Allows makes the Controller keep allow entries (`ipfence allow`)
+	// in the allow sets instead of bans: its messages say so; its Guard
+	// is the zero one (only what is invalid or too broad is refused)
+	// and its Policy the zero one.
+	Allows bool
 }
 
 // Request is one ban to make.
@@ -174,6 +179,37 @@ func (s Snapshot) empty() bool {
 	return true
 }
 
+// Present says which of the four sets hold anything, as the Controller
+// last sent them.
+func (c *Controller) Present() [4]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.present()
+}
+
+func (c *Controller) present() [4]bool { return presence(c.addrs, c.nets) }
+
+// presence says which sets hold anything, for addrs single addresses
+// and nets prefix pieces per family.
+func presence(addrs [2]int, nets [2][]ban.Element) [4]bool {
+	return [4]bool{addrs[0] > 0, addrs[1] > 0, len(nets[0]) > 0, len(nets[1]) > 0}
+}
+
+// noun and verb name what the Controller keeps, in messages.
+func (c *Controller) noun() string {
+	if c.cfg.Allows {
+		return "allow"
+	}
+	return "ban"
+}
+
+func (c *Controller) verb() string {
+	if c.cfg.Allows {
+		return "allowing"
+	}
+	return "banning"
+}
+
 // assume records that the kernel holds s.
 func (c *Controller) assume(s Snapshot) {
 	c.addrs = [2]int{len(s[0]), len(s[1])}
@@ -210,7 +246,7 @@ func (c *Controller) sendPending(now time.Time) {
 	if c.pending.empty() {
 		return
 	}
-	p := [4]bool{c.addrs[0] > 0, c.addrs[1] > 0, len(c.nets[0]) > 0, len(c.nets[1]) > 0}
+	p := c.present()
 	if c.cfg.Sink.Send(context.Background(), Change{Now: now, Del: c.pendingFor(), Present: p, Was: p}) == nil {
 		c.pending = Snapshot{}
 	}
@@ -306,7 +342,7 @@ func (c *Controller) check(r Request) error {
 		return err
 	}
 	if r.TTL != 0 && (r.TTL < ban.MinTTL || r.TTL > ban.MaxTTL) {
-		return fmt.Errorf("banning %s: %w: %v is outside %v to %v", p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
+		return fmt.Errorf("%s %s: %w: %v is outside %v to %v", c.verb(), p, ban.ErrTTL, r.TTL, ban.MinTTL, ban.MaxTTL)
 	}
 	return nil
 }
@@ -955,10 +991,7 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	for i := range del {
 		del[i] = append(del[i], pending[i]...)
 	}
-	present := func(a [2]int, n [2][]ban.Element) [4]bool {
-		return [4]bool{a[0] > 0, a[1] > 0, len(n[0]) > 0, len(n[1]) > 0}
-	}
-	before, after := present(oldAddrs, oldNets), present(newAddrs, newNets)
+	before, after := presence(oldAddrs, oldNets), presence(newAddrs, newNets)
 	saved := make(chan error, 1)
 	go func() { saved <- save() }()
 	kerr := c.cfg.Sink.Send(ctx, Change{Now: now, Add: add, Del: del, Present: after, Was: before})
@@ -966,11 +999,11 @@ func (c *Controller) commit(ctx context.Context, now time.Time, ch *change, save
 	switch {
 	case kerr != nil && serr == nil && unsave != nil:
 		if uerr := unsave(); uerr != nil {
-			return errors.Join(fmt.Errorf("updating the ban sets: %w", kerr), fmt.Errorf("and putting the ban store back failed: %w", uerr))
+			return errors.Join(fmt.Errorf("updating the %s sets: %w", c.noun(), kerr), fmt.Errorf("and putting the %s store back failed: %w", c.noun(), uerr))
 		}
 		fallthrough
 	case kerr != nil:
-		return fmt.Errorf("updating the ban sets: %w", kerr)
+		return fmt.Errorf("updating the %s sets: %w", c.noun(), kerr)
 	case serr != nil:
 		back := Change{Now: now, Add: del, Del: add, Present: before, Was: after}
 		if uerr := c.cfg.Sink.Send(ctx, back); uerr != nil {

@@ -77,13 +77,13 @@ func newLoaded(t *testing.T, g ban.Guard) (*netns.Lab, *ban.Store, *Controller) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	c, err := Open(Config{Sink: &NFTSink{NetNS: lab.FW, Table: "ipfence", Priority: -300}, Guard: g, Store: store})
+	c, err := Open(Config{Sink: (&NFTSets{NetNS: lab.FW, Table: "ipfence", Priority: -300}).Bans(), Guard: g, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	err = c.Load(nil, func(snap Snapshot, now time.Time) error {
-		_, err := nft.Apply(context.Background(), nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, snap.Nft(now)), nft.ApplyOptions{NetNS: lab.FW})
+		_, err := nft.Apply(context.Background(), nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, nft.Dynamic{Bans: snap.Nft(now)}), nft.ApplyOptions{NetNS: lab.FW})
 		return err
 	})
 	if err != nil {
@@ -156,7 +156,7 @@ func TestControllerAgainstModel(t *testing.T) {
 	}
 
 	// The store has what the Controller has: a new Controller agrees.
-	c2, err := Open(Config{Sink: &NFTSink{NetNS: lab.FW, Table: "ipfence", Priority: -300}, Store: store})
+	c2, err := Open(Config{Sink: (&NFTSets{NetNS: lab.FW, Table: "ipfence", Priority: -300}).Bans(), Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestCommitFailures(t *testing.T) {
 
 	// The store cannot write: the kernel goes back.
 	err = c.Load(nil, func(snap Snapshot, now time.Time) error {
-		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, snap.Nft(now)), nft.ApplyOptions{NetNS: lab.FW})
+		_, err := nft.Apply(ctx, nft.FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, nft.Dynamic{Bans: snap.Nft(now)}), nft.ApplyOptions{NetNS: lab.FW})
 		return err
 	})
 	if err != nil {

@@ -66,7 +66,7 @@ func TestRecidive(t *testing.T) {
 	// is in the store.
 	c.Close()
 	now = now.Add(4*time.Hour + time.Second)
-	c2, err := Open(Config{Sink: &NFTSink{NetNS: lab.FW, Table: "ipfence", Priority: -300}, Store: store, Now: clock, Policy: pol})
+	c2, err := Open(Config{Sink: (&NFTSets{NetNS: lab.FW, Table: "ipfence", Priority: -300}).Bans(), Store: store, Now: clock, Policy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestRecidive(t *testing.T) {
 	// A restart past the window forgets the strikes, in the store too.
 	c.Close()
 	now = now.Add(7 * time.Hour)
-	c3, err := Open(Config{Sink: &NFTSink{NetNS: lab.FW, Table: "ipfence", Priority: -300}, Store: store, Now: clock, Policy: pol})
+	c3, err := Open(Config{Sink: (&NFTSets{NetNS: lab.FW, Table: "ipfence", Priority: -300}).Bans(), Store: store, Now: clock, Policy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}

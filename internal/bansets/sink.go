@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/ipfence/ipfence/internal/backend/ipt"
@@ -44,16 +45,25 @@ type Change struct {
 // (iptables-split: chains only).
 var ErrNoBanSets = errors.New("this backend has no ban sets: bans need nftables (backend nftables or xdp) or ipset (backend ipset); iptables-split has chains only")
 
-// NoSink is the sink of a backend without ban sets: every change is
-// refused with ErrNoBanSets, and bans never reach the store.
-type NoSink struct{}
+// ErrNoAllowSets is returned for allow entries where the loaded policy
+// has no allow sets that come before all of its rules: backends other
+// than nftables, and policies with rules in XDP (ahead of the table).
+var ErrNoAllowSets = errors.New("allow entries need the nftables backend, with no rule in XDP")
+
+// NoSink is the sink of a backend without ban (or allow) sets: every
+// addition is refused with Err (ErrNoBanSets when nil), and never
+// reaches the store.
+type NoSink struct{ Err error }
 
 // Send refuses additions; a change that only deletes (an unban, an
 // expiry) has nothing to do in the kernel and succeeds, so that bans
 // stored before the backend changed can still be lifted.
-func (NoSink) Send(_ context.Context, ch Change) error {
+func (n NoSink) Send(_ context.Context, ch Change) error {
 	for _, es := range ch.Add {
 		if len(es) > 0 {
+			if n.Err != nil {
+				return n.Err
+			}
 			return ErrNoBanSets
 		}
 	}
@@ -63,20 +73,48 @@ func (NoSink) Send(_ context.Context, ch Change) error {
 // Close does nothing.
 func (NoSink) Close() {}
 
-// NFTSink is ipfence's nftables table's ban sets (nft.BanSets) and the
-// base chain's lookups of them.
-type NFTSink struct {
+// NFTSets is ipfence's nftables table's dynamic sets, the ban sets
+// (nft.BanSets) and the allow sets (nft.AllowSets), and the base chains'
+// lookups of them. Its two sinks (Bans, Allows), one for each
+// Controller, share one netlink connection and one view of which sets
+// hold anything: a base chain looks up both kinds, so when one kind's
+// sets fill or empty, the chains are written again with the other's
+// lookups as they are. It is safe for concurrent use.
+type NFTSets struct {
 	NetNS string // "" = current
 	Table string
-	// Heads and Priority describe the loaded policy's base chain (see
-	// nft.BaseChain), which is rewritten when a ban set becomes empty or
+	// Heads and Priority describe the loaded policy's base chains (see
+	// nft.BaseChains), which are rewritten when a set becomes empty or
 	// non-empty.
 	Heads    []nft.RuleHead
 	Priority int32
 	// Adopt: the table may lack ipfence's mark (nft.ApplyOptions.Adopt)
-	// when a ban creates or deletes the base chain.
+	// when a change creates or deletes the base chain.
 	Adopt bool
-	up    *nft.Updater // the open netlink connection, nil until used
+
+	mu      sync.Mutex
+	present nft.Presence
+	up      *nft.Updater // the open netlink connection, nil until used
+}
+
+// Bans is the ban sets' sink.
+func (s *NFTSets) Bans() *NFTSink { return &NFTSink{sets: s} }
+
+// Allows is the allow sets' sink.
+func (s *NFTSets) Allows() *NFTSink { return &NFTSink{sets: s, allow: true} }
+
+// Assume records which sets hold anything, as loaded (nft.Dynamic's
+// Present) or as the Controllers' stores say (Lists.Present).
+func (s *NFTSets) Assume(p nft.Presence) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.present = p
+}
+
+// NFTSink is one kind of NFTSets' sets: the bans or the allows.
+type NFTSink struct {
+	sets  *NFTSets
+	allow bool
 }
 
 var (
@@ -86,24 +124,68 @@ var (
 	_ Sink     = NoSink{}
 )
 
-// Send sends ch as one nftables transaction.
-func (s *NFTSink) Send(ctx context.Context, ch Change) error {
-	u := &nft.Update{Table: s.Table}
-	for i, set := range nft.BanSets() {
-		u.Sets = append(u.Sets, nft.SetChange{Set: set, Add: elems(ch.Add[i], ch.Now), Del: elems(ch.Del[i], time.Time{})})
+// kind is the sink's four sets, in Snapshot's order.
+func (k *NFTSink) kind() []*nft.Set {
+	if k.allow {
+		return nft.AllowSets()
 	}
-	if ch.Present != ch.Was {
-		// The base chain exists only while it has rules (nft.FromPlan):
-		// created with the first ban, deleted with the last one, unless
-		// stateless rules keep it.
-		u.Ensure = []*nft.Chain{nft.BaseChain(s.Heads, s.Priority, nft.BansPresent(ch.Present))}
-	}
-	return s.apply(ctx, u)
+	return nft.BanSets()
 }
 
-// apply sends u on the sink's connection, opening it when needed and
-// dropping it after an error (the next call opens a fresh one).
-func (s *NFTSink) apply(ctx context.Context, u *nft.Update) error {
+// noun names the sink's kind in messages.
+func (k *NFTSink) noun() string {
+	if k.allow {
+		return "allow"
+	}
+	return "ban"
+}
+
+// Send sends ch as one nftables transaction.
+func (k *NFTSink) Send(ctx context.Context, ch Change) error {
+	s := k.sets
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := &nft.Update{Table: s.Table}
+	for i, set := range k.kind() {
+		u.Sets = append(u.Sets, nft.SetChange{Set: set, Add: elems(ch.Add[i], ch.Now), Del: elems(ch.Del[i], time.Time{})})
+	}
+	was := s.present
+	if k.allow {
+		s.present.Allows = ch.Present
+	} else {
+		s.present.Bans = ch.Present
+	}
+	if ch.Present != ch.Was {
+		// A base chain looks up only the sets that hold anything, and
+		// the one before conntrack exists only while it has rules
+		// (nft.FromPlan): created with the first ban, deleted with the
+		// last one, unless stateless rules keep it. Bans are looked up
+		// there only; allows in every base chain.
+		chains := nft.BaseChains(s.Heads, s.Priority, s.present)
+		if !k.allow {
+			chains = chains[:1]
+		}
+		u.Ensure = chains
+		// The other kind's sets these chains look up.
+		other := nft.AllowSets()
+		if k.allow {
+			other = nft.BanSets()
+		}
+		for _, set := range other {
+			u.Sets = append(u.Sets, nft.SetChange{Set: set})
+		}
+	}
+	if err := s.apply(ctx, u); err != nil {
+		s.present = was
+		return err
+	}
+	return nil
+}
+
+// apply sends u on the shared connection, opening it when needed and
+// dropping it after an error (the next call opens a fresh one). Called
+// with s.mu held.
+func (s *NFTSets) apply(ctx context.Context, u *nft.Update) error {
 	if s.up == nil {
 		up, err := nft.NewUpdater(nft.ApplyOptions{NetNS: s.NetNS, Adopt: s.Adopt})
 		if err != nil {
@@ -119,8 +201,12 @@ func (s *NFTSink) apply(ctx context.Context, u *nft.Update) error {
 	return nil
 }
 
-// Close closes the netlink connection.
-func (s *NFTSink) Close() {
+// Close closes the shared netlink connection (the other kind's sink
+// opens a fresh one when it next needs it).
+func (k *NFTSink) Close() {
+	s := k.sets
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.up != nil {
 		s.up.Close()
 		s.up = nil
@@ -131,8 +217,9 @@ func (s *NFTSink) Close() {
 // big set costs the kernel time quadratic in its size) and reads the
 // prefix sets back whole (they are few), then adds what is missing and
 // deletes what is not ours, in one transaction.
-func (s *NFTSink) Verify(ctx context.Context, now time.Time, probe, nets [2][]ban.Element) (int, error) {
-	sets := nft.BanSets()
+func (k *NFTSink) Verify(ctx context.Context, now time.Time, probe, nets [2][]ban.Element) (int, error) {
+	s := k.sets
+	sets := k.kind()
 	u := &nft.Update{Table: s.Table}
 	repaired := 0
 	for f := range 2 {
@@ -189,8 +276,10 @@ func (s *NFTSink) Verify(ctx context.Context, now time.Time, probe, nets [2][]ba
 	if repaired == 0 {
 		return 0, nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.apply(ctx, u); err != nil {
-		return 0, fmt.Errorf("repairing the ban sets: %w", err)
+		return 0, fmt.Errorf("repairing the %s sets: %w", k.noun(), err)
 	}
 	return repaired, nil
 }
@@ -198,13 +287,13 @@ func (s *NFTSink) Verify(ctx context.Context, now time.Time, probe, nets [2][]ba
 // Nft is s as set elements with their time left at now, for a full load
 // of the table (nft.FromPlan, nft.WithBans); elements with less than a
 // millisecond left (the kernel's unit) are left out.
-func (s Snapshot) Nft(now time.Time) nft.Bans {
+func (s Snapshot) Nft(now time.Time) nft.Entries {
 	var out [4]nft.Elems
 	for i, es := range s {
 		out[i].Grow(len(es))
 		eachElem(es, now, func(e nft.Elem) { out[i].Append(e) })
 	}
-	return nft.Bans{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
+	return nft.Entries{Addrs4: out[0], Addrs6: out[1], Nets4: out[2], Nets6: out[3]}
 }
 
 // elems turns ban elements into set elements with their time left at now

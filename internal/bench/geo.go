@@ -113,7 +113,7 @@ func geoConfig(name string, prefixes []netip.Prefix, set *netipx.IPSet, v6 bool)
 		if err != nil {
 			return Config{}, fmt.Errorf("compiling the block list: %w", err)
 		}
-		return Config{Name: name, Program: nft.FromPlan(p, nft.Bans{}), PassAll: monitor}, nil
+		return Config{Name: name, Program: nft.FromPlan(p, nft.Dynamic{}), PassAll: monitor}, nil
 	case "ipfence-ipset", "ipfence-split":
 		b := plan.IPSet
 		if name == "ipfence-split" {

@@ -162,7 +162,7 @@ func httpPortConfigs(clients []netip.Addr, ports []int) ([]Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiling the allow list: %w", err)
 	}
-	return append(cfgs, Config{Name: "ipfence allow-only", Program: nft.FromPlan(p, nft.Bans{})}), nil
+	return append(cfgs, Config{Name: "ipfence allow-only", Program: nft.FromPlan(p, nft.Dynamic{})}), nil
 }
 
 // growthPrefixes returns n IPv4 prefixes of real country data, spread

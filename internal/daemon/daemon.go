@@ -107,22 +107,25 @@ type Daemon struct {
 
 	// mu guards what follows: the policy as loaded, and every full or
 	// diff load (bans take the Controller's own lock).
-	mu       sync.Mutex
-	loader   *source.Loader
-	pol      *policy.Policy
-	res      *policy.Resolved
-	plan     *plan.Plan
-	prog     *nft.Program // as loaded, ban sets empty (nil on iptables backends)
-	ac       *apply.Compiled
-	target   *apply.Target
-	own      []netip.Addr // the namespace's addresses, as at start
-	applied  time.Time
-	sources  map[string]*sourceState
-	ctl      *bansets.Controller
-	store    *ban.Store
-	drift    int
-	lastErr  string
-	elements int
+	mu      sync.Mutex
+	loader  *source.Loader
+	pol     *policy.Policy
+	res     *policy.Resolved
+	plan    *plan.Plan
+	prog    *nft.Program // as loaded, ban sets empty (nil on iptables backends)
+	ac      *apply.Compiled
+	target  *apply.Target
+	own     []netip.Addr // the namespace's addresses, as at start
+	applied time.Time
+	sources map[string]*sourceState
+	ctl     *bansets.Controller
+	store   *ban.Store
+	// allows are the allow entries (`ipfence allow`), in allowStore.
+	allows     *bansets.Controller
+	allowStore *ban.Store
+	drift      int
+	lastErr    string
+	elements   int
 	// xdpPlan is the plan whose XDP rules run (nil: none); it lags
 	// behind plan when an XDP swap failed, so the next reload tries again.
 	xdpPlan *plan.Plan
@@ -213,10 +216,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	})
 	d.store = store
+	allowStore, err := d.target.OpenAllowStore()
+	if err != nil {
+		return err
+	}
+	defer allowStore.Close()
+	d.allowStore = allowStore
 	if err := d.start(ctx); err != nil {
 		return err
 	}
-	defer d.ctl.Close()
+	defer d.lists().Close()
 	if resume != nil {
 		d.trialMu.Lock()
 		d.watchTrial(resume)
@@ -316,6 +325,11 @@ func (d *Daemon) loop(ctx context.Context, errc <-chan error) error {
 			} else if n > 0 {
 				d.log.Debug("bans expired", "count", n)
 			}
+			if n, err := d.allows.Expire(ctx); err != nil {
+				d.log.Warn("expiring allow entries", "err", err)
+			} else if n > 0 {
+				d.log.Info("allow entries expired", "count", n)
+			}
 			// Due sources are refreshed off this loop, which keeps
 			// expiring bans and answering systemd's watchdog while a
 			// slow feed downloads.
@@ -358,8 +372,18 @@ func (d *Daemon) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.ctl = ctl
+	allows, err := apply.OpenAllows(d.allowStore, bansets.NoSink{}, d.log)
+	if err != nil {
+		ctl.Close()
+		return err
+	}
+	d.ctl, d.allows = ctl, allows
 	return d.loadFull(ctx, c)
+}
+
+// lists are the daemon's bans and allow entries.
+func (d *Daemon) lists() bansets.Lists {
+	return bansets.Lists{Bans: d.ctl, Allows: d.allows}
 }
 
 // guard is the ban guard for p: its protected prefixes and the
@@ -551,7 +575,7 @@ func (d *Daemon) load(ctx context.Context, c *compiled, kind string, t0 time.Tim
 	if d.plan != nil {
 		o.Previous = d.plan // what the record holds, in memory already
 	}
-	rep, err := d.target.Apply(ctx, c.ac, d.ctl, o)
+	rep, err := d.target.Apply(ctx, c.ac, d.lists(), o)
 	if rep != nil && rep.Leftover != nil {
 		d.log.Warn("the policy is loaded, but the last load's other backend could not be emptied", "err", rep.Leftover)
 	}
@@ -701,7 +725,7 @@ func (d *Daemon) reload(ctx context.Context, dueOnly, fileOnly bool) (ReloadResu
 		res.Changed = res.Mode != "none"
 		return res, nil
 	}
-	u, err := nft.DiffKeeping(d.prog, c.prog, isBanSet)
+	u, err := nft.DiffKeeping(d.prog, c.prog, nft.IsDynamicSet)
 	switch {
 	case errors.Is(err, nft.ErrNeedsReload) || (err == nil && !sameHeads(d.plan, c.plan)):
 		res.Mode = "full"
@@ -753,15 +777,6 @@ type ReloadResult struct {
 	Mode           string // "none", "update", "full"
 	Added, Deleted int
 	Duration       time.Duration
-}
-
-func isBanSet(name string) bool {
-	for _, s := range nft.BanSets() {
-		if s.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // xdpCurrent reports whether the XDP program in force is p's.
@@ -915,6 +930,11 @@ func (d *Daemon) checkTable(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		na, err := d.allows.Verify(ctx, verifySample)
+		if err != nil {
+			return err
+		}
+		n += na
 		if n > 0 {
 			d.drift++
 			d.metrics.drift.Inc()

@@ -28,6 +28,9 @@ func (d *Daemon) handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/bans/{prefix...}", d.handleUnban)
 	mux.HandleFunc("GET /v1/bans", d.handleList)
 	mux.HandleFunc("GET /v1/bans/count", d.handleCount)
+	mux.HandleFunc("POST /v1/allows", d.handleAllow)
+	mux.HandleFunc("DELETE /v1/allows/{prefix...}", d.handleUnallow)
+	mux.HandleFunc("GET /v1/allows", d.handleAllows)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("POST /v1/reload", d.handleReload)
 	mux.HandleFunc("POST /v1/confirm", d.handleConfirm)
@@ -38,33 +41,40 @@ func (d *Daemon) handler() http.Handler {
 	return mux
 }
 
-func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
-	t0 := time.Now()
-	var req api.BanRequest
+// decodeBody reads r's body, one JSON object of known fields, into v;
+// false (the error written) when it is not one.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON: "+err.Error())
-		return
+		return false
 	}
 	if dec.More() {
 		writeError(w, http.StatusBadRequest, "bad_request", "malformed JSON: more than one object")
-		return
+		return false
 	}
-	targets := req.Prefixes
-	if req.Prefix != "" {
-		targets = append([]string{req.Prefix}, targets...)
+	return true
+}
+
+// requests are the requests a ban or allow body asks for: prefix and
+// prefixes, each with ttl (a duration; empty: for good), reason and
+// origin ("api" when empty); false (the error written) when the body is
+// wrong. what names the request in the error of one with no prefix.
+func requests(w http.ResponseWriter, what, prefix string, prefixes []string, ttl, reason, origin string) ([]bansets.Request, bool) {
+	targets := prefixes
+	if prefix != "" {
+		targets = append([]string{prefix}, targets...)
 	}
 	if len(targets) == 0 {
-		writeError(w, http.StatusBadRequest, "bad_request", `nothing to ban: give "prefix" or "prefixes"`)
-		return
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf(`nothing to %s: give "prefix" or "prefixes"`, what))
+		return nil, false
 	}
-	ttl, err := ban.ParseTTL(req.TTL)
+	d, err := ban.ParseTTL(ttl)
 	if err != nil {
 		writeBanError(w, err)
-		return
+		return nil, false
 	}
-	origin := req.Origin
 	if origin == "" {
 		origin = "api"
 	}
@@ -73,9 +83,25 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 		p, err := ban.ParsePrefix(t)
 		if err != nil {
 			writeBanError(w, err)
-			return
+			return nil, false
 		}
-		reqs[i] = bansets.Request{Prefix: p, TTL: ttl, Reason: req.Reason, Origin: origin, NoShorten: req.NoShorten}
+		reqs[i] = bansets.Request{Prefix: p, TTL: d, Reason: reason, Origin: origin}
+	}
+	return reqs, true
+}
+
+func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
+	var req api.BanRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	reqs, ok := requests(w, "ban", req.Prefix, req.Prefixes, req.TTL, req.Reason, req.Origin)
+	if !ok {
+		return
+	}
+	for i := range reqs {
+		reqs[i].NoShorten = req.NoShorten
 	}
 	done, err := d.ban(r.Context(), reqs, req.Quiet)
 	if err != nil {
@@ -91,17 +117,71 @@ func (d *Daemon) handleBan(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleUnban(w http.ResponseWriter, r *http.Request) {
-	p, err := ban.ParsePrefix(r.PathValue("prefix"))
-	if err != nil && !errors.Is(err, ban.ErrTooBroad) {
-		writeBanError(w, err)
+	l, ok := liftOf(w, r)
+	if !ok {
 		return
 	}
-	lifted, err := d.Unban(r.Context(), []bansets.Lift{{Prefix: p, Origin: r.URL.Query().Get("origin"), Forget: r.URL.Query().Get("forget") == "1"}})
+	l.Forget = r.URL.Query().Get("forget") == "1"
+	lifted, err := d.Unban(r.Context(), []bansets.Lift{l})
 	if err != nil {
 		writeBanError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, api.UnbanResponse{Unbanned: lifted})
+}
+
+// liftOf is the lift a DELETE asks for: the prefix of its path, of the
+// origin of its query; false (the error written) when the prefix is
+// wrong. One too broad to make can be lifted (an older ipfence's).
+func liftOf(w http.ResponseWriter, r *http.Request) (bansets.Lift, bool) {
+	p, err := ban.ParsePrefix(r.PathValue("prefix"))
+	if err != nil && !errors.Is(err, ban.ErrTooBroad) {
+		writeBanError(w, err)
+		return bansets.Lift{}, false
+	}
+	return bansets.Lift{Prefix: p, Origin: r.URL.Query().Get("origin")}, true
+}
+
+func (d *Daemon) handleAllow(w http.ResponseWriter, r *http.Request) {
+	var req api.AllowRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	reqs, ok := requests(w, "allow", req.Prefix, req.Prefixes, req.TTL, req.Reason, req.Origin)
+	if !ok {
+		return
+	}
+	done, err := d.Allow(r.Context(), reqs)
+	if err != nil {
+		writeBanError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.AllowResponse{Allowed: done})
+}
+
+func (d *Daemon) handleUnallow(w http.ResponseWriter, r *http.Request) {
+	l, ok := liftOf(w, r)
+	if !ok {
+		return
+	}
+	gone, err := d.Unallow(r.Context(), []bansets.Lift{l})
+	if err != nil {
+		writeBanError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.UnallowResponse{Unallowed: gone})
+}
+
+// Allow makes the allow entries reqs ask for, in one transaction (or
+// none of them), and returns them. Call it once Ready.
+func (d *Daemon) Allow(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, error) {
+	return d.allows.Ban(ctx, reqs)
+}
+
+// Unallow removes the allow entries ls name and returns them. Call it
+// once Ready.
+func (d *Daemon) Unallow(ctx context.Context, ls []bansets.Lift) ([]ban.Ban, error) {
+	return d.allows.Unban(ctx, ls)
 }
 
 // ban queues reqs for the next ban transaction and waits for it; quiet
@@ -142,13 +222,28 @@ func (d *Daemon) Unban(ctx context.Context, ps []bansets.Lift) ([]ban.Ban, error
 }
 
 func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {
+	if page, total, counts, ok := listPage(w, r, d.ctl); ok {
+		writeJSON(w, http.StatusOK, api.BanList{Bans: page, Total: total, Counts: counts})
+	}
+}
+
+func (d *Daemon) handleAllows(w http.ResponseWriter, r *http.Request) {
+	if page, total, counts, ok := listPage(w, r, d.allows); ok {
+		writeJSON(w, http.StatusOK, api.AllowList{Allows: page, Total: total, Counts: counts})
+	}
+}
+
+// listPage is the page of c's entries a list request asks for (within,
+// origin, reason, offset, limit); false (the error written) when the
+// query is wrong.
+func listPage(w http.ResponseWriter, r *http.Request, c *bansets.Controller) (page []ban.Ban, total int, counts api.Counts, ok bool) {
 	q := r.URL.Query()
 	var f ban.Filter
 	if s := q.Get("within"); s != "" {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("within=%q is not a prefix", s))
-			return
+			return nil, 0, counts, false
 		}
 		f.Within = p.Masked()
 	}
@@ -157,21 +252,19 @@ func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {
 	limit, err2 := intParam(q.Get("limit"), 100)
 	if err := errors.Join(err1, err2); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
+		return nil, 0, counts, false
 	}
-	var out api.BanList
 	var keys ban.Keys
-	d.ctl.View(func(s *ban.Set) {
+	c.View(func(s *ban.Set) {
 		keys = s.Match(time.Now(), f)
-		out.Counts = api.CountsOf(s.Tally())
+		counts = api.CountsOf(s.Tally())
 	})
 	keys.Sort() // without the lock: bans go on meanwhile
-	d.ctl.View(func(s *ban.Set) { out.Bans = s.Page(keys, offset, limit) })
-	out.Total = keys.Len()
-	if out.Bans == nil {
-		out.Bans = []ban.Ban{}
+	c.View(func(s *ban.Set) { page = s.Page(keys, offset, limit) })
+	if page == nil {
+		page = []ban.Ban{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return page, keys.Len(), counts, true
 }
 
 func (d *Daemon) handleCount(w http.ResponseWriter, _ *http.Request) {
@@ -186,12 +279,13 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, _ *http.Request) {
 
 // Status describes what the daemon runs.
 func (d *Daemon) Status() api.Status {
-	var c api.Counts
+	var c, a api.Counts
 	d.ctl.View(func(s *ban.Set) { c = api.CountsOf(s.Tally()) })
+	d.allows.View(func(s *ban.Set) { a = api.CountsOf(s.Tally()) })
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := api.Status{Policy: d.cfg.Policy, NetNS: d.cfg.NetNS, Table: d.plan.Table, Started: d.started,
-		Applied: d.applied, Bans: c, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
+		Applied: d.applied, Bans: c, Allows: a, Elements: d.elements, Drift: d.drift, LastError: d.lastErr}
 	for _, r := range d.plan.Rules {
 		rs := api.RuleStatus{Name: r.Name, Action: string(r.Action), Backend: string(r.Backend), Mode: plan.ModeName(r.Monitor)}
 		switch {
@@ -307,11 +401,20 @@ func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {
 			ex.Banned = &b
 		}
 	})
+	d.allows.View(func(s *ban.Set) {
+		if b, ok := s.Covering(addr, now); ok {
+			ex.Allowed = &b
+		}
+	})
 	d.mu.Lock()
 	v := d.plan.Verdict(plan.Packet{Src: addr, Proto: proto, DPort: uint16(port)})
+	xdpRules := len(d.plan.XDPRules()) > 0
 	d.mu.Unlock()
 	ex.Verdict, ex.Rule, ex.Monitored = v.Verdict, v.Rule, v.Monitored
-	if ex.Banned != nil && v.Verdict == "accept" && !d.allowlisted(v.Rule) {
+	switch {
+	case ex.Allowed != nil && !xdpRules: // not loaded ahead of XDP rules (apply's nftStage)
+		ex.Verdict, ex.Rule = "accept", "allow"
+	case ex.Banned != nil && v.Verdict == "accept" && !d.allowlisted(v.Rule):
 		ex.Verdict, ex.Rule = "drop", "ban"
 	}
 	writeJSON(w, http.StatusOK, ex)

@@ -143,7 +143,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		say("removed the lab namespaces")
 	}()
 
-	prog := nft.FromPlan(p, nft.Bans{})
+	prog := nft.FromPlan(p, nft.Dynamic{})
 	ar, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: lab.FW})
 	if err != nil {
 		return nil, fmt.Errorf("applying: %w", err)
@@ -199,7 +199,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		for _, tr := range traffic {
 			rep.Model[tr.Name] = Model(p, tr.Srcs, strings.HasPrefix(tr.Name, "pass"))
 		}
-		cfgs := []bench.Config{{Name: "none"}, {Name: "plain-set", Program: nft.FromPlan(plain, nft.Bans{})}, {Name: "ipfence", Program: prog}}
+		cfgs := []bench.Config{{Name: "none"}, {Name: "plain-set", Program: nft.FromPlan(plain, nft.Dynamic{})}, {Name: "ipfence", Program: prog}}
 		if o.CompareV1 {
 			v1, err := plan.Compile(res.Input, plan.Options{Model: plan.ModelV1})
 			if err != nil {
@@ -209,7 +209,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			for _, tr := range traffic {
 				rep.Model["v1/"+tr.Name] = Model(v1, tr.Srcs, strings.HasPrefix(tr.Name, "pass"))
 			}
-			cfgs = append(cfgs, bench.Config{Name: "ipfence-v1", Program: nft.FromPlan(v1, nft.Bans{})})
+			cfgs = append(cfgs, bench.Config{Name: "ipfence-v1", Program: nft.FromPlan(v1, nft.Dynamic{})})
 		}
 		say("measuring per-packet cost: %d rounds × %d configs × %d traffics × %d packets", o.Rounds+1, len(cfgs), len(traffic), o.Packets)
 		// One lab per config, each loaded once: the rounds measure the

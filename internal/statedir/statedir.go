@@ -370,10 +370,17 @@ func (d Dir) BansPath(netns string) string {
 	return filepath.Join(d.Path, "bans", key(netns)+".db")
 }
 
-// MkdirBans makes the bans folder (mode 0700).
+// AllowsPath is the allow store (`ipfence allow`) for netns.
+func (d Dir) AllowsPath(netns string) string {
+	return filepath.Join(d.Path, "allows", key(netns)+".db")
+}
+
+// MkdirBans makes the bans and allows folders (mode 0700).
 func (d Dir) MkdirBans() error {
-	if err := os.MkdirAll(filepath.Join(d.Path, "bans"), 0o700); err != nil {
-		return fmt.Errorf("creating the ban folder: %w", err)
+	for _, dir := range []string{"bans", "allows"} {
+		if err := os.MkdirAll(filepath.Join(d.Path, dir), 0o700); err != nil {
+			return fmt.Errorf("creating the %s folder: %w", dir, err)
+		}
 	}
 	return nil
 }

@@ -97,7 +97,7 @@ func (r *Roller) applyInput(ctx context.Context, in *plan.Input, rev *Revision) 
 	// Repair: the revision passed the host-address check when it was
 	// applied; an address the host gained since must not keep it from
 	// coming back.
-	return r.Target.Apply(ctx, c, bans.Controller, apply.Options{MonitorAll: rev.MonitorAll, Repair: true})
+	return r.Target.Apply(ctx, c, bans.Lists, apply.Options{MonitorAll: rev.MonitorAll, Repair: true})
 }
 
 // LoadConfirmed loads in, the revision in force rev (the last one

@@ -78,7 +78,7 @@ func BenchmarkLoad(b *testing.B) {
 				lab := labs[c.name]
 				var load func() error
 				if c.backend == plan.NFTables {
-					prog := nft.FromPlan(p, nft.Bans{})
+					prog := nft.FromPlan(p, nft.Dynamic{})
 					load = func() error { _, err := nft.Apply(ctx, prog, nft.ApplyOptions{NetNS: lab.FW}); return err }
 					if _, err := nft.Flush(ctx, p.Table, nft.ApplyOptions{NetNS: lab.FW}); err != nil {
 						b.Fatal(err)

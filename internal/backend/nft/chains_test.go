@@ -9,7 +9,8 @@ import (
 )
 
 // chainOrder lists the rules a base chain jumps to, in order ("ban" for
-// a ban set lookup, "known" for the known-connections accept).
+// a ban set lookup, "allow" for the allow sets' lookups, "known" for the
+// known-connections accept).
 func chainOrder(c *Chain) string {
 	if c == nil {
 		return "-"
@@ -19,6 +20,10 @@ func chainOrder(c *Chain) string {
 		switch {
 		case r.Known:
 			out = append(out, "known")
+		case r.Lookup != nil && strings.HasPrefix(r.Lookup.Set, "allow"):
+			if len(out) == 0 || out[len(out)-1] != "allow" {
+				out = append(out, "allow")
+			}
 		case r.Lookup != nil:
 			out = append(out, "ban")
 		case len(out) == 0 || out[len(out)-1] != r.Comment:
@@ -32,27 +37,30 @@ func chainOrder(c *Chain) string {
 // and which after, so that each chain, read in order, decides as the
 // model does: accept rules run wherever a later rule does (an accept
 // ends one base chain only), stateless rules and the accept rules among
-// them before conntrack, bans after the leading accept rules.
+// them before conntrack, bans after the leading accept rules, allow
+// entries first in every chain there is (after the known connections).
 func TestBaseChainsKeepPolicyOrder(t *testing.T) {
 	h := func(name string, a plan.Action, stateless bool, dir plan.Direction) RuleHead {
 		return RuleHead{Name: name, Action: a, Stateless: stateless, Direction: dir, V4: true}
 	}
 	monitor := func(h RuleHead) RuleHead { h.Monitor = true; return h }
 	in, out, both := plan.Inbound, plan.Outbound, plan.BothWays
-	banned := Bans{Addrs4: ElemsOf(Elem{})}
+	banned := Presence{Bans: [4]bool{true}}
+	allowed := Presence{Allows: [4]bool{true, false, false, true}}
+	both2 := Presence{Bans: banned.Bans, Allows: allowed.Allows}
 	for _, tc := range []struct {
 		name            string
 		heads           []RuleHead
-		bans            Bans
+		pr              Presence
 		raw, conn       string
 		outRaw, outConn string
 		fwd             string
 	}{
-		{"connection-aware only", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, Bans{},
+		{"connection-aware only", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, Presence{},
 			"", "known ok geo", "-", "-", "-"},
 		{"bans after the allowlist", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, banned,
 			"ok ban", "known ok geo", "-", "-", "-"},
-		{"a stateless accept also after conntrack", []RuleHead{h("trusted", plan.Accept, true, in), h("feed", plan.Drop, false, in)}, Bans{},
+		{"a stateless accept also after conntrack", []RuleHead{h("trusted", plan.Accept, true, in), h("feed", plan.Drop, false, in)}, Presence{},
 			"trusted", "known trusted feed", "-", "-", "-"},
 		{"an accept between stateless rules", []RuleHead{h("s1", plan.Drop, true, in), h("a", plan.Accept, false, in), h("s2", plan.Drop, true, in), h("geo", plan.AllowOnly, false, in)}, banned,
 			"ban s1 a s2", "known a geo", "-", "-", "-"},
@@ -60,15 +68,21 @@ func TestBaseChainsKeepPolicyOrder(t *testing.T) {
 			"ok ban", "known trial ok geo", "-", "-", "-"},
 		{"a stateless monitor rule before the allowlist", []RuleHead{monitor(h("edge", plan.Drop, true, in)), h("ok", plan.Accept, false, in), h("feed", plan.Drop, false, in)}, banned,
 			"edge ok ban", "known ok feed", "-", "-", "-"},
-		{"outbound", []RuleHead{h("trustout", plan.Accept, true, out), h("edge", plan.Drop, true, both), h("c2", plan.Reject, false, out)}, Bans{},
+		{"outbound", []RuleHead{h("trustout", plan.Accept, true, out), h("edge", plan.Drop, true, both), h("c2", plan.Reject, false, out)}, Presence{},
 			"edge", "-", "trustout edge", "known trustout c2", "trustout edge known trustout c2"},
+		{"allows and bans", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, both2,
+			"allow ok ban", "known allow ok geo", "-", "-", "-"},
+		{"allows alone need no chain before conntrack", []RuleHead{h("ok", plan.Accept, false, in), h("geo", plan.AllowOnly, false, in)}, allowed,
+			"", "known allow ok geo", "-", "-", "-"},
+		{"allows outbound", []RuleHead{h("trustout", plan.Accept, true, out), h("edge", plan.Drop, true, both), h("c2", plan.Reject, false, out)}, allowed,
+			"allow edge", "-", "allow trustout edge", "known allow trustout c2", "allow trustout edge known trustout c2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			outs := map[string]*Chain{}
-			for _, c := range OutChains(tc.heads, -300) {
+			for _, c := range OutChains(tc.heads, -300, tc.pr) {
 				outs[c.Name] = c
 			}
-			got := []string{chainOrder(BaseChain(tc.heads, -300, tc.bans)), chainOrder(ConnChain(tc.heads)),
+			got := []string{chainOrder(BaseChain(tc.heads, -300, tc.pr)), chainOrder(ConnChain(tc.heads, tc.pr)),
 				chainOrder(outs[OutRawChainName]), chainOrder(outs[OutChainName]), chainOrder(outs[ForwardChainName])}
 			want := []string{tc.raw, tc.conn, tc.outRaw, tc.outConn, tc.fwd}
 			for i, what := range []string{"prerouting (raw)", "inbound", "output_raw", "outbound", "forward"} {
@@ -87,7 +101,7 @@ func TestLastJumpsAreGotos(t *testing.T) {
 	accept := RuleHead{Name: "partners", Action: plan.Accept, V4: true, V6: true}
 	drop := RuleHead{Name: "feed", Action: plan.Drop, V4: true, V6: true}
 	stateless := RuleHead{Name: "edge", Action: plan.Drop, V4: true, V6: true, Stateless: true}
-	bans := Bans{Addrs4: ElemsOf(Elem{Key: pfx("192.0.2.1/32")})}
+	bans := Presence{Bans: [4]bool{true}}
 	kinds := func(c *Chain) string {
 		var out []string
 		for _, r := range c.Rules {
@@ -109,8 +123,8 @@ func TestLastJumpsAreGotos(t *testing.T) {
 	}{
 		{"raw: accept, bans", BaseChain([]RuleHead{accept, drop}, -300, bans), "partners:jump partners:jump ban"},
 		{"raw: accept, bans, stateless", BaseChain([]RuleHead{accept, stateless, drop}, -300, bans), "partners:jump partners:jump ban edge:goto edge:goto"},
-		{"raw: stateless, no bans", BaseChain([]RuleHead{stateless, drop}, -300, Bans{}), "edge:goto edge:goto"},
-		{"inbound", ConnChain([]RuleHead{accept, drop}), "known partners:jump partners:jump feed:goto feed:goto"},
+		{"raw: stateless, no bans", BaseChain([]RuleHead{stateless, drop}, -300, Presence{}), "edge:goto edge:goto"},
+		{"inbound", ConnChain([]RuleHead{accept, drop}, Presence{}), "known partners:jump partners:jump feed:goto feed:goto"},
 	} {
 		if got := kinds(tc.chain); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)

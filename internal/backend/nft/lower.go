@@ -39,7 +39,7 @@ const (
 // chain with that bucket's default. The terminal verdict of a rule is a
 // goto into its hit chain, which counts and drops/rejects/accepts; "no
 // match" is a return to the base chain, which goes on with the next rule.
-func FromPlan(p *plan.Plan, bans Bans) *Program {
+func FromPlan(p *plan.Plan, d Dynamic) *Program {
 	prog := &Program{Table: p.Table}
 	for i, r := range p.Rules {
 		if r.Backend == plan.XDP {
@@ -75,26 +75,41 @@ func FromPlan(p *plan.Plan, bans Bans) *Program {
 		}
 	}
 	for i, s := range BanSets() {
-		s.Elems = bans.of(i)
+		s.Elems = d.Bans.of(i)
+		prog.Sets = append(prog.Sets, s)
+	}
+	for i, s := range AllowSets() {
+		s.Elems = d.Allows.of(i)
 		prog.Sets = append(prog.Sets, s)
 	}
 	prog.Chains = append(prog.Chains, hitChain(BanChain, plan.Drop, false, true, false))
 	heads := Heads(p)
 	var base []*Chain
-	if c := BaseChain(heads, p.Priority, bans); len(c.Rules) > 0 {
-		base = append(base, c)
+	for _, c := range BaseChains(heads, p.Priority, d.Present()) {
+		if len(c.Rules) > 0 {
+			base = append(base, c)
+		}
 	}
-	if c := ConnChain(heads); c != nil {
-		base = append(base, c)
-	} else if xdpConnAware(p) {
+	if ConnChain(heads, Presence{}) == nil && xdpConnAware(p) {
 		// The XDP program looks flows up in conntrack, which tracks a
 		// namespace's packets only while some rule needs it.
 		base = append(base, &Chain{Name: ConnChainName, Hook: &Hook{Priority: ConnPriority},
 			Rules: []Rule{{Known: true, Verdict: Verdict{Kind: Accept}, Comment: "known connections (conntrack for XDP)"}}})
 	}
-	base = append(base, OutChains(heads, p.Priority)...)
 	prog.Chains = append(base, prog.Chains...)
 	return prog
+}
+
+// BaseChains are the base chains of rule heads at priority with the
+// dynamic sets present as pr says: BaseChain (with no rules when it has
+// none: a Program leaves it out, an Update's Ensure deletes it), then
+// ConnChain and OutChains where the heads make them.
+func BaseChains(heads []RuleHead, priority int32, pr Presence) []*Chain {
+	out := []*Chain{BaseChain(heads, priority, pr)}
+	if c := ConnChain(heads, pr); c != nil {
+		out = append(out, c)
+	}
+	return append(out, OutChains(heads, priority, pr)...)
 }
 
 // xdpConnAware reports whether a connection-aware rule runs in XDP.
@@ -133,75 +148,133 @@ const (
 	BanChain  = "bans_hit"
 )
 
-// BanSets returns the four (empty) ban sets, in the order of Bans' fields.
-func BanSets() []*Set {
+// BanSets returns the four (empty) ban sets, in the order of Entries'
+// fields.
+func BanSets() []*Set { return dynamicSets("bans", "bannets", "ipfence ban") }
+
+// The allow sets: entries that beat every rule and ban (`ipfence
+// allow`), looked up first in every base chain while they hold
+// anything. Like the ban sets, single addresses in hash sets and
+// prefixes in interval sets, each element with its own timeout: an
+// allowed prefix inside a blocked one is one element, whatever its
+// size, never a complement of the block around it.
+const (
+	AllowAddrs4 = "allows_v4"
+	AllowAddrs6 = "allows_v6"
+	AllowNets4  = "allownets_v4"
+	AllowNets6  = "allownets_v6"
+)
+
+// AllowSets returns the four (empty) allow sets, in the order of
+// Entries' fields.
+func AllowSets() []*Set { return dynamicSets("allows", "allownets", "ipfence allow") }
+
+// dynamicSets are four sets in the order of Entries' fields, named
+// addrs_v4, addrs_v6, nets_v4, nets_v6.
+func dynamicSets(addrs, nets, comment string) []*Set {
 	return []*Set{
-		{Name: BanAddrs4, Family: IPv4, KeyBits: 32, Timeout: true, Comment: "ipfence ban: addresses"},
-		{Name: BanAddrs6, Family: IPv6, KeyBits: 128, Timeout: true, Comment: "ipfence ban: addresses"},
-		{Name: BanNets4, Family: IPv4, Interval: true, Timeout: true, Comment: "ipfence ban: prefixes"},
-		{Name: BanNets6, Family: IPv6, Interval: true, Timeout: true, Comment: "ipfence ban: prefixes"},
+		{Name: addrs + "_v4", Family: IPv4, KeyBits: 32, Timeout: true, Comment: comment + ": addresses"},
+		{Name: addrs + "_v6", Family: IPv6, KeyBits: 128, Timeout: true, Comment: comment + ": addresses"},
+		{Name: nets + "_v4", Family: IPv4, Interval: true, Timeout: true, Comment: comment + ": prefixes"},
+		{Name: nets + "_v6", Family: IPv6, Interval: true, Timeout: true, Comment: comment + ": prefixes"},
 	}
 }
 
-// BansPresent is Bans whose sets, in the order of Bans' fields, hold
-// one element where p is true and none where it is false: what the base
-// chain looks up (BaseChain only asks which sets are empty).
-func BansPresent(p [4]bool) Bans {
-	one := ElemsOf(Elem{})
-	var b Bans
-	for i, e := range []*Elems{&b.Addrs4, &b.Addrs6, &b.Nets4, &b.Nets6} {
-		if p[i] {
-			*e = one
+// IsDynamicSet reports whether name is one of the ban or allow sets,
+// whose elements come and go apart from the compiled policy.
+func IsDynamicSet(name string) bool {
+	for _, s := range slices.Concat(BanSets(), AllowSets()) {
+		if s.Name == name {
+			return true
 		}
 	}
-	return b
+	return false
+}
+
+// Presence says which of the dynamic sets hold anything, each in the
+// order of Entries' fields: what the base chains look up (an empty set
+// costs every packet a lookup for nothing).
+type Presence struct {
+	Bans, Allows [4]bool
 }
 
 // SameChains reports whether the rule heads a and b make the same base
-// chains (BaseChain, ConnChain, OutChains) at priority, whichever ban
-// sets hold elements: heads that differ only in what the chains do not
-// show, such as a rule's mode where it does not move the bans.
+// chains (BaseChains) at priority, whichever ban and allow sets hold
+// elements: heads that differ only in what the chains do not show, such
+// as a rule's mode where it does not move the bans.
 func SameChains(a, b []RuleHead, priority int32) bool {
-	if !reflect.DeepEqual(ConnChain(a), ConnChain(b)) || !reflect.DeepEqual(OutChains(a, priority), OutChains(b, priority)) {
-		return false
-	}
-	for mask := range 16 {
-		p := [4]bool{mask&1 != 0, mask&2 != 0, mask&4 != 0, mask&8 != 0}
-		if !reflect.DeepEqual(BaseChain(a, priority, BansPresent(p)), BaseChain(b, priority, BansPresent(p))) {
+	for mask := range 256 {
+		var pr Presence
+		for i := range 4 {
+			pr.Bans[i], pr.Allows[i] = mask&(1<<i) != 0, mask&(16<<i) != 0
+		}
+		if !reflect.DeepEqual(BaseChains(a, priority, pr), BaseChains(b, priority, pr)) {
 			return false
 		}
 	}
 	return true
 }
 
-// Bans is what the ban sets hold: single addresses (/32, /128) and
-// disjoint prefixes, each with its remaining time (Timeout 0: for good).
-type Bans struct {
+// Entries is what four dynamic sets (ban or allow) hold: single
+// addresses (/32, /128) and disjoint prefixes, each with its remaining
+// time (Timeout 0: for good).
+type Entries struct {
 	Addrs4, Addrs6, Nets4, Nets6 Elems
 }
 
-func (b Bans) of(i int) Elems {
-	return [...]Elems{b.Addrs4, b.Addrs6, b.Nets4, b.Nets6}[i]
+func (e Entries) of(i int) Elems {
+	return [...]Elems{e.Addrs4, e.Addrs6, e.Nets4, e.Nets6}[i]
 }
 
-// WithBans returns a copy of a Program made by FromPlan whose ban sets
-// hold b and whose base chain (heads and priority as FromPlan had them)
-// looks up the non-empty ones. The copy shares every other set and chain
-// with prog, which is left as it was.
-func WithBans(prog *Program, heads []RuleHead, priority int32, b Bans) *Program {
+func (e Entries) present() [4]bool {
+	var p [4]bool
+	for i := range p {
+		p[i] = e.of(i).Len() > 0
+	}
+	return p
+}
+
+// Dynamic is what the ban and allow sets hold.
+type Dynamic struct {
+	Bans, Allows Entries
+}
+
+// Present says which of d's sets hold anything.
+func (d Dynamic) Present() Presence {
+	return Presence{Bans: d.Bans.present(), Allows: d.Allows.present()}
+}
+
+// WithDynamic returns a copy of a Program made by FromPlan whose ban and
+// allow sets hold d and whose base chains (heads and priority as
+// FromPlan had them) look up the non-empty ones. The copy shares every
+// other set and chain with prog, which is left as it was.
+func WithDynamic(prog *Program, heads []RuleHead, priority int32, d Dynamic) *Program {
 	out := &Program{Table: prog.Table, Sets: slices.Clone(prog.Sets), Chains: slices.Clone(prog.Chains)}
 	for j, s := range out.Sets {
-		for i, bs := range BanSets() {
-			if s.Name == bs.Name {
-				cp := *s
-				cp.Elems = b.of(i)
-				out.Sets[j] = &cp
+		for _, k := range []struct {
+			sets []*Set
+			es   Entries
+		}{{BanSets(), d.Bans}, {AllowSets(), d.Allows}} {
+			for i, ds := range k.sets {
+				if s.Name == ds.Name {
+					cp := *s
+					cp.Elems = k.es.of(i)
+					out.Sets[j] = &cp
+				}
 			}
 		}
 	}
-	out.Chains = slices.DeleteFunc(out.Chains, func(c *Chain) bool { return c.Name == BaseChainName })
-	if c := BaseChain(heads, priority, b); len(c.Rules) > 0 {
-		out.Chains = append([]*Chain{c}, out.Chains...)
+	for _, c := range BaseChains(heads, priority, d.Present()) {
+		i := slices.IndexFunc(out.Chains, func(o *Chain) bool { return o.Name == c.Name })
+		switch {
+		case len(c.Rules) == 0 && i >= 0:
+			out.Chains = slices.Delete(out.Chains, i, i+1)
+		case len(c.Rules) == 0:
+		case i >= 0:
+			out.Chains[i] = c
+		default:
+			out.Chains = append([]*Chain{c}, out.Chains...)
+		}
 	}
 	return out
 }
@@ -239,8 +312,9 @@ func Heads(p *plan.Plan) []RuleHead {
 
 // BaseChain is the prerouting base chain before conntrack, for rules
 // heads at priority (a Program has none when it would have no rules: an
-// empty base chain costs every packet the hook's traversal, ~80 ns): the
-// lookups of each ban set that holds anything (an
+// empty base chain costs every packet the hook's traversal, ~80 ns):
+// first the allow sets' lookups (allowLookups) when anything else is
+// there, then the lookups of each ban set that holds anything (an
 // empty one costs every packet a lookup for nothing), and a jump per rule
 // and family (and per protocol when the rule has ports) into the root
 // chains of every inbound rule up to the last stateless one. Bans are
@@ -252,11 +326,11 @@ func Heads(p *plan.Plan) []RuleHead {
 // connection-aware blocking rule, so what runs here is accept rules and
 // stateless rules, in policy order; accept rules run again in ConnChain
 // (an accept ends one base chain only).
-func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
+func BaseChain(heads []RuleHead, priority int32, pr Presence) *Chain {
 	base := &Chain{Name: BaseChainName, Hook: &Hook{Priority: priority}}
 	var lookups []Rule
 	for i, s := range BanSets() {
-		if bans.of(i).Len() > 0 {
+		if pr.Bans[i] {
 			lookups = append(lookups, Rule{Lookup: &Lookup{Family: s.Family, Set: s.Name},
 				Verdict: Verdict{Kind: Goto, Chain: BanChain}, Comment: "ban"})
 		}
@@ -290,8 +364,26 @@ func BaseChain(heads []RuleHead, priority int32, bans Bans) *Chain {
 	}
 	if len(lookups) == 0 && last < 0 {
 		base.Rules = nil // leading accept rules alone decide nothing here
+	} else {
+		base.Rules = append(allowLookups(pr, false), base.Rules...)
 	}
 	return base
+}
+
+// allowLookups are the lookups of the allow sets that hold anything,
+// each accepting what it holds (the source address, or with dst the
+// destination): first in every base chain that can stop a packet, so
+// that an allow entry beats every rule and ban, also inside a blocked
+// prefix. An accept ends one base chain only: each one looks them up.
+func allowLookups(pr Presence, dst bool) []Rule {
+	var out []Rule
+	for i, s := range AllowSets() {
+		if pr.Allows[i] {
+			out = append(out, Rule{Lookup: &Lookup{Family: s.Family, Set: s.Name, Dst: dst},
+				Verdict: Verdict{Kind: Accept}, Comment: "allow"})
+		}
+	}
+	return out
 }
 
 // lastStateless is the index of the last stateless rule of the
@@ -312,8 +404,8 @@ func lastStateless(heads []RuleHead, dir Direction) int {
 // then a jump per connection-aware inbound rule and family judges the
 // others (new connections, and packets of none). Nil when no inbound
 // rule is connection-aware.
-func ConnChain(heads []RuleHead) *Chain {
-	return connChain(ConnChainName, &Hook{Priority: ConnPriority}, nil, heads, plan.Direction.In, false)
+func ConnChain(heads []RuleHead, pr Presence) *Chain {
+	return connChain(ConnChainName, &Hook{Priority: ConnPriority}, nil, allowLookups(pr, false), heads, plan.Direction.In, false)
 }
 
 // Outbound base chains: OutRawChainName (output, before conntrack) runs
@@ -331,13 +423,15 @@ type Direction = func(plan.Direction) bool
 
 // OutChains are the base chains of the outbound rules (none when there
 // is none): a jump per rule and family into the rule's chains keyed on
-// the destination address. As inbound, the stateless rules (and the
-// accept rules before them) come first, before conntrack where there is
-// one (output at priority); then packets of known connections pass;
-// then the connection-aware rules judge the new connections.
-func OutChains(heads []RuleHead, priority int32) []*Chain {
+// the destination address. As inbound, the allow entries come first
+// (keyed on the destination too), then the stateless rules (and the
+// accept rules before them), before conntrack where there is one
+// (output at priority); then packets of known connections pass; then
+// the connection-aware rules judge the new connections.
+func OutChains(heads []RuleHead, priority int32, pr Presence) []*Chain {
 	last := lastStateless(heads, plan.Direction.Out)
-	var lead []Rule // the rules up to the last stateless one: accept and stateless rules
+	allow := allowLookups(pr, true)
+	lead := slices.Clone(allow) // the allow entries, then the rules up to the last stateless one: accept and stateless rules
 	for i, h := range heads[:last+1] {
 		if h.Direction.Out() {
 			lead = append(lead, jumps(i, h, true)...)
@@ -347,10 +441,10 @@ func OutChains(heads []RuleHead, priority int32) []*Chain {
 	if last >= 0 {
 		out = append(out, &Chain{Name: OutRawChainName, Hook: &Hook{Num: Output, Priority: priority}, Rules: lead})
 	}
-	if c := connChain(OutChainName, &Hook{Num: Output, Priority: ConnPriority}, nil, heads, plan.Direction.Out, true); c != nil {
+	if c := connChain(OutChainName, &Hook{Num: Output, Priority: ConnPriority}, nil, allow, heads, plan.Direction.Out, true); c != nil {
 		out = append(out, c)
 	}
-	if c := connChain(ForwardChainName, &Hook{Num: Forward, Priority: ConnPriority}, lead, heads, plan.Direction.Out, true); c != nil {
+	if c := connChain(ForwardChainName, &Hook{Num: Forward, Priority: ConnPriority}, lead, nil, heads, plan.Direction.Out, true); c != nil {
 		out = append(out, c)
 	} else if last >= 0 {
 		out = append(out, &Chain{Name: ForwardChainName, Hook: &Hook{Num: Forward, Priority: ConnPriority}, Rules: lead})
@@ -359,11 +453,13 @@ func OutChains(heads []RuleHead, priority int32) []*Chain {
 }
 
 // connChain is a base chain that runs first, then accepts the packets
-// of known connections, then jumps into the connection-aware rules of
-// the direction dir asks for (keyed on the destination when dst) and
-// every accept rule (a stateless one too: its accept before conntrack
-// ended that chain only); nil when no rule is connection-aware.
-func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Direction, dst bool) *Chain {
+// of known connections, then runs allow (the allow entries' lookups: a
+// known connection's packets skip them), then jumps into the
+// connection-aware rules of the direction dir asks for (keyed on the
+// destination when dst) and every accept rule (a stateless one too: its
+// accept before conntrack ended that chain only); nil when no rule is
+// connection-aware.
+func connChain(name string, hook *Hook, first, allow []Rule, heads []RuleHead, dir Direction, dst bool) *Chain {
 	var rules []Rule
 	aware, lastHead := false, 0
 	for i, h := range heads {
@@ -382,7 +478,7 @@ func connChain(name string, hook *Hook, first []Rule, heads []RuleHead, dir Dire
 	}
 	known := Rule{Known: true, Verdict: Verdict{Kind: Accept}, Comment: "known connections"}
 	c := &Chain{Name: name, Hook: hook, Rules: slices.Clone(first)}
-	c.Rules = append(append(c.Rules, known), rules...)
+	c.Rules = append(append(append(c.Rules, known), allow...), rules...)
 	return c
 }
 

@@ -28,7 +28,7 @@ func TestMonitorDiff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return FromPlan(p, Bans{})
+		return FromPlan(p, Dynamic{})
 	}
 	for _, a := range []plan.Action{plan.Drop, plan.Reject, plan.AllowOnly} {
 		t.Run(string(a), func(t *testing.T) {

@@ -395,12 +395,11 @@ func TestUpdaterBansWire(t *testing.T) {
 	defer up.Close()
 	sets := BanSets()
 	heads := []RuleHead{{Name: "block", Action: plan.Drop, V4: true, Stateless: true}}
-	one := ElemsOf(Elem{}) // BaseChain looks only at which ban sets hold something
 	updates := []*Update{
 		{Table: "ipfence", Sets: []SetChange{
 			{Set: sets[0], Add: []Elem{{Key: pfx("198.51.100.7/32"), Timeout: 10 * time.Minute}}},
 			{Set: sets[2], Add: []Elem{{Key: pfx("203.0.113.0/24"), Timeout: 2 * time.Hour}}},
-		}, Chains: []*Chain{BaseChain(heads, -300, Bans{Addrs4: one, Nets4: one})}},
+		}, Chains: []*Chain{BaseChain(heads, -300, Presence{Bans: [4]bool{true, false, true}})}},
 		// The address's ban extended (deleted, added with its new
 		// timeout), another address banned, the prefix unbanned.
 		{Table: "ipfence", Sets: []SetChange{
@@ -409,7 +408,7 @@ func TestUpdaterBansWire(t *testing.T) {
 				{Key: pfx("198.51.100.8/32"), Timeout: 1500 * time.Millisecond},
 			}},
 			{Set: sets[2], Del: []Elem{{Key: pfx("203.0.113.0/24")}}},
-		}, Chains: []*Chain{BaseChain(heads, -300, Bans{Addrs4: one})}},
+		}, Chains: []*Chain{BaseChain(heads, -300, Presence{Bans: [4]bool{true}})}},
 	}
 	wantRes := []UpdateResult{{Added: 2, Rules: 3}, {Added: 2, Deleted: 2, Rules: 2}}
 	for i, u := range updates {

@@ -52,7 +52,7 @@ func TestForeignTableUntouched(t *testing.T) {
 	}
 	for name, u := range map[string]*Update{
 		"deleting a set":        {Table: "mytable", DelSets: []string{"keep"}},
-		"making the base chain": {Table: "mytable", Ensure: []*Chain{BaseChain(nil, -300, Bans{Addrs4: ElemsOf(Elem{})})}, Sets: []SetChange{{Set: BanSets()[0]}}},
+		"making the base chain": {Table: "mytable", Ensure: []*Chain{BaseChain(nil, -300, Presence{Bans: [4]bool{true}})}, Sets: []SetChange{{Set: BanSets()[0]}}},
 	} {
 		if _, err := ApplyUpdate(ctx, u, opts); !errors.Is(err, ErrNotOwned) {
 			t.Errorf("ApplyUpdate %s: %v, want ErrNotOwned", name, err)

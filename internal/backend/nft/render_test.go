@@ -279,26 +279,53 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
-// TestWithBans: the copy holds the bans and looks them up; the Program it
-// was made from keeps empty ban sets and its base chain.
-func TestWithBans(t *testing.T) {
-	p := FromPlan(&plan.Plan{Table: "ipfence", Priority: -300}, Bans{})
+// TestWithDynamic: the copy holds the bans and allows and looks them
+// up (the allows first, in every base chain); the Program it was made
+// from keeps empty sets and its base chains.
+func TestWithDynamic(t *testing.T) {
+	pl := &plan.Plan{Table: "ipfence", Priority: -300, Rules: []*plan.Rule{{Name: "feed", Action: plan.Drop,
+		V4: &plan.Layout{Is4: true, Kind: plan.KindPlain, Prefixes: 1, Plain: []netip.Prefix{pfx("198.18.0.0/16")}},
+		V6: &plan.Layout{Kind: plan.KindEmpty}}}}
+	p := FromPlan(pl, Dynamic{})
 	before := Render(p)
-	b := Bans{Addrs4: ElemsOf(Elem{Key: pfx("192.0.2.7/32")}), Nets6: ElemsOf(Elem{Key: pfx("2001:db8::/48")})}
-	q := WithBans(p, nil, -300, b)
+	d := Dynamic{
+		Bans:   Entries{Addrs4: ElemsOf(Elem{Key: pfx("192.0.2.7/32")}), Nets6: ElemsOf(Elem{Key: pfx("2001:db8::/48")})},
+		Allows: Entries{Addrs6: ElemsOf(Elem{Key: pfx("2001:2::5/128")}), Nets4: ElemsOf(Elem{Key: pfx("198.18.5.0/24")})},
+	}
+	q := WithDynamic(p, Heads(pl), -300, d)
 	if Render(p) != before {
-		t.Error("WithBans changed the Program it copied")
+		t.Error("WithDynamic changed the Program it copied")
 	}
 	if err := q.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	got := Render(q)
-	for _, want := range []string{"192.0.2.7", "2001:db8::/48", "ip saddr @" + BanAddrs4 + " goto " + BanChain, "ip6 saddr @" + BanNets6 + " goto " + BanChain} {
+	for _, want := range []string{"192.0.2.7", "2001:db8::/48", "198.18.5.0/24", "2001:2::5",
+		"ip saddr @" + BanAddrs4 + " goto " + BanChain, "ip6 saddr @" + BanNets6 + " goto " + BanChain} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the copy lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "@"+BanAddrs6) || strings.Contains(got, "@"+BanNets4) {
-		t.Errorf("the copy looks up empty ban sets:\n%s", got)
+	for _, c := range []string{BaseChainName, ConnChainName} {
+		i := slices.IndexFunc(q.Chains, func(ch *Chain) bool { return ch.Name == c })
+		if i < 0 {
+			t.Fatalf("no chain %s", c)
+		}
+		var sets []string
+		for _, r := range q.Chains[i].Rules {
+			if r.Lookup != nil {
+				sets = append(sets, r.Lookup.Set)
+			}
+		}
+		if len(sets) < 2 || sets[0] != AllowNets4 && sets[0] != AllowAddrs6 || sets[1] != AllowNets4 && sets[1] != AllowAddrs6 {
+			t.Errorf("chain %s does not look the allow sets up first: %v", c, sets)
+		}
+	}
+	if strings.Contains(got, "@"+BanAddrs6) || strings.Contains(got, "@"+BanNets4) || strings.Contains(got, "@"+AllowAddrs4) || strings.Contains(got, "@"+AllowNets6) {
+		t.Errorf("the copy looks up empty sets:\n%s", got)
+	}
+	// Emptied again: the chains are FromPlan's.
+	if r := Render(WithDynamic(q, Heads(pl), -300, Dynamic{})); r != before {
+		t.Errorf("emptied, the copy differs from FromPlan's:\n%s\nwant\n%s", r, before)
 	}
 }

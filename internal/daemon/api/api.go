@@ -7,6 +7,10 @@
 //	DELETE /v1/bans/{prefix}   e.g. /v1/bans/203.0.113.0/24
 //	GET    /v1/bans            ?within=PREFIX&origin=NAME&offset=N&limit=N
 //	GET    /v1/bans/count
+//	POST   /v1/allows          {"prefix": "198.51.100.7", "ttl": "1h", "reason": "vendor"}
+//	                           or {"prefixes": [...], ...}: allow entries, which beat every rule and ban
+//	DELETE /v1/allows/{prefix}
+//	GET    /v1/allows          ?within=PREFIX&origin=NAME&offset=N&limit=N
 //	GET    /v1/status
 //	POST   /v1/reload
 //	GET    /v1/explain         ?addr=ADDR&proto=tcp&port=22
@@ -51,6 +55,36 @@ type BanResponse struct {
 	Count  int       `json:"count"`
 }
 
+// AllowRequest asks for one or more allow entries with the same TTL,
+// reason and origin. Prefix and Prefixes may both be given.
+type AllowRequest struct {
+	Prefix   string   `json:"prefix,omitempty"`
+	Prefixes []string `json:"prefixes,omitempty"`
+	// TTL is a duration ("90s", "1h", "7d"); empty: for good.
+	TTL    string `json:"ttl,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Origin says who allows; default "api".
+	Origin string `json:"origin,omitempty"`
+}
+
+// AllowResponse lists the allow entries made.
+type AllowResponse struct {
+	Allowed []ban.Ban `json:"allowed"`
+}
+
+// UnallowResponse lists the allow entries removed (none when the prefix
+// had none).
+type UnallowResponse struct {
+	Unallowed []ban.Ban `json:"unallowed"`
+}
+
+// AllowList is a page of allow entries.
+type AllowList struct {
+	Allows []ban.Ban `json:"allows"`
+	Total  int       `json:"total"` // matching entries before paging
+	Counts Counts    `json:"counts"`
+}
+
 // UnbanResponse lists the bans lifted (none when the prefix was not
 // banned).
 type UnbanResponse struct {
@@ -89,6 +123,7 @@ type Status struct {
 	Rules     []RuleStatus `json:"rules"`
 	Sources   []Source     `json:"sources"`
 	Bans      Counts       `json:"bans"`
+	Allows    Counts       `json:"allows"`
 	Elements  int          `json:"nft_elements"`
 	Drift     int          `json:"drift_repairs"`
 	LastError string       `json:"last_error,omitempty"`
@@ -157,6 +192,9 @@ type Explanation struct {
 	Verdict string   `json:"verdict"`
 	Rule    string   `json:"rule,omitempty"`
 	Banned  *ban.Ban `json:"ban,omitempty"`
+	// Allowed is the allow entry that lets the address in, whatever
+	// the rules and bans say (Rule "allow").
+	Allowed *ban.Ban `json:"allow,omitempty"`
 	// Monitored are the rules in monitor mode that would have dropped
 	// or rejected it (they only count it).
 	Monitored []string `json:"monitored,omitempty"`

@@ -82,8 +82,32 @@ func (c *Client) Unban(ctx context.Context, prefix, origin string) (*UnbanRespon
 // strike (bans: recidive): its next ban is not escalated.
 func (c *Client) UnbanForget(ctx context.Context, prefix, origin string, forget bool) (*UnbanResponse, error) {
 	var out UnbanResponse
+	return &out, c.do(ctx, http.MethodDelete, deletePath("/v1/bans/", prefix, origin, forget), nil, &out)
+}
+
+// Allow makes the request's allow entries.
+func (c *Client) Allow(ctx context.Context, r AllowRequest) (*AllowResponse, error) {
+	var out AllowResponse
+	return &out, c.do(ctx, http.MethodPost, "/v1/allows", r, &out)
+}
+
+// Unallow removes the allow entry of exactly prefix; with an origin,
+// only one made by that origin.
+func (c *Client) Unallow(ctx context.Context, prefix, origin string) (*UnallowResponse, error) {
+	var out UnallowResponse
+	return &out, c.do(ctx, http.MethodDelete, deletePath("/v1/allows/", prefix, origin, false), nil, &out)
+}
+
+// Allows returns a page of allow entries.
+func (c *Client) Allows(ctx context.Context, o ListOptions) (*AllowList, error) {
+	var out AllowList
+	return &out, c.do(ctx, http.MethodGet, "/v1/allows?"+o.query(), nil, &out)
+}
+
+// deletePath is the DELETE path under base of prefix, with its query.
+func deletePath(base, prefix, origin string, forget bool) string {
 	addr, bits, cut := strings.Cut(prefix, "/")
-	path := "/v1/bans/" + url.PathEscape(addr)
+	path := base + url.PathEscape(addr)
 	if cut {
 		path += "/" + url.PathEscape(bits)
 	}
@@ -97,7 +121,7 @@ func (c *Client) UnbanForget(ctx context.Context, prefix, origin string, forget 
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	return &out, c.do(ctx, http.MethodDelete, path, nil, &out)
+	return path
 }
 
 // ListOptions filter and page List.
@@ -108,6 +132,12 @@ type ListOptions struct {
 
 // List returns a page of bans.
 func (c *Client) List(ctx context.Context, o ListOptions) (*BanList, error) {
+	var out BanList
+	return &out, c.do(ctx, http.MethodGet, "/v1/bans?"+o.query(), nil, &out)
+}
+
+// query is o as a URL query.
+func (o ListOptions) query() string {
 	q := url.Values{}
 	if o.Within != "" {
 		q.Set("within", o.Within)
@@ -117,8 +147,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*BanList, error) {
 	}
 	q.Set("offset", strconv.Itoa(o.Offset))
 	q.Set("limit", strconv.Itoa(o.Limit))
-	var out BanList
-	return &out, c.do(ctx, http.MethodGet, "/v1/bans?"+q.Encode(), nil, &out)
+	return q.Encode()
 }
 
 // Count returns the ban counts.
