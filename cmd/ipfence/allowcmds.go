@@ -118,16 +118,7 @@ func newUnallowCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"unallowed": gone})
-			}
-			for _, b := range gone {
-				fmt.Fprintf(cmd.OutOrStdout(), "unallowed %s\n", b.Prefix)
-			}
-			if len(gone) < len(ps) {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d of %d had no allow entry\n", len(ps)-len(gone), len(ps))
-			}
-			return nil
+			return printRemoved(cmd.OutOrStdout(), g, "unallowed", gone, len(ps), "had no allow entry")
 		},
 	}
 	f.register(c)

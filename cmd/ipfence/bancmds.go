@@ -256,16 +256,7 @@ out: banned again within the window, the prefix gets a longer ban.
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"unbanned": lifted})
-			}
-			for _, b := range lifted {
-				fmt.Fprintf(cmd.OutOrStdout(), "unbanned %s\n", b.Prefix)
-			}
-			if len(lifted) < len(ps) {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d of %d were not banned\n", len(ps)-len(lifted), len(ps))
-			}
-			return nil
+			return printRemoved(cmd.OutOrStdout(), g, "unbanned", lifted, len(ps), "were not banned")
 		},
 	}
 	f.register(c)
@@ -355,6 +346,22 @@ func newListCmd(g *globals, k listKind) *cobra.Command {
 	c.Flags().IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
+}
+
+// printRemoved prints what an unban or unallow removed (verb: its JSON
+// key too), and how many of its n targets had nothing to remove (none
+// says what they were).
+func printRemoved(w io.Writer, g *globals, verb string, gone []ban.Ban, n int, none string) error {
+	if g.json {
+		return writeJSON(w, map[string]any{verb: gone})
+	}
+	for _, b := range gone {
+		fmt.Fprintf(w, "%s %s\n", verb, b.Prefix)
+	}
+	if len(gone) < n {
+		fmt.Fprintf(w, "%d of %d %s\n", n-len(gone), n, none)
+	}
+	return nil
 }
 
 // banTargets parses the targets of ban and unban: arguments, and for "-"
