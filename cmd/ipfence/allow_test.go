@@ -81,6 +81,13 @@ func TestAllowEntries(t *testing.T) {
 		}
 	}
 
+	// Bans that fill an empty ban set (and empty it again) rewrite the
+	// chain before conntrack: the allow lookups stay first.
+	cli("ban", "203.0.113.7", "2001:db8:1::/64", "--ttl", "1h")
+	expect("allowed, and banned too", true, false, true, false, true, false, true, false, true, false, true)
+	cli("unban", "203.0.113.7", "2001:db8:1::/64")
+	expect("allowed, unbanned", true, false, true, false, true, false, true, false, true, false, true)
+
 	// Extended before it runs out: passes after the first TTL; the
 	// other 4s entry runs out and its address is blocked again.
 	cli("allow", "100.1.2.3", "--ttl", "1h")

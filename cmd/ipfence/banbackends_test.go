@@ -20,7 +20,7 @@ import (
 // ban must not jump to one), ipset (the ban sets), and iptables-split,
 // which has no sets and says so. The banned addresses, which the policy
 // lets through, are dropped until unbanned; a bystander passes all along;
-// the bans survive another apply.
+// the bans survive another apply. Allow entries are refused on each.
 func TestBanWithoutDaemon(t *testing.T) {
 	for _, backend := range []string{"xdp", "ipset", "iptables-split"} {
 		t.Run(backend, func(t *testing.T) {
@@ -72,6 +72,14 @@ func TestBanWithoutDaemon(t *testing.T) {
 				pktgentest.Expect(t, lab, srcs, 53, want, when)
 			}
 			check("before the bans", true, true, true)
+			// Allow entries need nftables without XDP rules: refused on
+			// each of these, and not stored.
+			if out, err := cli("allow", srcs[2].String(), "--socket", ""); err == nil || !strings.Contains(out+err.Error(), "allow entries need the nftables backend") {
+				t.Errorf("allow on %s: %v\n%s: want a refusal that says why", backend, err, out)
+			}
+			if out, err := cli("allows", "--socket", ""); err != nil || strings.Contains(out, srcs[2].String()) {
+				t.Errorf("allows after a refused allow: %v\n%s", err, out)
+			}
 
 			out, err := cli("ban", srcs[0].String(), srcs[1].String(), "--ttl", "1h", "--reason", "test", "--socket", "")
 			if backend == "iptables-split" {

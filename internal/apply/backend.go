@@ -88,10 +88,10 @@ func (b *nftBackend) Sinks(c *Compiled) (bans, allows bansets.Sink) {
 	return sinksOf(c, b.sets(c))
 }
 
-// sinksOf are sets' sinks for c: the allow sets refuse entries while c
-// runs rules in XDP, ahead of the table.
+// sinksOf are sets' sinks for c: the allow sets refuse entries unless
+// AllowsEnforced.
 func sinksOf(c *Compiled, sets *bansets.NFTSets) (bans, allows bansets.Sink) {
-	if len(c.Plan.XDPRules()) > 0 {
+	if !AllowsEnforced(c.Plan.Backend, len(c.Plan.XDPRules())) {
 		return sets.Bans(), bansets.NoSink{Err: bansets.ErrNoAllowSets}
 	}
 	return sets.Bans(), sets.Allows()
@@ -142,16 +142,13 @@ func (s *nftStage) Commit(ctx context.Context, l bansets.Lists) error {
 	sets := s.b.sets(s.c)
 	bs, as := sinksOf(s.c, sets)
 	err := l.Load(bs, as, func(b, a bansets.Snapshot, now time.Time) (err error) {
-		xdpRules := len(p.XDPRules()) > 0
-		if xdpRules {
+		live := AllowsEnforced(p.Backend, len(p.XDPRules()))
+		if n := a.Len(); n > 0 && !live {
 			// Not loaded at all, rather than beating some rules only
 			// (the allows' sink refuses new ones meanwhile).
-			if n := a.Len(); n > 0 {
-				s.b.log.Warn("allow entries in the store are not enforced: the policy runs rules in XDP, ahead of the table", "allows", n)
-			}
-			a = bansets.Snapshot{}
+			s.b.log.Warn("allow entries in the store are not enforced: the policy runs rules in XDP, ahead of the table", "allows", n)
 		}
-		d := bansets.Dynamic(b, a, now)
+		d := dynamic(b, a, now, live)
 		s.result, err = applyRetrying(ctx, nft.WithDynamic(s.c.NFT, heads, p.Priority, d), s.b.options(p.Table), s.b.log)
 		if err == nil {
 			sets.Assume(d.Present())

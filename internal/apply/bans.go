@@ -90,7 +90,16 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 		b.stores[0].Close()
 		return nil, err
 	}
-	bs, as, sets := t.recordedSinks(ctx, applied)
+	var ts nft.TableStatus
+	if !applied.IPTables() {
+		// Only which sets there are: no chain's rules.
+		if ts, err = nft.StatusChains(ctx, applied.Table, t.NetNS, func(string) bool { return false }); err != nil {
+			b.stores[0].Close()
+			b.stores[1].Close()
+			return nil, err
+		}
+	}
+	bs, as, sets := t.recordedSinks(applied, ts)
 	b.Bans, err = bansets.Open(bansets.Config{Sink: bs, Guard: ban.Guard{Protected: protect, Own: own}, Store: b.stores[0], Policy: applied.Bans, Logger: t.log()})
 	if err == nil {
 		b.Allows, err = OpenAllows(b.stores[1], as, t.log())
@@ -104,10 +113,14 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 		return nil, err
 	}
 	if sets != nil {
-		sets.Assume(b.Present())
+		pr := b.Present()
+		if _, live := as.(*bansets.NFTSink); !live {
+			pr.Allows = [4]bool{} // not loaded (or no such sets)
+		}
+		sets.Assume(pr)
 	}
 	if ensure && !applied.IPTables() {
-		if err := t.ensureBanSets(ctx, b, applied); err != nil {
+		if err := t.ensureBanSets(ctx, b, applied, ts); err != nil {
 			b.Close()
 			return nil, err
 		}
@@ -116,23 +129,45 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 }
 
 // recordedSinks are the ban and allow sets of the backend a record says
-// is loaded, with the base chains' heads as recorded; sets is the
-// nftables sets both sinks share (nil on other backends).
-func (t *Target) recordedSinks(ctx context.Context, a *statedir.Applied) (bans, allows bansets.Sink, sets *bansets.NFTSets) {
+// is loaded (ts: its nftables table), with the base chains' heads as
+// recorded; sets is the nftables sets both sinks share (nil on other
+// backends). The allows' sink is sets.Allows() only where the allow
+// sets are loaded (AllowsEnforced, and a table that has them).
+func (t *Target) recordedSinks(a *statedir.Applied, ts nft.TableStatus) (bans, allows bansets.Sink, sets *bansets.NFTSets) {
+	refuse := bansets.NoSink{Err: bansets.ErrNoAllowSets}
 	switch a.Backend {
 	case plan.IPSet:
-		return &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table}, bansets.NoSink{Err: bansets.ErrNoAllowSets}, nil
+		return &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table}, refuse, nil
 	case plan.IPTablesSplit:
-		return bansets.NoSink{}, bansets.NoSink{Err: bansets.ErrNoAllowSets}, nil
+		return bansets.NoSink{}, refuse, nil
 	}
 	sets = &bansets.NFTSets{NetNS: t.NetNS, Table: a.Table, Heads: a.RuleHeads(), Priority: a.Priority, Adopt: a.Vouches(a.Table)}
-	allows = sets.Allows()
-	if len(a.XDPRules()) > 0 {
-		allows = bansets.NoSink{Err: bansets.ErrNoAllowSets}
-	} else if ts, err := nft.Status(ctx, a.Table, t.NetNS); err == nil && ts.Exists && !hasSet(ts, nft.AllowAddrs4) {
+	switch {
+	case !AllowsEnforced(a.Backend, len(a.XDPRules())):
+		allows = refuse
+	case ts.Exists && !hasSet(ts, nft.AllowAddrs4):
 		allows = bansets.NoSink{Err: fmt.Errorf("table inet %s has no allow sets (loaded by an older ipfence): run ipfence apply again", a.Table)}
+	default:
+		allows = sets.Allows()
 	}
 	return sets.Bans(), allows, sets
+}
+
+// AllowsEnforced reports whether allow entries are loaded, and beat
+// every rule, on backend with xdpRules rules in XDP: the nftables
+// backend only (the others have no allow sets), without rules in XDP
+// (which run ahead of the table).
+func AllowsEnforced(backend plan.Backend, xdpRules int) bool {
+	return !backend.IPTables() && xdpRules == 0
+}
+
+// dynamic is what the nftables sets hold for bans b and allow entries a
+// at now; the allow sets stay empty unless allows (AllowsEnforced).
+func dynamic(b, a bansets.Snapshot, now time.Time, allows bool) nft.Dynamic {
+	if !allows {
+		a = bansets.Snapshot{}
+	}
+	return bansets.Dynamic(b, a, now)
 }
 
 // hasSet reports whether the table ts describes has a set of name.
@@ -145,14 +180,10 @@ func hasSet(ts nft.TableStatus, name string) bool {
 	return false
 }
 
-// ensureBanSets loads a table holding only the ban sets when the
-// namespace has no ipfence table yet; a table without ban sets (loaded
-// by an older ipfence) must be applied again.
-func (t *Target) ensureBanSets(ctx context.Context, b *Bans, applied *statedir.Applied) error {
-	ts, err := nft.Status(ctx, applied.Table, t.NetNS)
-	if err != nil {
-		return err
-	}
+// ensureBanSets loads a table holding only the ban and allow sets when
+// the namespace has no ipfence table yet (ts); a table without ban sets
+// (loaded by an older ipfence) must be applied again.
+func (t *Target) ensureBanSets(ctx context.Context, b *Bans, applied *statedir.Applied, ts nft.TableStatus) error {
 	if ts.Exists {
 		if hasSet(ts, nft.BanAddrs4) {
 			return nil
@@ -161,8 +192,14 @@ func (t *Target) ensureBanSets(ctx context.Context, b *Bans, applied *statedir.A
 	}
 	p := &plan.Plan{Table: applied.Table, Priority: applied.Priority}
 	sets := &bansets.NFTSets{NetNS: t.NetNS, Table: p.Table, Priority: p.Priority}
-	err = b.Load(sets.Bans(), sets.Allows(), func(bs, as bansets.Snapshot, now time.Time) error {
-		d := bansets.Dynamic(bs, as, now)
+	// XDP rules recorded may still run ahead of the table.
+	live := AllowsEnforced(applied.Backend, len(applied.XDPRules()))
+	allows := bansets.Sink(sets.Allows())
+	if !live {
+		allows = bansets.NoSink{Err: bansets.ErrNoAllowSets}
+	}
+	err := b.Load(sets.Bans(), allows, func(bs, as bansets.Snapshot, now time.Time) error {
+		d := dynamic(bs, as, now, live)
 		_, err := nft.Apply(ctx, nft.FromPlan(p, d), nft.ApplyOptions{NetNS: t.NetNS})
 		if err == nil {
 			sets.Assume(d.Present())

@@ -816,12 +816,19 @@ func sameXDP(a, b *plan.Plan) bool {
 }
 
 // sameHeads reports whether two plans have the same base chains,
-// whatever the bans: the ban sink, which rewrites them from the heads of
-// the last full load, then writes what b's heads would. A rule switched
-// between monitor and enforce keeps them, unless it moves the bans.
+// whatever the bans and allow entries: the sinks, which rewrite them
+// from the heads of the last full load, then write what b's heads
+// would. A rule switched between monitor and enforce keeps them, unless
+// it moves the bans. Plans that differ in whether allow entries are
+// enforced (apply.AllowsEnforced) need a full load too, which loads
+// them or leaves them out, and gives the allows their sink.
 func sameHeads(a, b *plan.Plan) bool {
-	return a != nil && b != nil && a.Priority == b.Priority && nft.SameChains(nft.Heads(a), nft.Heads(b), a.Priority)
+	return a != nil && b != nil && a.Priority == b.Priority && allowsEnforced(a) == allowsEnforced(b) &&
+		nft.SameChains(nft.Heads(a), nft.Heads(b), a.Priority)
 }
+
+// allowsEnforced reports whether p's load holds the allow entries.
+func allowsEnforced(p *plan.Plan) bool { return apply.AllowsEnforced(p.Backend, len(p.XDPRules())) }
 
 // due reports whether a source's refresh interval has passed.
 func (d *Daemon) due(now time.Time) bool {

@@ -780,6 +780,20 @@ func TestDaemonAllows(t *testing.T) {
 	if st, err := r.cl.Status(ctx); err != nil || st.Allows.Total != 3 {
 		t.Errorf("status: %+v, %v", st, err)
 	}
+	// The last ban lifted (the chain before conntrack goes), and one
+	// made again (it comes back): the allow entries still win.
+	if _, err := r.cl.Unban(ctx, "203.0.113.0/24", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "pdpppd" {
+		t.Errorf("verdicts with no ban %q, want pdpppd", got)
+	}
+	if _, err := r.cl.Ban(ctx, api.BanRequest{Prefix: "203.0.113.0/24", TTL: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdicts(t, lab, srcs...); got != "pdpdpd" {
+		t.Errorf("verdicts banned again %q, want pdpdpd", got)
+	}
 
 	before := netnstest.Ruleset(t, lab.FW)
 	for _, body := range []string{`{"prefix": "10.0.0.0/4"}`, `{"prefix": "192.0.2.9", "ttl": "1000d"}`, `{"prefix": "192.0.2.9", "no_shorten": true}`, `{}`} {

@@ -408,11 +408,11 @@ func (d *Daemon) handleExplain(w http.ResponseWriter, r *http.Request) {
 	})
 	d.mu.Lock()
 	v := d.plan.Verdict(plan.Packet{Src: addr, Proto: proto, DPort: uint16(port)})
-	xdpRules := len(d.plan.XDPRules()) > 0
+	enforced := allowsEnforced(d.plan)
 	d.mu.Unlock()
 	ex.Verdict, ex.Rule, ex.Monitored = v.Verdict, v.Rule, v.Monitored
 	switch {
-	case ex.Allowed != nil && !xdpRules: // not loaded ahead of XDP rules (apply's nftStage)
+	case ex.Allowed != nil && enforced:
 		ex.Verdict, ex.Rule = "accept", "allow"
 	case ex.Banned != nil && v.Verdict == "accept" && !d.allowlisted(v.Rule):
 		ex.Verdict, ex.Rule = "drop", "ban"
