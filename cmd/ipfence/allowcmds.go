@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,10 +12,25 @@ import (
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/bansets"
 	"github.com/ipfence/ipfence/internal/daemon/api"
+	"github.com/ipfence/ipfence/internal/fleet"
 )
+
+// fleetEntry is a fleet-wide ban or allow entry of p made at now,
+// lasting d (0: for good), by origin on this host.
+func fleetEntry(p netip.Prefix, now time.Time, d time.Duration, reason, origin string) *fleet.Ban {
+	if host, err := os.Hostname(); err == nil {
+		origin += "@" + host
+	}
+	b := &fleet.Ban{Prefix: p, Created: now, Reason: reason, Origin: origin}
+	if d > 0 {
+		b.Expires = now.Add(d)
+	}
+	return b
+}
 
 func newAllowCmd(g *globals) *cobra.Command {
 	var f kernelFlags
+	fb := fleetBanFlags{allow: true}
 	var ttl, reason, origin, socket string
 	c := &cobra.Command{
 		Use:   "allow ADDRESS|PREFIX|-... [--ttl 1h] [--reason TEXT]",
@@ -29,7 +46,8 @@ something allowed already replaces its entry (a new expiry). Allow entries
 survive ipfence apply and restarts (kept in the state folder). Prefixes
 shorter than /8 (IPv4) or /16 (IPv6) are refused. The nftables backend only,
 without rules in XDP. "-" reads more targets from standard input, one per
-line.`,
+line. --fleet publishes the entries for every agent of the fleet instead,
+signed with the policy key (publishers only: ban writers may not).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := ban.ParseTTL(ttl)
@@ -39,6 +57,15 @@ line.`,
 			targets, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if fb.on {
+				err := fb.publish(cmd, targets, func(p netip.Prefix, now time.Time) *fleet.Ban {
+					return fleetEntry(p, now, d, reason, origin)
+				})
+				if err != nil {
+					return err
+				}
+				return printFleetBans(cmd.OutOrStdout(), g, "allowed", targets, d)
 			}
 			var done []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
@@ -75,6 +102,7 @@ line.`,
 		},
 	}
 	f.register(c)
+	fb.register(c)
 	c.Flags().StringVar(&ttl, "ttl", "", "how long the entry lasts (90s, 15m, 1h, 7d, 2w; default: for good)")
 	c.Flags().StringVar(&reason, "reason", "", "why (shown by ipfence allows)")
 	c.Flags().StringVar(&origin, "origin", "cli", "who allows")
@@ -84,6 +112,7 @@ line.`,
 
 func newUnallowCmd(g *globals) *cobra.Command {
 	var f kernelFlags
+	fb := fleetBanFlags{allow: true}
 	var socket, origin string
 	c := &cobra.Command{
 		Use:   "unallow ADDRESS|PREFIX|-... [--origin NAME]",
@@ -93,6 +122,15 @@ func newUnallowCmd(g *globals) *cobra.Command {
 			ps, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
 				return err
+			}
+			if fb.on {
+				err := fb.publish(cmd, ps, func(p netip.Prefix, now time.Time) *fleet.Ban {
+					return &fleet.Ban{Prefix: p, Created: now, Unban: true}
+				})
+				if err != nil {
+					return err
+				}
+				return printFleetBans(cmd.OutOrStdout(), g, "unallowed", ps, 0)
 			}
 			var gone []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
@@ -122,6 +160,7 @@ func newUnallowCmd(g *globals) *cobra.Command {
 		},
 	}
 	f.register(c)
+	fb.register(c)
 	c.Flags().StringVar(&origin, "origin", "", "remove only entries made by this origin")
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c

@@ -115,16 +115,8 @@ skipped), for bulk bans.`,
 				return err
 			}
 			if fb.on {
-				who := origin
-				if host, err := os.Hostname(); err == nil {
-					who += "@" + host
-				}
 				err := fb.publish(cmd, targets, func(p netip.Prefix, now time.Time) *fleet.Ban {
-					b := &fleet.Ban{Prefix: p, Created: now, Reason: reason, Origin: who}
-					if d > 0 {
-						b.Expires = now.Add(d)
-					}
-					return b
+					return fleetEntry(p, now, d, reason, origin)
 				})
 				if err != nil {
 					return err

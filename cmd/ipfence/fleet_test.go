@@ -430,6 +430,31 @@ func TestFleet(t *testing.T) {
 		t.Errorf("the fleet unban lifted host 0's own ban, or the fleet ban replaced it: %s", out)
 	}
 
+	// A fleet allow entry beats host 0's own ban, until it is removed;
+	// ban writers may not publish one (an allow opens what every rule
+	// and ban closes: publishers only, signed with the policy key).
+	if out, err := run(t, append([]string{"allow", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath}, r.nats("bans")...)...); err == nil {
+		t.Errorf("a ban writer published a fleet allow entry:\n%s", out)
+	}
+	t0 = time.Now()
+	if _, err := run(t, append([]string{"allow", "--fleet", banned.String(), "--ttl", "1h", "--key", r.keyPath}, r.nats("publisher")...)...); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); dropped(t, r.labs[0], banned); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s drops %s 20s after the fleet allow", r.labs[0].FW, banned)
+		}
+	}
+	t.Logf("fleet allow: passes on host 0, banned there, %v after `ipfence allow --fleet`", time.Since(t0).Round(time.Millisecond))
+	if _, err := run(t, append([]string{"unallow", "--fleet", banned.String(), "--key", r.keyPath}, r.nats("publisher")...)...); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !dropped(t, r.labs[0], banned); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s passes %s 20s after the fleet allow entry was removed", r.labs[0].FW, banned)
+		}
+	}
+
 	// Agent 2 is killed; revision 3 and a ban go out while it is away.
 	// So does the first fleet ban of banned, lifted since, replayed on its
 	// subject (as a holder of ban credentials could): the agent

@@ -509,31 +509,43 @@ func printDrift(w io.Writer, r fleet.Report) {
 	}
 }
 
-// fleetBanFlags are ban's and unban's flags for fleet-wide bans.
+// fleetBanFlags are ban's and unban's flags for fleet-wide bans, and
+// allow's and unallow's for fleet-wide allow entries (allow).
 type fleetBanFlags struct {
 	on      bool
 	nf      natsFlags
 	keyPath string
+	allow   bool
 }
 
 func (f *fleetBanFlags) register(c *cobra.Command) {
-	c.Flags().BoolVar(&f.on, "fleet", false, "for every agent of the fleet: publish on the fleet's bans stream, signed with --key")
-	c.Flags().StringVar(&f.keyPath, "key", "", "with --fleet: private key the agents' --ban-pubkey (or --pubkey) trusts")
+	if f.allow {
+		c.Flags().BoolVar(&f.on, "fleet", false, "for every agent of the fleet: publish on the fleet's allows stream (publisher credentials), signed with --key")
+		c.Flags().StringVar(&f.keyPath, "key", "", "with --fleet: the policy key, the private key the agents' --pubkey trusts (not the ban key)")
+	} else {
+		c.Flags().BoolVar(&f.on, "fleet", false, "for every agent of the fleet: publish on the fleet's bans stream, signed with --key")
+		c.Flags().StringVar(&f.keyPath, "key", "", "with --fleet: private key the agents' --ban-pubkey (or --pubkey) trusts")
+	}
 	f.nf.register(c)
 }
 
-// publish publishes the bans or unbans of ps, each made by mk.
+// publish publishes the bans or unbans (allow entries or their removals)
+// of ps, each made by mk.
 func (f *fleetBanFlags) publish(cmd *cobra.Command, ps []netip.Prefix, mk func(netip.Prefix, time.Time) *fleet.Ban) error {
 	if f.keyPath == "" {
-		return usageError{errors.New("--fleet needs --key (the private key the agents trust for bans)")}
+		return usageError{errors.New("--fleet needs --key (the private key the agents trust for bans, or for allow entries the policy key)")}
 	}
 	h, priv, err := f.nf.connectSigning(f.keyPath)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
+	pub := h.PublishBan
+	if f.allow {
+		pub = h.PublishAllow
+	}
 	for _, p := range ps {
-		if err := h.PublishBan(cmd.Context(), mk(p, time.Now()), priv); err != nil {
+		if err := pub(cmd.Context(), mk(p, time.Now()), priv); err != nil {
 			return err
 		}
 	}

@@ -178,6 +178,18 @@ func (d *Daemon) Allow(ctx context.Context, reqs []bansets.Request) ([]ban.Ban, 
 	return d.allows.Ban(ctx, reqs)
 }
 
+// AllowEach makes the allow entries of the requests that stand alone
+// (fleet entries): the ones refused are left out with their error in
+// errs, the others are made together. Call it once Ready.
+func (d *Daemon) AllowEach(ctx context.Context, reqs []bansets.Request) (allows []ban.Ban, errs []error, err error) {
+	prep, errs := d.allows.PrepareEach(reqs)
+	if prep.Len() == 0 {
+		return nil, errs, nil
+	}
+	allows, err = d.allows.BanPrepared(ctx, prep)
+	return allows, errs, err
+}
+
 // Unallow removes the allow entries ls name and returns them. Call it
 // once Ready.
 func (d *Daemon) Unallow(ctx context.Context, ls []bansets.Lift) ([]ban.Ban, error) {

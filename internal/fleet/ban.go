@@ -9,7 +9,9 @@ import (
 )
 
 // Ban is a fleet-wide ban, or the lifting of one, as published on the
-// bans stream: every agent applies it with the time it has left.
+// bans stream: every agent applies it with the time it has left. A
+// fleet-wide allow entry (or its removal: Unban) is a Ban too, signed as
+// an allow (SignAllow) with the policy key, on the allows stream.
 type Ban struct {
 	Prefix netip.Prefix `json:"prefix"`
 	Unban  bool         `json:"unban,omitempty"`
@@ -28,12 +30,27 @@ func SignBan(b *Ban, priv ed25519.PrivateKey) ([]byte, error) { return sign(kind
 
 // VerifyBan returns the ban in data if pub signed it.
 func VerifyBan(data []byte, pub ed25519.PublicKey) (*Ban, error) {
+	return verifyEntry(kindBan, data, pub)
+}
+
+// SignAllow signs a, a fleet-wide allow entry, with priv (the policy
+// key): a signed allow is never taken for a ban, nor the other way.
+func SignAllow(a *Ban, priv ed25519.PrivateKey) ([]byte, error) { return sign(kindAllow, a, priv) }
+
+// VerifyAllow returns the allow entry in data if pub signed it.
+func VerifyAllow(data []byte, pub ed25519.PublicKey) (*Ban, error) {
+	return verifyEntry(kindAllow, data, pub)
+}
+
+// verifyEntry returns the ban or allow entry (kind) in data if pub
+// signed it.
+func verifyEntry(kind string, data []byte, pub ed25519.PublicKey) (*Ban, error) {
 	var b Ban
-	if err := open(kindBan, data, pub, true, &b); err != nil {
+	if err := open(kind, data, pub, true, &b); err != nil {
 		return nil, err
 	}
 	if !b.Prefix.IsValid() {
-		return nil, fmt.Errorf("%w: a ban without a prefix", ErrSignature)
+		return nil, fmt.Errorf("%w: a %s without a prefix", ErrSignature, kind)
 	}
 	return &b, nil
 }

@@ -265,7 +265,7 @@ func TestCanary(t *testing.T) {
 }
 
 // TestBanMessages: a fleet ban verifies with its key only, is never
-// taken for a pointer (nor a pointer for a ban), and its token is the
+// taken for a pointer or an allow entry (nor either for a ban), and its token is the
 // same for every spelling of the prefix.
 func TestBanMessages(t *testing.T) {
 	_, priv, _ := ed25519.GenerateKey(nil)
@@ -296,6 +296,25 @@ func TestBanMessages(t *testing.T) {
 	}
 	if _, err := fleet.Verify(data, "web", pub); !errors.Is(err, fleet.ErrSignature) {
 		t.Errorf("a ban as a pointer: %v", err)
+	}
+	// An allow entry is never taken for a ban, nor a ban for one.
+	allow, err := fleet.SignAllow(b, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fleet.VerifyAllow(allow, pub); err != nil || got.Prefix != b.Prefix {
+		t.Errorf("verify allow: %+v %v", got, err)
+	}
+	if _, err := fleet.VerifyAllow(data, pub); !errors.Is(err, fleet.ErrSignature) {
+		t.Errorf("a ban as an allow entry: %v", err)
+	}
+	if _, err := fleet.VerifyBan(allow, pub); !errors.Is(err, fleet.ErrSignature) {
+		t.Errorf("an allow entry as a ban: %v", err)
+	}
+	if forged, _ := fleet.SignAllow(b, other); forged != nil {
+		if _, err := fleet.VerifyAllow(forged, pub); !errors.Is(err, fleet.ErrSignature) {
+			t.Errorf("an allow entry of another key: %v", err)
+		}
 	}
 	if a, b := fleet.BanToken(netip.MustParsePrefix("2001:2::1/64")), fleet.BanToken(netip.MustParsePrefix("2001:2::/64")); a != b {
 		t.Errorf("tokens %s and %s for one prefix", a, b)

@@ -172,6 +172,7 @@ type Signed struct {
 const (
 	kindPointer = "pointer"
 	kindBan     = "ban"
+	kindAllow   = "allow"
 )
 
 // signed is what a signature of kind over payload covers.

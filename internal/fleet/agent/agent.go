@@ -93,8 +93,10 @@ type Agent struct {
 	mode    string
 	took    time.Duration
 
-	bans chan *fleet.Ban
-	seen *seenBans // the newest message applied per prefix
+	// The fleet's bans and allow entries, as they arrive, each kind
+	// with the newest message applied per prefix.
+	bans, allows    chan *fleet.Ban
+	seen, allowSeen *seenBans
 }
 
 // revision is a bundle in force, and the pointer that led to it.
@@ -183,7 +185,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.NATS.Name = "ipfence agent " + cfg.Name
 	}
 	a := &Agent{cfg: cfg, log: cfg.Daemon.Logger, dir: statedir.Dir{Path: cfg.Daemon.StateDir}.FleetDir(cfg.Daemon.NetNS),
-		bans: make(chan *fleet.Ban, 4096)}
+		bans: make(chan *fleet.Ban, 4096), allows: make(chan *fleet.Ban, 256)}
 	a.cfg.Daemon.Policy = fmt.Sprintf("fleet group %s", cfg.Group)
 	a.cfg.Daemon.Input = a.input
 	a.cfg.Daemon.IPTables = cfg.IPTables
@@ -231,8 +233,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	// Closed after every goroutine below is done (defers run last first).
-	a.seen = a.openSeen()
+	a.seen = a.openSeen("bans-seen.db")
 	defer a.seen.Close()
+	a.allowSeen = a.openSeen("allows-seen.db")
+	defer a.allowSeen.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -258,8 +262,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	wg.Go(func() { a.followPointer(ctx) })
-	wg.Go(func() { a.followBans(ctx) })
-	wg.Go(func() { a.applyBans(ctx) })
+	bans, allows := a.bansKind(), a.allowsKind()
+	for _, k := range []*entryKind{bans, allows} {
+		wg.Go(func() { a.followEntries(ctx, k) })
+		wg.Go(func() { a.applyEntries(ctx, k) })
+	}
 	a.report(ctx)
 	tick := time.NewTicker(a.cfg.Heartbeat)
 	defer tick.Stop()
@@ -554,97 +561,145 @@ func (a *Agent) Status() fleet.Status {
 	return s
 }
 
-// followBans feeds the bans stream to applyBans, from the bans in force
-// on, and follows it again after a failure.
-func (a *Agent) followBans(ctx context.Context) {
+// entryKind is one kind of the fleet's signed entries, bans or allow
+// entries, and how this host applies them.
+type entryKind struct {
+	what   string // in messages: "bans", "allow entries"
+	follow func(ctx context.Context, period time.Duration, fn func([]byte), failed func(error))
+	verify func([]byte) (*fleet.Ban, error)
+	ch     chan *fleet.Ban
+	seen   *seenBans
+	// add makes the entries of reqs, each on its own (a refused one
+	// does not hold back the others); remove removes the fleet's
+	// entry of a prefix (only the fleet's: this host's own stay).
+	add    func(context.Context, []bansets.Request) ([]error, error)
+	remove func(context.Context, netip.Prefix) error
+	// noShorten: additions leave a longer entry of this host's own as
+	// it is.
+	noShorten bool
+}
+
+// bansKind is the fleet's bans: signed with the ban key, through the
+// daemon's ban queue.
+func (a *Agent) bansKind() *entryKind {
+	return &entryKind{what: "bans", follow: a.broker.FollowBans, ch: a.bans, seen: a.seen, noShorten: true,
+		verify: func(data []byte) (*fleet.Ban, error) { return fleet.VerifyBan(data, a.cfg.BanKey) },
+		add: func(ctx context.Context, reqs []bansets.Request) ([]error, error) {
+			_, errs, err := a.d.BanEach(ctx, reqs)
+			return errs, err
+		},
+		remove: func(ctx context.Context, p netip.Prefix) error {
+			// One escalated from a fleet ban goes too (bans: recidive).
+			_, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: p, Origin: FleetOrigin + "*", Escalated: true}})
+			return err
+		}}
+}
+
+// allowsKind is the fleet's allow entries: signed with the policy key
+// (an allow opens what every rule and ban closes: ban writers may not).
+func (a *Agent) allowsKind() *entryKind {
+	return &entryKind{what: "allow entries", follow: a.broker.FollowAllows, ch: a.allows, seen: a.allowSeen,
+		verify: func(data []byte) (*fleet.Ban, error) { return fleet.VerifyAllow(data, a.cfg.PubKey) },
+		add: func(ctx context.Context, reqs []bansets.Request) ([]error, error) {
+			_, errs, err := a.d.AllowEach(ctx, reqs)
+			return errs, err
+		},
+		remove: func(ctx context.Context, p netip.Prefix) error {
+			_, err := a.d.Unallow(ctx, []bansets.Lift{{Prefix: p, Origin: FleetOrigin + "*"}})
+			return err
+		}}
+}
+
+// followEntries feeds k's stream to applyEntries, from the entries in
+// force on, and follows it again after a failure.
+func (a *Agent) followEntries(ctx context.Context, k *entryKind) {
 	var refused int
 	var warned time.Time
-	a.broker.FollowBans(ctx, a.cfg.Watch, func(data []byte) {
-		b, err := fleet.VerifyBan(data, a.cfg.BanKey)
+	k.follow(ctx, a.cfg.Watch, func(data []byte) {
+		b, err := k.verify(data)
 		if err != nil {
-			// Anyone with ban credentials can store junk: said once a
+			// Anyone with write credentials can store junk: said once a
 			// minute at most.
 			if refused++; time.Since(warned) > time.Minute {
-				a.log.Warn("fleet bans refused", "count", refused, "last", err)
+				a.log.Warn("fleet "+k.what+" refused", "count", refused, "last", err)
 				refused, warned = 0, time.Now()
 			}
 			return
 		}
 		select {
-		case a.bans <- b:
+		case k.ch <- b:
 		case <-ctx.Done():
 		}
-	}, func(err error) { a.log.Warn("reading the fleet bans; trying again", "err", err) })
+	}, func(err error) { a.log.Warn("reading the fleet "+k.what+"; trying again", "err", err) })
 }
 
 // maxClockSkew is how far in the future a fleet ban may be created.
 const maxClockSkew = 5 * time.Minute
 
-// FleetOrigin starts the origin of the bans a fleet ban makes on a host.
+// FleetOrigin starts the origin of the bans (and allow entries) a fleet
+// message makes on a host.
 const FleetOrigin = "fleet:"
 
-// applyBans applies fleet bans in order, as many as are waiting in one
-// call to the daemon (one transaction for a catch-up of thousands).
-func (a *Agent) applyBans(ctx context.Context) {
+// applyEntries applies k's entries in order, as many as are waiting in
+// one call to the daemon (one transaction for a catch-up of thousands).
+func (a *Agent) applyEntries(ctx context.Context, k *entryKind) {
 	for {
 		var batch []*fleet.Ban
 		select {
 		case <-ctx.Done():
 			return
-		case b := <-a.bans:
+		case b := <-k.ch:
 			batch = append(batch, b)
 		}
 	more:
 		for len(batch) < 65536 {
 			select {
-			case b := <-a.bans:
+			case b := <-k.ch:
 				batch = append(batch, b)
 			default:
 				break more
 			}
 		}
-		a.banBatch(ctx, batch)
+		a.entryBatch(ctx, k, batch)
 	}
 }
 
-// banBatch applies batch: runs of bans in one call each, unbans between.
-func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
+// entryBatch applies batch: runs of additions in one call each, removals
+// between.
+func (a *Agent) entryBatch(ctx context.Context, k *entryKind, batch []*fleet.Ban) {
 	now := time.Now()
 	var reqs []bansets.Request
 	flush := func() {
 		if len(reqs) == 0 {
 			return
 		}
-		_, errs, err := a.d.BanEach(ctx, reqs)
+		errs, err := k.add(ctx, reqs)
 		if err := errors.Join(append(errs, err)...); err != nil {
-			a.log.Warn("fleet bans refused here", "count", len(reqs), "err", err)
+			a.log.Warn("fleet "+k.what+" refused here", "count", len(reqs), "err", err)
 		}
 		reqs = reqs[:0]
 	}
 	seen := make(map[netip.Prefix]time.Time, len(batch))
 	defer func() {
-		if err := a.seen.record(seen); err != nil {
-			a.log.Warn("recording the fleet bans applied", "err", err)
+		if err := k.seen.record(seen); err != nil {
+			a.log.Warn("recording the fleet "+k.what+" applied", "err", err)
 		}
 	}()
 	for _, b := range batch {
 		b.Prefix = b.Prefix.Masked()
 		if b.Created.After(now.Add(maxClockSkew)) {
 			// It would hide every later message of the prefix until then.
-			a.log.Warn("fleet ban refused: created in the future (check the clock of who banned)", "prefix", b.Prefix, "created", b.Created)
+			a.log.Warn("fleet "+k.what+": one refused, created in the future (check the clock of who wrote it)", "prefix", b.Prefix, "created", b.Created)
 			continue
 		}
-		if last, ok := seen[b.Prefix]; a.seen.older(b.Prefix, b.Created) || ok && !b.Created.After(last) {
+		if last, ok := seen[b.Prefix]; k.seen.older(b.Prefix, b.Created) || ok && !b.Created.After(last) {
 			continue // an older message replayed, or one applied already
 		}
 		seen[b.Prefix] = b.Created
 		if b.Unban {
 			flush()
-			// A fleet ban's only: bans of this host's own (operator,
-			// fail2ban, CrowdSec) stay; one escalated from a fleet ban
-			// goes (bans: recidive).
-			if _, err := a.d.Unban(ctx, []bansets.Lift{{Prefix: b.Prefix, Origin: FleetOrigin + "*", Escalated: true}}); err != nil {
-				a.log.Warn("fleet unban", "prefix", b.Prefix, "err", err)
+			if err := k.remove(ctx, b.Prefix); err != nil {
+				a.log.Warn("fleet "+k.what+": removing one", "prefix", b.Prefix, "err", err)
 			}
 			continue
 		}
@@ -652,23 +707,22 @@ func (a *Agent) banBatch(ctx context.Context, batch []*fleet.Ban) {
 		if !live {
 			continue
 		}
-		// NoShorten: a longer ban of this host's own stays as it is.
-		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: FleetOrigin + b.Origin, NoShorten: true})
+		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: FleetOrigin + b.Origin, NoShorten: k.noShorten})
 	}
 	flush()
 }
 
-// openSeen opens the record of fleet ban messages applied, in a.dir; if
-// it cannot, replays are recognised until the agent restarts only.
-func (a *Agent) openSeen() *seenBans {
+// openSeen opens the record of fleet messages applied, file in a.dir;
+// if it cannot, replays are recognised until the agent restarts only.
+func (a *Agent) openSeen(file string) *seenBans {
 	err := os.MkdirAll(a.dir, 0o700)
 	if err == nil {
 		var s *seenBans
-		if s, err = openSeen(filepath.Join(a.dir, "bans-seen.db"), time.Now()); err == nil {
+		if s, err = openSeen(filepath.Join(a.dir, file), time.Now()); err == nil {
 			return s
 		}
 	}
-	a.log.Error("fleet bans: replays are recognised until a restart only", "err", err)
+	a.log.Error("fleet messages: replays are recognised until a restart only", "file", file, "err", err)
 	return &seenBans{m: map[netip.Prefix]time.Time{}}
 }
 

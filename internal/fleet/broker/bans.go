@@ -19,17 +19,41 @@ import (
 // the ban. An unban lives as long as the ban it lifts had left, so that
 // an agent offline meanwhile still learns of it.
 func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.PrivateKey) error {
-	subject := BanSubject(b.Prefix)
+	return h.publishEntry(ctx, bansOf, b, priv)
+}
+
+// PublishAllow is PublishBan for a fleet-wide allow entry (or its
+// removal), signed with priv, the policy key, on the allows stream: only
+// publishers may write there.
+func (h *Hub) PublishAllow(ctx context.Context, a *fleet.Ban, priv ed25519.PrivateKey) error {
+	return h.publishEntry(ctx, allowsOf, a, priv)
+}
+
+// entries is a stream of signed entries: the bans or the allow entries.
+type entries struct {
+	stream, subjects, what string
+	sign                   func(*fleet.Ban, ed25519.PrivateKey) ([]byte, error)
+	verify                 func([]byte, ed25519.PublicKey) (*fleet.Ban, error)
+}
+
+var (
+	bansOf   = entries{BanStream, banSubjects, "ban", fleet.SignBan, fleet.VerifyBan}
+	allowsOf = entries{AllowStream, allowSubjects, "allow entry", fleet.SignAllow, fleet.VerifyAllow}
+)
+
+// publishEntry publishes b on es (see PublishBan).
+func (h *Hub) publishEntry(ctx context.Context, es entries, b *fleet.Ban, priv ed25519.PrivateKey) error {
+	subject := es.subjects + fleet.BanToken(b.Prefix)
 	var ttl time.Duration
 	if b.Unban {
-		msg, err := h.directLast(ctx, BanStream, subject)
+		msg, err := h.directLast(ctx, es.stream, subject)
 		if errors.Is(err, ErrNotStored) {
-			return fmt.Errorf("%w: no fleet ban of %s in force", ErrNoRevision, b.Prefix)
+			return fmt.Errorf("%w: no fleet %s of %s in force", ErrNoRevision, es.what, b.Prefix)
 		}
 		if err != nil {
-			return fmt.Errorf("reading the ban of %s: %w", b.Prefix, err)
+			return fmt.Errorf("reading the %s of %s: %w", es.what, b.Prefix, err)
 		}
-		prev, err := fleet.VerifyBan(msg.data, priv.Public().(ed25519.PublicKey))
+		prev, err := es.verify(msg.data, priv.Public().(ed25519.PublicKey))
 		if err != nil {
 			return err
 		}
@@ -40,14 +64,14 @@ func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.Private
 			b.Created = prev.Created.Add(time.Millisecond)
 		}
 		if left, live := prev.Remaining(b.Created); !live {
-			return fmt.Errorf("%w: the fleet ban of %s is not in force", ErrNoRevision, b.Prefix)
+			return fmt.Errorf("%w: the fleet %s of %s is not in force", ErrNoRevision, es.what, b.Prefix)
 		} else if left > 0 {
 			ttl = left
 		}
 	} else if !b.Expires.IsZero() {
 		ttl = b.Expires.Sub(b.Created)
 	}
-	data, err := fleet.SignBan(b, priv)
+	data, err := es.sign(b, priv)
 	if err != nil {
 		return err
 	}
@@ -56,7 +80,7 @@ func (h *Hub) PublishBan(ctx context.Context, b *fleet.Ban, priv ed25519.Private
 		m.Header.Set(jetstream.MsgTTLHeader, max(ttl, time.Second).String())
 	}
 	if err := h.publishStored(ctx, m); err != nil {
-		return fmt.Errorf("publishing the ban of %s: %w", b.Prefix, err)
+		return fmt.Errorf("publishing the %s of %s: %w", es.what, b.Prefix, err)
 	}
 	return nil
 }
@@ -76,6 +100,16 @@ func BanSubject(p netip.Prefix) string { return banSubjects + fleet.BanToken(p) 
 // messages by their signed time. The messages come without the subject
 // they were stored under: fn goes by the signed prefix.
 func (h *Hub) FollowBans(ctx context.Context, period time.Duration, fn func(data []byte), failed func(error)) {
+	h.follow(ctx, bansOf, period, fn, failed)
+}
+
+// FollowAllows is FollowBans for the allows stream.
+func (h *Hub) FollowAllows(ctx context.Context, period time.Duration, fn func(data []byte), failed func(error)) {
+	h.follow(ctx, allowsOf, period, fn, failed)
+}
+
+// follow follows es (see FollowBans).
+func (h *Hub) follow(ctx context.Context, es entries, period time.Duration, fn func(data []byte), failed func(error)) {
 	each := func(data []byte) error {
 		fn(data)
 		return nil
@@ -85,8 +119,8 @@ func (h *Hub) FollowBans(ctx context.Context, period time.Duration, fn func(data
 	defer tick.Stop()
 	for {
 		var err error
-		if next, err = h.directEach(ctx, BanStream, banSubjects+">", next, each); err != nil && ctx.Err() == nil {
-			failed(fmt.Errorf("following the fleet bans: %w", err))
+		if next, err = h.directEach(ctx, es.stream, es.subjects+">", next, each); err != nil && ctx.Err() == nil {
+			failed(fmt.Errorf("following the fleet stream %s: %w", es.stream, err))
 		}
 		select {
 		case <-ctx.Done():

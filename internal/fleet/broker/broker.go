@@ -9,7 +9,10 @@
 //   - object store ipfence_bundles: bundles under their digest;
 //   - KV bucket ipfence_status: key host.NAME, each agent's status;
 //   - stream IPFENCE_BANS: subjects ipfence.bans.TOKEN, the last signed
-//     ban or unban per prefix, each message expiring with its ban.
+//     ban or unban per prefix, each message expiring with its ban;
+//   - stream IPFENCE_ALLOWS: subjects ipfence.allows.TOKEN, the same for
+//     fleet-wide allow entries, signed with the policy key and written
+//     by publishers only (ban writers may not).
 package broker
 
 import (
@@ -30,6 +33,9 @@ const (
 	StatusBucket  = "ipfence_status"
 	BanStream     = "IPFENCE_BANS"
 	banSubjects   = "ipfence.bans."
+	AllowStream   = "IPFENCE_ALLOWS"
+	allowSubjects = "ipfence.allows."
+	maxAllows     = 1 << 16 // fleet allow entries in force
 	policyHistory = 64
 	maxBanMsg     = 4 << 10 // a signed ban is well under 1 KiB
 	maxBans       = 1 << 20 // fleet bans in force
@@ -120,11 +126,7 @@ func (h *Hub) Connected() bool { return h.nc.IsConnected() }
 // are left as their operator set them.
 func (h *Hub) Setup(ctx context.Context, replicas int) error {
 	replicas = max(replicas, 1)
-	steps := []struct {
-		name   string
-		exists func(context.Context) error
-		create func(context.Context) error
-	}{
+	steps := []setupStep{
 		{PolicyBucket, func(c context.Context) error { _, err := h.js.KeyValue(c, PolicyBucket); return err },
 			func(c context.Context) error {
 				_, err := h.js.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: PolicyBucket, History: policyHistory,
@@ -143,14 +145,8 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 					Description: "ipfence: policy bundles by digest", Storage: jetstream.FileStorage, Replicas: replicas})
 				return err
 			}},
-		{BanStream, func(c context.Context) error { _, err := h.js.Stream(c, BanStream); return err },
-			func(c context.Context) error {
-				_, err := h.js.CreateStream(c, jetstream.StreamConfig{Name: BanStream, Subjects: []string{banSubjects + ">"},
-					Description: "ipfence: fleet-wide bans, the last per prefix", Storage: jetstream.FileStorage, Replicas: replicas,
-					MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true,
-					MaxMsgSize: maxBanMsg, MaxMsgs: maxBans, MaxBytes: maxBans * maxBanMsg})
-				return err
-			}},
+		h.entryStream(BanStream, banSubjects, "ipfence: fleet-wide bans, the last per prefix", maxBans, replicas),
+		h.entryStream(AllowStream, allowSubjects, "ipfence: fleet-wide allow entries, the last per prefix", maxAllows, replicas),
 	}
 	for _, s := range steps {
 		rctx, cancel := h.ctx(ctx)
@@ -164,6 +160,27 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 		}
 	}
 	return h.harden(ctx)
+}
+
+// setupStep is a bucket or stream Setup makes unless it exists.
+type setupStep struct {
+	name   string
+	exists func(context.Context) error
+	create func(context.Context) error
+}
+
+// entryStream is the setup of a stream of signed entries (bans, allow
+// entries): subjects under prefix, the last message per subject, each
+// with its own TTL, read by direct gets, at most max of them.
+func (h *Hub) entryStream(name, prefix, description string, max int64, replicas int) setupStep {
+	return setupStep{name, func(c context.Context) error { _, err := h.js.Stream(c, name); return err },
+		func(c context.Context) error {
+			_, err := h.js.CreateStream(c, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ">"},
+				Description: description, Storage: jetstream.FileStorage, Replicas: replicas,
+				MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true,
+				MaxMsgSize: maxBanMsg, MaxMsgs: max, MaxBytes: max * maxBanMsg})
+			return err
+		}}
 }
 
 // harden sets what agents' restricted permissions rely on, also on

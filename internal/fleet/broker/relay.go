@@ -59,6 +59,8 @@ func (r *readRequest) check(role Role) error {
 	switch r.Stream {
 	case BanStream:
 		ok = r.Next == banSubjects+">" || banSubject.MatchString(r.Last)
+	case AllowStream:
+		ok = r.Next == allowSubjects+">"
 	case bundleStream:
 		ok = chunkSubject.MatchString(r.Next) || metaSubject.MatchString(r.Last)
 	case policyStream:
