@@ -44,8 +44,8 @@ timeout (--ttl: 90s, 15m, 1h, 7d, 2w; no --ttl: for good): an allowed /64
 inside a blocked /32 is one element, never the block's complement. Allowing
 something allowed already replaces its entry (a new expiry). Allow entries
 survive ipfence apply and restarts (kept in the state folder). Prefixes
-shorter than /8 (IPv4) or /16 (IPv6) are refused. The nftables backend only,
-without rules in XDP. "-" reads more targets from standard input, one per
+shorter than /8 (IPv4) or /16 (IPv6) are refused. nftables (without rules in
+XDP) and ipset only. "-" reads more targets from standard input, one per
 line. --fleet publishes the entries for every agent of the fleet instead,
 signed with the policy key (publishers only: ban writers may not).`,
 		Args: cobra.MinimumNArgs(1),

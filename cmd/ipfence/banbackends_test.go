@@ -20,7 +20,8 @@ import (
 // ban must not jump to one), ipset (the ban sets), and iptables-split,
 // which has no sets and says so. The banned addresses, which the policy
 // lets through, are dropped until unbanned; a bystander passes all along;
-// the bans survive another apply. Allow entries are refused on each.
+// the bans survive another apply. Allow entries beat the bans on ipset,
+// and are refused on the others (XDP rules run ahead of the table).
 func TestBanWithoutDaemon(t *testing.T) {
 	for _, backend := range []string{"xdp", "ipset", "iptables-split"} {
 		t.Run(backend, func(t *testing.T) {
@@ -72,13 +73,15 @@ func TestBanWithoutDaemon(t *testing.T) {
 				pktgentest.Expect(t, lab, srcs, 53, want, when)
 			}
 			check("before the bans", true, true, true)
-			// Allow entries need nftables without XDP rules: refused on
-			// each of these, and not stored.
-			if out, err := cli("allow", srcs[2].String(), "--socket", ""); err == nil || !strings.Contains(out+err.Error(), "allow entries need the nftables backend") {
-				t.Errorf("allow on %s: %v\n%s: want a refusal that says why", backend, err, out)
-			}
-			if out, err := cli("allows", "--socket", ""); err != nil || strings.Contains(out, srcs[2].String()) {
-				t.Errorf("allows after a refused allow: %v\n%s", err, out)
+			// Allow entries need sets ahead of every rule: refused with
+			// XDP rules and on iptables-split, and not stored.
+			if backend != "ipset" {
+				if out, err := cli("allow", srcs[2].String(), "--socket", ""); err == nil || !strings.Contains(out+err.Error(), "allow entries need") {
+					t.Errorf("allow on %s: %v\n%s: want a refusal that says why", backend, err, out)
+				}
+				if out, err := cli("allows", "--socket", ""); err != nil || strings.Contains(out, srcs[2].String()) {
+					t.Errorf("allows after a refused allow: %v\n%s", err, out)
+				}
 			}
 
 			out, err := cli("ban", srcs[0].String(), srcs[1].String(), "--ttl", "1h", "--reason", "test", "--socket", "")
@@ -96,6 +99,36 @@ func TestBanWithoutDaemon(t *testing.T) {
 				t.Fatalf("ban: %v\n%s", err, out)
 			}
 			check("banned", false, false, true)
+			if backend == "ipset" {
+				// An allow entry beats the ban (IPv4: an address; IPv6:
+				// the /64 around the banned address), until removed.
+				// And one the policy's rules drop passes too.
+				var blocked netip.Addr
+				for _, a := range []string{"8.8.8.8", "1.1.1.1", "203.0.113.9", "100.64.0.9"} {
+					if c.Plan.Verdict(plan.Packet{Src: netip.MustParseAddr(a), Proto: "udp", DPort: 53}).Verdict != "accept" {
+						blocked = netip.MustParseAddr(a)
+						break
+					}
+				}
+				if !blocked.IsValid() {
+					t.Fatal("no candidate the policy drops")
+				}
+				pktgentest.Expect(t, lab, []netip.Addr{blocked}, 53, []bool{false}, "dropped by the policy")
+				p6 := netip.PrefixFrom(srcs[1], 64).Masked().String()
+				if out, err := cli("allow", srcs[0].String(), p6, blocked.String(), "--ttl", "1h", "--socket", ""); err != nil {
+					t.Fatalf("allow: %v\n%s", err, out)
+				}
+				check("banned and allowed", true, true, true)
+				pktgentest.Expect(t, lab, []netip.Addr{blocked}, 53, []bool{true}, "dropped by the policy, allowed")
+				if _, err := cli("apply", "--policy", pol); err != nil {
+					t.Fatal(err)
+				}
+				check("banned and allowed, after another apply", true, true, true)
+				if out, err := cli("unallow", srcs[0].String(), p6, blocked.String(), "--socket", ""); err != nil {
+					t.Fatalf("unallow: %v\n%s", err, out)
+				}
+				check("banned, no longer allowed", false, false, true)
+			}
 
 			// Another apply keeps the bans in force.
 			if _, err := cli("apply", "--policy", pol); err != nil {

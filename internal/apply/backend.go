@@ -313,11 +313,10 @@ func (b *iptBackend) options(table string) ipt.Options {
 }
 
 func (b *iptBackend) Sinks(c *Compiled) (bans, allows bansets.Sink) {
-	allows = bansets.NoSink{Err: bansets.ErrNoAllowSets}
 	if b.kind != plan.IPSet {
-		return bansets.NoSink{}, allows
+		return bansets.NoSink{}, bansets.NoSink{Err: bansets.ErrNoAllowSets}
 	}
-	return &bansets.IPSetSink{NetNS: b.netns, Prefix: c.Plan.Table}, allows
+	return &bansets.IPSetSink{NetNS: b.netns, Prefix: c.Plan.Table}, &bansets.IPSetSink{NetNS: b.netns, Prefix: c.Plan.Table, Kind: ipt.KindAllow}
 }
 
 func (b *iptBackend) Prepare(_ context.Context, c *Compiled) (Stage, error) {
@@ -353,15 +352,18 @@ func (s *iptStage) Commit(ctx context.Context, l bansets.Lists) error {
 		if s.result, err = ipt.Apply(ctx, s.c.IPT, s.b.options(s.c.Plan.Table)); err != nil {
 			return fmt.Errorf("applying to the kernel: %w", err)
 		}
-		if is, ok := sink.(*bansets.IPSetSink); ok {
-			if err := is.Fill(ctx, snap, now); err != nil {
-				return fmt.Errorf("the rules are in force, but filling the ban sets failed: %w", err)
+		is, ok := sink.(*bansets.IPSetSink)
+		if !ok {
+			if n := snap.Len() + a.Len(); n > 0 {
+				s.b.log.Warn("bans and allow entries in the store are not enforced: iptables-split has no sets (use ipset or nftables)", "entries", n)
 			}
-		} else if n := snap.Len(); n > 0 {
-			s.b.log.Warn("bans in the store are not enforced: iptables-split has no ban sets (use ipset or nftables)", "bans", n)
+			return nil
 		}
-		if n := a.Len(); n > 0 {
-			s.b.log.Warn("allow entries in the store are not enforced: they need the nftables backend", "allows", n)
+		if err := is.Fill(ctx, snap, now); err != nil {
+			return fmt.Errorf("the rules are in force, but filling the ban sets failed: %w", err)
+		}
+		if err := allows.(*bansets.IPSetSink).Fill(ctx, a, now); err != nil {
+			return fmt.Errorf("the rules and bans are in force, but filling the allow sets failed: %w", err)
 		}
 		return nil
 	})

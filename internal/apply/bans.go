@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ipfence/ipfence/internal/backend/ipt"
 	"github.com/ipfence/ipfence/internal/backend/nft"
 	"github.com/ipfence/ipfence/internal/ban"
 	"github.com/ipfence/ipfence/internal/bansets"
@@ -137,7 +138,7 @@ func (t *Target) recordedSinks(a *statedir.Applied, ts nft.TableStatus) (bans, a
 	refuse := bansets.NoSink{Err: bansets.ErrNoAllowSets}
 	switch a.Backend {
 	case plan.IPSet:
-		return &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table}, refuse, nil
+		return &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table}, &bansets.IPSetSink{NetNS: t.NetNS, Prefix: a.Table, Kind: ipt.KindAllow}, nil
 	case plan.IPTablesSplit:
 		return bansets.NoSink{}, refuse, nil
 	}
@@ -154,11 +155,11 @@ func (t *Target) recordedSinks(a *statedir.Applied, ts nft.TableStatus) (bans, a
 }
 
 // AllowsEnforced reports whether allow entries are loaded, and beat
-// every rule, on backend with xdpRules rules in XDP: the nftables
-// backend only (the others have no allow sets), without rules in XDP
-// (which run ahead of the table).
+// every rule, on backend with xdpRules rules in XDP: nftables without
+// rules in XDP (which run ahead of the table), and ipset
+// (iptables-split has no sets).
 func AllowsEnforced(backend plan.Backend, xdpRules int) bool {
-	return !backend.IPTables() && xdpRules == 0
+	return backend == plan.IPSet || !backend.IPTables() && xdpRules == 0
 }
 
 // dynamic is what the nftables sets hold for bans b and allow entries a

@@ -46,9 +46,9 @@ type Change struct {
 var ErrNoBanSets = errors.New("this backend has no ban sets: bans need nftables (backend nftables or xdp) or ipset (backend ipset); iptables-split has chains only")
 
 // ErrNoAllowSets is returned for allow entries where the loaded policy
-// has no allow sets that come before all of its rules: backends other
-// than nftables, and policies with rules in XDP (ahead of the table).
-var ErrNoAllowSets = errors.New("allow entries need the nftables backend, with no rule in XDP")
+// has no allow sets that come before all of its rules: iptables-split,
+// and policies with rules in XDP (ahead of the table).
+var ErrNoAllowSets = errors.New("allow entries need the nftables backend (with no rule in XDP) or ipset")
 
 // NoSink is the sink of a backend without ban (or allow) sets: every
 // addition is refused with Err (ErrNoBanSets when nil), and never
@@ -318,15 +318,25 @@ func eachElem(es []ban.Element, now time.Time, fn func(nft.Elem)) {
 	}
 }
 
-// IPSetSink is the ipset backend's ban sets (ipt.Program.BanSet): one
-// hash:net set per family holding address bans and prefix pieces alike,
-// each element with its own timeout (a ban longer than ipset's cap of
-// 24.8 days is held without one until the Controller deletes it). The iptables rule that looks them
-// up is always there, so presence needs no rule change.
+// IPSetSink is the ipset backend's ban sets (ipt.Program.BanSet), or
+// its allow sets (Kind ipt.KindAllow): one hash:net set per family
+// holding addresses and prefix pieces alike, each element with its own
+// timeout (one longer than ipset's cap of 24.8 days is held without one
+// until the Controller deletes it). The iptables rules that look them up
+// are always there, so presence needs no rule change.
 type IPSetSink struct {
 	NetNS string // "" = current
 	// Prefix is the program's name prefix (the policy's table).
 	Prefix string
+	// Kind is the sets' (the ban sets when empty).
+	Kind ipt.SetKind
+}
+
+func (s *IPSetSink) kind() ipt.SetKind {
+	if s.Kind == "" {
+		return ipt.KindBan
+	}
+	return s.Kind
 }
 
 // Send sends ch as one `ipset restore`.
@@ -337,7 +347,7 @@ func (s *IPSetSink) Send(ctx context.Context, ch Change) error {
 			del = append(del, e.Prefix)
 		}
 	}
-	return ipt.Ban(ctx, s.Prefix, ipt.Options{NetNS: s.NetNS}, entries(ch.Add, ch.Now), del)
+	return ipt.UpdateSets(ctx, s.Prefix, s.kind(), ipt.Options{NetNS: s.NetNS}, entries(ch.Add, ch.Now), del)
 }
 
 // entries are the elements of snap as ipset ban entries with their time
@@ -366,9 +376,9 @@ func entries(snap Snapshot, now time.Time) []ipt.BanEntry {
 // Close does nothing: every change is a process of its own.
 func (s *IPSetSink) Close() {}
 
-// Fill makes the ban sets hold exactly snap (after a load created them,
-// or a reboot emptied them): filled beside the live ones and swapped in,
+// Fill makes the sets hold exactly snap (after a load created them, or
+// a reboot emptied them): filled beside the live ones and swapped in,
 // so that elements the store does not hold go too.
 func (s *IPSetSink) Fill(ctx context.Context, snap Snapshot, now time.Time) error {
-	return ipt.SetBans(ctx, s.Prefix, ipt.Options{NetNS: s.NetNS}, entries(snap, now))
+	return ipt.FillSets(ctx, s.Prefix, s.kind(), ipt.Options{NetNS: s.NetNS}, entries(snap, now))
 }

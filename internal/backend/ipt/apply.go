@@ -322,7 +322,7 @@ func Apply(ctx context.Context, p *Program, o Options) (Result, error) {
 		gone = append(gone, s.Name+TempSuffix)
 	}
 	for _, n := range existing {
-		keep := p.Bans && (n == p.BanSet(IPv4) || n == p.BanSet(IPv6))
+		keep := p.Bans && slices.Contains(dynSets(p.Prefix), n)
 		if !keep && !slices.ContainsFunc(p.Sets, func(s *Set) bool { return s.Name == n || s.Name+TempSuffix == n }) {
 			gone = append(gone, n)
 		}
@@ -344,11 +344,14 @@ const MaxBanTimeout = 2147483 * time.Second
 // BanMaxElem is the most bans a ban set holds.
 const BanMaxElem = 1 << 20
 
-// banSetsScript creates the ban sets where missing (ipset restore -exist).
+// banSetsScript creates the ban and allow sets where missing (ipset
+// restore -exist).
 func (p *Program) banSetsScript() string {
 	var b strings.Builder
-	for _, f := range []Family{IPv4, IPv6} {
-		fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\n", p.BanSet(f), ipsetFamily[f], BanMaxElem)
+	for _, k := range []SetKind{KindBan, KindAllow} {
+		for _, f := range []Family{IPv4, IPv6} {
+			fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\n", dynSet(p.Prefix, k, f), ipsetFamily[f], BanMaxElem)
+		}
 	}
 	return b.String()
 }
@@ -375,9 +378,14 @@ func banLine(b *strings.Builder, set string, e BanEntry) {
 // never half filled), so that bans the kernel holds and the caller does
 // not (of a lost or other state folder) go too.
 func SetBans(ctx context.Context, prefix string, o Options, bans []BanEntry) error {
+	return FillSets(ctx, prefix, KindBan, o, bans)
+}
+
+// FillSets is SetBans for the sets of kind.
+func FillSets(ctx context.Context, prefix string, kind SetKind, o Options, bans []BanEntry) error {
 	var b strings.Builder
 	for _, f := range []Family{IPv4, IPv6} {
-		live := banSet(prefix, f)
+		live := dynSet(prefix, kind, f)
 		tmp := live + TempSuffix
 		fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\nflush %s\n", tmp, ipsetFamily[f], BanMaxElem, tmp)
 		for _, e := range bans {
@@ -388,7 +396,7 @@ func SetBans(ctx context.Context, prefix string, o Options, bans []BanEntry) err
 		fmt.Fprintf(&b, "create %s hash:net family %s timeout 0 maxelem %d\nswap %s %s\ndestroy %s\n", live, ipsetFamily[f], BanMaxElem, tmp, live, tmp)
 	}
 	if _, err := run(ctx, o.NetNS, b.String(), "ipset", "restore", "-exist"); err != nil {
-		return fmt.Errorf("loading %d bans into the ban sets: %w", len(bans), err)
+		return fmt.Errorf("loading %d entries into the %s sets: %w", len(bans), kind, err)
 	}
 	return nil
 }
@@ -398,12 +406,17 @@ func SetBans(ctx context.Context, prefix string, o Options, bans []BanEntry) err
 // restore. The kernel lets each ban go when its time is up. Protected and
 // own addresses are the caller's to refuse.
 func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []netip.Prefix) error {
+	return UpdateSets(ctx, prefix, KindBan, o, add, lift)
+}
+
+// UpdateSets is Ban for the sets of kind.
+func UpdateSets(ctx context.Context, prefix string, kind SetKind, o Options, add []BanEntry, lift []netip.Prefix) error {
 	var b strings.Builder
 	set := func(p netip.Prefix) string {
 		if p.Addr().Is4() {
-			return banSet(prefix, IPv4)
+			return dynSet(prefix, kind, IPv4)
 		}
-		return banSet(prefix, IPv6)
+		return dynSet(prefix, kind, IPv6)
 	}
 	// Lifts first: a ban replaced in one call is lifted and added again.
 	for _, p := range lift {
@@ -416,7 +429,7 @@ func Ban(ctx context.Context, prefix string, o Options, add []BanEntry, lift []n
 		return nil
 	}
 	if _, err := run(ctx, o.NetNS, b.String(), "ipset", "restore", "-exist"); err != nil {
-		return fmt.Errorf("loading %d bans and %d unbans into the ban sets: %w", len(add), len(lift), err)
+		return fmt.Errorf("adding %d and removing %d entries of the %s sets: %w", len(add), len(lift), kind, err)
 	}
 	return nil
 }
@@ -428,7 +441,7 @@ func BanCount(ctx context.Context, prefix string, o Options) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading the ban sets: %w", err)
 	}
-	names := []string{banSet(prefix, IPv4), banSet(prefix, IPv6)}
+	names := []string{dynSet(prefix, KindBan, IPv4), dynSet(prefix, KindBan, IPv6)}
 	sets := setHeaders(out, func(name string) bool { return slices.Contains(names, name) })
 	if len(sets) != len(names) {
 		return 0, fmt.Errorf("reading the ban sets: %d of %v exist (apply again to create them)", len(sets), names)
@@ -658,7 +671,7 @@ func InForce(ctx context.Context, p *Program, o Options) (bool, error) {
 		need = append(need, s.Name)
 	}
 	if p.Bans {
-		need = append(need, p.BanSet(IPv4), p.BanSet(IPv6))
+		need = append(need, dynSets(p.Prefix)...)
 	}
 	for _, n := range need {
 		if !slices.Contains(have, n) {

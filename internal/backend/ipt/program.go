@@ -98,7 +98,8 @@ type Program struct {
 	// the top bit).
 	PassMark uint32
 	// Bans says Main starts by dropping the sources in the ban sets
-	// (BanSet), which bans go into one by one with their time (Ban).
+	// (BanSet), which bans go into one by one with their time (Ban),
+	// and every chain by letting through the allow entries (AllowSet).
 	// Loads create them when missing and never replace them.
 	Bans bool
 }
@@ -318,6 +319,17 @@ func FromPlan(p *plan.Plan, opt LowerOptions) (*Program, error) {
 		if !afterCT {
 			in.main.Rules = nil
 		}
+		if prog.Bans {
+			// Allow entries first in every chain there is: they beat
+			// every rule and ban (an ACCEPT there would end one table
+			// only; a RETURN leaves each of ipfence's chains).
+			for _, s := range []*stage{raw, in, out} {
+				if len(s.main.Rules) > 0 {
+					allow := Rule{Sets: []SetMatch{{Set: prog.AllowSet(f), Dst: s.out}}, Target: Target{Kind: Return}, Comment: "ipfence allow entries"}
+					s.main.Rules = append([]Rule{allow}, s.main.Rules...)
+				}
+			}
+		}
 		lw.t.Raw = raw.chains()
 		lw.t.Mangle = append(in.chains(), out.chains()...)
 		prog.Tables[f] = lw.t
@@ -402,9 +414,35 @@ func (p *Program) SetName(r *plan.Rule, kind string, f Family) string {
 }
 
 // BanSet is the name of family f's ban set ("ipfence-ban4").
-func (p *Program) BanSet(f Family) string { return banSet(p.Prefix, f) }
+func (p *Program) BanSet(f Family) string { return dynSet(p.Prefix, KindBan, f) }
 
-func banSet(prefix string, f Family) string { return fmt.Sprintf("%s-ban%d", prefix, 4+2*int(f)) }
+// AllowSet is the name of family f's allow set ("ipfence-allow4").
+func (p *Program) AllowSet(f Family) string { return dynSet(p.Prefix, KindAllow, f) }
+
+// SetKind is a kind of the ipset backend's dynamic sets, whose elements
+// come and go apart from the program, each with its own timeout.
+type SetKind string
+
+// The dynamic sets: bans (dropped first) and allow entries (let
+// through before everything, bans included).
+const (
+	KindBan   SetKind = "ban"
+	KindAllow SetKind = "allow"
+)
+
+// dynSet is the name of family f's set of kind of prefix's program.
+func dynSet(prefix string, kind SetKind, f Family) string {
+	return fmt.Sprintf("%s-%s%d", prefix, kind, 4+2*int(f))
+}
+
+// dynSets are the names of every dynamic set of prefix's program.
+func dynSets(prefix string) []string {
+	var out []string
+	for _, k := range []SetKind{KindBan, KindAllow} {
+		out = append(out, dynSet(prefix, k, IPv4), dynSet(prefix, k, IPv6))
+	}
+	return out
+}
 
 // TempSuffix ends the name of the set a new content is loaded into
 // before it is swapped with the live set.
@@ -413,9 +451,9 @@ const TempSuffix = "-t"
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_]`)
 
 // setPattern matches the names SetName gives with prefix, temporary
-// ones included, and the ban sets.
+// ones included, and the ban and allow sets.
 func setPattern(prefix string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-([A-Za-z0-9_]{0,6}[0-9a-f]{4}[drao]-[na][46](` + TempSuffix + `)?|ban[46](` + TempSuffix + `)?)$`)
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-([A-Za-z0-9_]{0,6}[0-9a-f]{4}[drao]-[na][46](` + TempSuffix + `)?|(ban|allow)[46](` + TempSuffix + `)?)$`)
 }
 
 // lowering builds one family's chains.
