@@ -577,6 +577,10 @@ type entryKind struct {
 	// noShorten: additions leave a longer entry of this host's own as
 	// it is.
 	noShorten bool
+	// retry: a message refused here is not recorded as applied, so the
+	// next restart applies it again (an allow entry refused for want of
+	// allow sets, which a later revision may bring).
+	retry bool
 }
 
 // bansKind is the fleet's bans: signed with the ban key, through the
@@ -598,7 +602,9 @@ func (a *Agent) bansKind() *entryKind {
 // allowsKind is the fleet's allow entries: signed with the policy key
 // (an allow opens what every rule and ban closes: ban writers may not).
 func (a *Agent) allowsKind() *entryKind {
-	return &entryKind{what: "allow entries", follow: a.broker.FollowAllows, ch: a.allows, seen: a.allowSeen,
+	// noShorten: a longer allow entry of this host's own stays, and
+	// the fleet's removal leaves it.
+	return &entryKind{what: "allow entries", follow: a.broker.FollowAllows, ch: a.allows, seen: a.allowSeen, noShorten: true, retry: true,
 		verify: func(data []byte) (*fleet.Ban, error) { return fleet.VerifyAllow(data, a.cfg.PubKey) },
 		add: func(ctx context.Context, reqs []bansets.Request) ([]error, error) {
 			_, errs, err := a.d.AllowEach(ctx, reqs)
@@ -613,8 +619,8 @@ func (a *Agent) allowsKind() *entryKind {
 // followEntries feeds k's stream to applyEntries, from the entries in
 // force on, and follows it again after a failure.
 func (a *Agent) followEntries(ctx context.Context, k *entryKind) {
-	var refused int
-	var warned time.Time
+	var refused, failed int
+	var warned, warnedFail time.Time
 	k.follow(ctx, a.cfg.Watch, func(data []byte) {
 		b, err := k.verify(data)
 		if err != nil {
@@ -630,7 +636,14 @@ func (a *Agent) followEntries(ctx context.Context, k *entryKind) {
 		case k.ch <- b:
 		case <-ctx.Done():
 		}
-	}, func(err error) { a.log.Warn("reading the fleet "+k.what+"; trying again", "err", err) })
+	}, func(err error) {
+		// Once a minute at most: a server older than this agent has
+		// no allows stream, and refuses every read of it.
+		if failed++; time.Since(warnedFail) > time.Minute {
+			a.log.Warn("reading the fleet "+k.what+"; trying again", "count", failed, "err", err)
+			failed, warnedFail = 0, time.Now()
+		}
+	})
 }
 
 // maxClockSkew is how far in the future a fleet ban may be created.
@@ -669,6 +682,9 @@ func (a *Agent) applyEntries(ctx context.Context, k *entryKind) {
 func (a *Agent) entryBatch(ctx context.Context, k *entryKind, batch []*fleet.Ban) {
 	now := time.Now()
 	var reqs []bansets.Request
+	seen := make(map[netip.Prefix]time.Time, len(batch))
+	applied := make(map[netip.Prefix]time.Time, len(batch)) // what is recorded
+	var pending []time.Time                                 // reqs' messages' times
 	flush := func() {
 		if len(reqs) == 0 {
 			return
@@ -677,11 +693,15 @@ func (a *Agent) entryBatch(ctx context.Context, k *entryKind, batch []*fleet.Ban
 		if err := errors.Join(append(errs, err)...); err != nil {
 			a.log.Warn("fleet "+k.what+" refused here", "count", len(reqs), "err", err)
 		}
-		reqs = reqs[:0]
+		for i, r := range reqs {
+			if !k.retry || err == nil && (i >= len(errs) || errs[i] == nil) {
+				applied[r.Prefix] = pending[i]
+			}
+		}
+		reqs, pending = reqs[:0], pending[:0]
 	}
-	seen := make(map[netip.Prefix]time.Time, len(batch))
 	defer func() {
-		if err := k.seen.record(seen); err != nil {
+		if err := k.seen.record(applied); err != nil {
 			a.log.Warn("recording the fleet "+k.what+" applied", "err", err)
 		}
 	}()
@@ -700,14 +720,20 @@ func (a *Agent) entryBatch(ctx context.Context, k *entryKind, batch []*fleet.Ban
 			flush()
 			if err := k.remove(ctx, b.Prefix); err != nil {
 				a.log.Warn("fleet "+k.what+": removing one", "prefix", b.Prefix, "err", err)
+				if k.retry {
+					continue
+				}
 			}
+			applied[b.Prefix] = b.Created
 			continue
 		}
 		left, live := b.Remaining(now)
 		if !live {
+			applied[b.Prefix] = b.Created
 			continue
 		}
 		reqs = append(reqs, bansets.Request{Prefix: b.Prefix, TTL: left, Reason: b.Reason, Origin: FleetOrigin + b.Origin, NoShorten: k.noShorten})
+		pending = append(pending, b.Created)
 	}
 	flush()
 }

@@ -80,6 +80,9 @@ func (h *Hub) publishEntry(ctx context.Context, es entries, b *fleet.Ban, priv e
 		m.Header.Set(jetstream.MsgTTLHeader, max(ttl, time.Second).String())
 	}
 	if err := h.publishStored(ctx, m); err != nil {
+		if es.stream == AllowStream && errors.Is(err, nats.ErrNoResponders) {
+			err = fmt.Errorf("%w (the stream %s: `ipfence server` makes it at start, unless the fleet account's storage is too small; its log says so)", err, AllowStream)
+		}
 		return fmt.Errorf("publishing the %s of %s: %w", es.what, b.Prefix, err)
 	}
 	return nil

@@ -35,7 +35,7 @@ const (
 	banSubjects   = "ipfence.bans."
 	AllowStream   = "IPFENCE_ALLOWS"
 	allowSubjects = "ipfence.allows."
-	maxAllows     = 1 << 16 // fleet allow entries in force
+	maxAllows     = 1 << 12 // fleet allow entries in force (16 MiB of the account's storage)
 	policyHistory = 64
 	maxBanMsg     = 4 << 10 // a signed ban is well under 1 KiB
 	maxBans       = 1 << 20 // fleet bans in force
@@ -66,7 +66,14 @@ type Hub struct {
 	// relay: reads go through `ipfence server`'s relay (agents and ban
 	// writers, whose accounts import nothing else).
 	relay bool
+	// noAllows is why Setup could not make the allows stream (nil: it
+	// could, or did not run).
+	noAllows error
 }
+
+// NoAllows is why Setup could not make the allows stream, nil if it
+// did: the fleet then runs without fleet-wide allow entries.
+func (h *Hub) NoAllows() error { return h.noAllows }
 
 // defaultAPI starts the JetStream API subjects.
 const defaultAPI = "$JS.API"
@@ -145,8 +152,10 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 					Description: "ipfence: policy bundles by digest", Storage: jetstream.FileStorage, Replicas: replicas})
 				return err
 			}},
-		h.entryStream(BanStream, banSubjects, "ipfence: fleet-wide bans, the last per prefix", maxBans, replicas),
-		h.entryStream(AllowStream, allowSubjects, "ipfence: fleet-wide allow entries, the last per prefix", maxAllows, replicas),
+		h.entryStream(BanStream, banSubjects, "ipfence: fleet-wide bans, the last per prefix", maxBans, replicas, jetstream.DiscardOld),
+		// Full, it refuses new entries rather than forget one: a lost
+		// removal would leave an allow open.
+		h.entryStream(AllowStream, allowSubjects, "ipfence: fleet-wide allow entries, the last per prefix", maxAllows, replicas, jetstream.DiscardNew),
 	}
 	for _, s := range steps {
 		rctx, cancel := h.ctx(ctx)
@@ -155,6 +164,13 @@ func (h *Hub) Setup(ctx context.Context, replicas int) error {
 			err = s.create(rctx)
 		}
 		cancel()
+		if err != nil && s.name == AllowStream {
+			// Added after fleets were made: an account whose storage
+			// (server init --max-disk) cannot hold it still runs the
+			// rest; publishing an allow entry says why.
+			h.noAllows = err
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%w: setting up %s: %v", ErrNATS, s.name, err)
 		}
@@ -172,12 +188,12 @@ type setupStep struct {
 // entryStream is the setup of a stream of signed entries (bans, allow
 // entries): subjects under prefix, the last message per subject, each
 // with its own TTL, read by direct gets, at most max of them.
-func (h *Hub) entryStream(name, prefix, description string, max int64, replicas int) setupStep {
+func (h *Hub) entryStream(name, prefix, description string, max int64, replicas int, discard jetstream.DiscardPolicy) setupStep {
 	return setupStep{name, func(c context.Context) error { _, err := h.js.Stream(c, name); return err },
 		func(c context.Context) error {
 			_, err := h.js.CreateStream(c, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ">"},
 				Description: description, Storage: jetstream.FileStorage, Replicas: replicas,
-				MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: jetstream.DiscardOld, AllowDirect: true,
+				MaxMsgsPerSubject: 1, AllowMsgTTL: true, Discard: discard, AllowDirect: true,
 				MaxMsgSize: maxBanMsg, MaxMsgs: max, MaxBytes: max * maxBanMsg})
 			return err
 		}}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -217,6 +218,11 @@ func (h *Hub) publishStored(ctx context.Context, m *nats.Msg) error {
 	defer cancel()
 	r, err := h.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
+		// The server refuses a subject the user may not publish on
+		// apart from the request, which then times out: say why.
+		if le := h.nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) && strings.Contains(le.Error(), m.Subject) {
+			return fmt.Errorf("%w: %v", ErrRefused, le)
+		}
 		return err
 	}
 	var ack pubAck

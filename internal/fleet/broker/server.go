@@ -86,6 +86,9 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if err := h.Setup(ctx, 1); err != nil {
 		return err
 	}
+	if err := h.NoAllows(); err != nil && cfg.Logger != nil {
+		cfg.Logger.Warn("the fleet runs without fleet-wide allow entries: the stream "+AllowStream+" could not be made (the fleet account's storage, server init --max-disk, may be too small)", "err", err)
+	}
 	// Agents and ban writers read through the relay, on this connection.
 	relayed := make(chan error, 1)
 	go func() { relayed <- h.Relay(ctx, cfg.Logger) }()
