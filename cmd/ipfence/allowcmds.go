@@ -15,6 +15,18 @@ import (
 	"github.com/ipfence/ipfence/internal/fleet"
 )
 
+// publishEntries publishes a fleet-wide ban or allow entry of each of
+// targets (see fleetEntry) and says so (verb: "banned", "allowed").
+func (f *fleetBanFlags) publishEntries(cmd *cobra.Command, g *globals, verb string, targets []netip.Prefix, d time.Duration, reason, origin string) error {
+	err := f.publish(cmd, targets, func(p netip.Prefix, now time.Time) *fleet.Ban {
+		return fleetEntry(p, now, d, reason, origin)
+	})
+	if err != nil {
+		return err
+	}
+	return printFleetBans(cmd.OutOrStdout(), g, verb, targets, d)
+}
+
 // fleetEntry is a fleet-wide ban or allow entry of p made at now,
 // lasting d (0: for good), by origin on this host.
 func fleetEntry(p netip.Prefix, now time.Time, d time.Duration, reason, origin string) *fleet.Ban {
@@ -59,13 +71,7 @@ signed with the policy key (publishers only: ban writers may not).`,
 				return err
 			}
 			if fb.on {
-				err := fb.publish(cmd, targets, func(p netip.Prefix, now time.Time) *fleet.Ban {
-					return fleetEntry(p, now, d, reason, origin)
-				})
-				if err != nil {
-					return err
-				}
-				return printFleetBans(cmd.OutOrStdout(), g, "allowed", targets, d)
+				return fb.publishEntries(cmd, g, "allowed", targets, d, reason, origin)
 			}
 			var done []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
@@ -111,59 +117,21 @@ signed with the policy key (publishers only: ban writers may not).`,
 }
 
 func newUnallowCmd(g *globals) *cobra.Command {
-	var f kernelFlags
-	fb := fleetBanFlags{allow: true}
-	var socket, origin string
-	c := &cobra.Command{
-		Use:   "unallow ADDRESS|PREFIX|-... [--origin NAME]",
-		Short: "Remove allow entries (exactly these prefixes), in one transaction",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ps, err := banTargets(args, cmd.InOrStdin())
+	return newRemoveCmd(g, removeKind{
+		use:   "unallow ADDRESS|PREFIX|-... [--origin NAME]",
+		short: "Remove allow entries (exactly these prefixes), in one transaction",
+		verb:  "unallowed", none: "had no allow entry", originHelp: "remove only entries made by this origin", allow: true,
+		viaDaemon: func(ctx context.Context, cl *api.Client, p netip.Prefix, origin string) ([]ban.Ban, error) {
+			resp, err := cl.Unallow(ctx, p.String(), origin)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if fb.on {
-				err := fb.publish(cmd, ps, func(p netip.Prefix, now time.Time) *fleet.Ban {
-					return &fleet.Ban{Prefix: p, Created: now, Unban: true}
-				})
-				if err != nil {
-					return err
-				}
-				return printFleetBans(cmd.OutOrStdout(), g, "unallowed", ps, 0)
-			}
-			var gone []ban.Ban
-			ok, err := viaDaemon(socket, func(cl *api.Client) error {
-				for _, p := range ps {
-					resp, err := cl.Unallow(cmd.Context(), p.String(), origin)
-					if err != nil {
-						return err
-					}
-					gone = append(gone, resp.Unallowed...)
-				}
-				return nil
-			})
-			if !ok {
-				err = withLists(cmd.Context(), &f, false, func(l bansets.Lists) (err error) {
-					ls := make([]bansets.Lift, len(ps))
-					for i, p := range ps {
-						ls[i] = bansets.Lift{Prefix: p, Origin: origin}
-					}
-					gone, err = l.Allows.Unban(cmd.Context(), ls)
-					return err
-				})
-			}
-			if err != nil {
-				return err
-			}
-			return printRemoved(cmd.OutOrStdout(), g, "unallowed", gone, len(ps), "had no allow entry")
+			return resp.Unallowed, nil
 		},
-	}
-	f.register(c)
-	fb.register(c)
-	c.Flags().StringVar(&origin, "origin", "", "remove only entries made by this origin")
-	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
-	return c
+		direct: func(ctx context.Context, l bansets.Lists, ls []bansets.Lift) ([]ban.Ban, error) {
+			return l.Allows.Unban(ctx, ls)
+		},
+	})
 }
 
 func newAllowsCmd(g *globals) *cobra.Command {

@@ -115,13 +115,7 @@ skipped), for bulk bans.`,
 				return err
 			}
 			if fb.on {
-				err := fb.publish(cmd, targets, func(p netip.Prefix, now time.Time) *fleet.Ban {
-					return fleetEntry(p, now, d, reason, origin)
-				})
-				if err != nil {
-					return err
-				}
-				return printFleetBans(cmd.OutOrStdout(), g, "banned", targets, d)
+				return fb.publishEntries(cmd, g, "banned", targets, d, reason, origin)
 			}
 			reqs := make([]bansets.Request, len(targets))
 			for i, p := range targets {
@@ -193,68 +187,118 @@ func timeLeft(since string, d time.Duration, now time.Time) (time.Duration, erro
 }
 
 func newUnbanCmd(g *globals) *cobra.Command {
-	var f kernelFlags
-	var fb fleetBanFlags
-	var socket, origin string
 	var forget bool
-	c := &cobra.Command{
-		Use:   "unban ADDRESS|PREFIX|-... [--origin NAME] [--forget]",
-		Short: "Lift bans (exactly these prefixes), in one transaction",
-		Long: `Unban lifts the bans of exactly these prefixes, in one transaction. With
+	c := newRemoveCmd(g, removeKind{
+		use:   "unban ADDRESS|PREFIX|-... [--origin NAME] [--forget]",
+		short: "Lift bans (exactly these prefixes), in one transaction",
+		long: `Unban lifts the bans of exactly these prefixes, in one transaction. With
 --origin, only the ones that origin made: an integration lifting its own ban
 (fail2ban's unban) leaves an operator's ban of the same address in force.
 Under bans: {recidive: ...} a lifted temporary ban counts as one that ran
 out: banned again within the window, the prefix gets a longer ban.
 --forget forgets that too (a ban made by mistake).`,
-		Args: cobra.MinimumNArgs(1),
+		verb: "unbanned", none: "were not banned", originHelp: "lift only bans made by this origin",
+		fleetCheck: func() error {
+			if forget {
+				return usageError{errors.New("--forget is for this host's bans: a fleet unban leaves each agent's strikes (unban --forget there)")}
+			}
+			return nil
+		},
+		viaDaemon: func(ctx context.Context, cl *api.Client, p netip.Prefix, origin string) ([]ban.Ban, error) {
+			resp, err := cl.UnbanForget(ctx, p.String(), origin, forget)
+			if err != nil {
+				return nil, err
+			}
+			return resp.Unbanned, nil
+		},
+		direct: func(ctx context.Context, l bansets.Lists, ls []bansets.Lift) ([]ban.Ban, error) {
+			for i := range ls {
+				ls[i].Forget = forget
+			}
+			return l.Bans.Unban(ctx, ls)
+		},
+	})
+	c.Flags().BoolVar(&forget, "forget", false, "also forget that the prefix was banned (bans: recidive): its next ban is not escalated")
+	return c
+}
+
+// removeKind is what newRemoveCmd removes: bans (unban) or allow
+// entries (unallow).
+type removeKind struct {
+	use, short, long string
+	// verb says what was done to each ("unbanned"), none what the
+	// targets that had nothing to remove were.
+	verb, none, originHelp string
+	allow                  bool // allow entries: the fleet's --key is the policy key
+	// fleetCheck refuses flags that do not go with --fleet (nil: none).
+	fleetCheck func() error
+	// viaDaemon removes p's entry through a daemon; direct removes ls's
+	// in the kernel and state folder.
+	viaDaemon func(ctx context.Context, cl *api.Client, p netip.Prefix, origin string) ([]ban.Ban, error)
+	direct    func(ctx context.Context, l bansets.Lists, ls []bansets.Lift) ([]ban.Ban, error)
+}
+
+// newRemoveCmd is the command that removes k's entries of exactly the
+// prefixes given, in one transaction: on this host (through its daemon
+// when one runs), or with --fleet on every agent of the fleet.
+func newRemoveCmd(g *globals, k removeKind) *cobra.Command {
+	var f kernelFlags
+	fb := fleetBanFlags{allow: k.allow}
+	var socket, origin string
+	c := &cobra.Command{
+		Use:   k.use,
+		Short: k.short,
+		Long:  k.long,
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ps, err := banTargets(args, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			if fb.on && forget {
-				return usageError{errors.New("--forget is for this host's bans: a fleet unban leaves each agent's strikes (unban --forget there)")}
-			}
 			if fb.on {
+				if k.fleetCheck != nil {
+					if err := k.fleetCheck(); err != nil {
+						return err
+					}
+				}
 				err := fb.publish(cmd, ps, func(p netip.Prefix, now time.Time) *fleet.Ban {
 					return &fleet.Ban{Prefix: p, Created: now, Unban: true}
 				})
 				if err != nil {
 					return err
 				}
-				return printFleetBans(cmd.OutOrStdout(), g, "unbanned", ps, 0)
+				return printFleetBans(cmd.OutOrStdout(), g, k.verb, ps, 0)
 			}
-			var lifted []ban.Ban
+			var gone []ban.Ban
 			ok, err := viaDaemon(socket, func(cl *api.Client) error {
 				for _, p := range ps {
-					resp, err := cl.UnbanForget(cmd.Context(), p.String(), origin, forget)
+					bs, err := k.viaDaemon(cmd.Context(), cl, p, origin)
 					if err != nil {
 						return err
 					}
-					lifted = append(lifted, resp.Unbanned...)
+					gone = append(gone, bs...)
 				}
 				return nil
 			})
 			if !ok {
-				err = withBans(cmd.Context(), &f, false, func(c *bansets.Controller) (err error) {
+				err = withLists(cmd.Context(), &f, false, func(l bansets.Lists) (err error) {
 					ls := make([]bansets.Lift, len(ps))
 					for i, p := range ps {
-						ls[i] = bansets.Lift{Prefix: p, Origin: origin, Forget: forget}
+						ls[i] = bansets.Lift{Prefix: p, Origin: origin}
 					}
-					lifted, err = c.Unban(cmd.Context(), ls)
+					gone, err = k.direct(cmd.Context(), l, ls)
 					return err
 				})
 			}
 			if err != nil {
 				return err
 			}
-			return printRemoved(cmd.OutOrStdout(), g, "unbanned", lifted, len(ps), "were not banned")
+			return printRemoved(cmd.OutOrStdout(), g, k.verb, gone, len(ps), k.none)
 		},
 	}
 	f.register(c)
 	fb.register(c)
-	c.Flags().StringVar(&origin, "origin", "", "lift only bans made by this origin")
-	c.Flags().BoolVar(&forget, "forget", false, "also forget that the prefix was banned (bans: recidive): its next ban is not escalated")
+	c.Flags().StringVar(&origin, "origin", "", k.originHelp)
 	c.Flags().StringVar(&socket, "socket", api.DefaultSocket, socketHelp)
 	return c
 }
