@@ -136,8 +136,9 @@ func checkBanCuts(t *testing.T, s *netnstest.Server, args []string) {
 // checkOutbound applies an outbound reject rule for the allowed hosts
 // and checks that the server and its forwarded client cannot open
 // connections to them, while they still can to the server (the answers
-// are known connections); and that an outbound rule covering the
-// server's default gateway is refused.
+// are known connections), until allow entries let them (nftables,
+// ipset); and that an outbound rule covering the server's default
+// gateway is refused.
 func checkOutbound(t *testing.T, s *netnstest.Server, backend string, pins []string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -163,6 +164,30 @@ func checkOutbound(t *testing.T, s *netnstest.Server, backend string, pins []str
 		}
 		if err := netnstest.RoundTrip(s.Srv, "tcp", netip.Addr{}, netip.AddrPortFrom(s.Blocked[f], 80)); err != nil {
 			t.Errorf("%s: the server's connection to an unlisted destination: %v", fam, err)
+		}
+	}
+	if backend == "nftables" || backend == "ipset" {
+		// Allow entries beat outbound rules too, by destination: the
+		// server and its forwarded client reach the listed hosts again,
+		// until the entries go.
+		hosts := []string{s.Allowed[0].String(), s.Allowed[1].String()}
+		if out, err := run(t, append(append([]string{"allow", "--ttl", "1h", "--socket", ""}, hosts...), args...)...); err != nil {
+			t.Fatalf("allow: %v\n%s", err, out)
+		}
+		for f, fam := range []string{"IPv4", "IPv6"} {
+			to := netip.AddrPortFrom(s.Allowed[f], 80)
+			if err := netnstest.RoundTrip(s.Srv, "tcp", netip.Addr{}, to); err != nil {
+				t.Errorf("%s: allowed, the server still cannot reach %s: %v", fam, to, err)
+			}
+			if err := netnstest.RoundTrip(s.Cli, "tcp", netip.Addr{}, to); err != nil {
+				t.Errorf("%s: allowed, a forwarded client still cannot reach %s: %v", fam, to, err)
+			}
+		}
+		if out, err := run(t, append(append([]string{"unallow", "--socket", ""}, hosts...), args...)...); err != nil {
+			t.Fatalf("unallow: %v\n%s", err, out)
+		}
+		if err := netnstest.RoundTrip(s.Srv, "tcp", netip.Addr{}, netip.AddrPortFrom(s.Allowed[0], 80)); err == nil {
+			t.Error("no longer allowed, the server still opened a connection to a host an outbound rule lists")
 		}
 	}
 	// The default gateway (Net's 198.18.0.2) in an outbound rule.
