@@ -27,11 +27,18 @@ type Bans struct {
 	stores [2]*ban.Store
 }
 
-// Close closes the Controllers and the stores.
+// Close closes the Controllers and the stores (those opened: OpenBans
+// closes what it opened when it fails half way).
 func (b *Bans) Close() {
-	b.Lists.Close()
+	for _, c := range []*bansets.Controller{b.Bans, b.Allows} {
+		if c != nil {
+			c.Close()
+		}
+	}
 	for _, s := range b.stores {
-		s.Close()
+		if s != nil {
+			s.Close()
+		}
 	}
 }
 
@@ -84,34 +91,29 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 		return nil, err
 	}
 	b := &Bans{}
-	if b.stores[0], err = t.OpenStore(); err != nil {
+	fail := func(err error) (*Bans, error) {
+		b.Close()
 		return nil, err
 	}
+	if b.stores[0], err = t.OpenStore(); err != nil {
+		return fail(err)
+	}
 	if b.stores[1], err = t.OpenAllowStore(); err != nil {
-		b.stores[0].Close()
-		return nil, err
+		return fail(err)
 	}
 	var ts nft.TableStatus
 	if !applied.IPTables() {
 		// Only which sets there are: no chain's rules.
 		if ts, err = nft.StatusChains(ctx, applied.Table, t.NetNS, func(string) bool { return false }); err != nil {
-			b.stores[0].Close()
-			b.stores[1].Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	bs, as, sets := t.recordedSinks(applied, ts)
-	b.Bans, err = bansets.Open(bansets.Config{Sink: bs, Guard: ban.Guard{Protected: protect, Own: own}, Store: b.stores[0], Policy: applied.Bans, Logger: t.log()})
-	if err == nil {
-		b.Allows, err = OpenAllows(b.stores[1], as, t.log())
-		if err != nil {
-			b.Bans.Close()
-		}
+	if b.Bans, err = bansets.Open(bansets.Config{Sink: bs, Guard: ban.Guard{Protected: protect, Own: own}, Store: b.stores[0], Policy: applied.Bans, Logger: t.log()}); err != nil {
+		return fail(err)
 	}
-	if err != nil {
-		b.stores[0].Close()
-		b.stores[1].Close()
-		return nil, err
+	if b.Allows, err = OpenAllows(b.stores[1], as, t.log()); err != nil {
+		return fail(err)
 	}
 	if sets != nil {
 		pr := b.Present()
@@ -122,8 +124,7 @@ func (t *Target) OpenBans(ctx context.Context, table string, ensure bool) (*Bans
 	}
 	if ensure && !applied.IPTables() {
 		if err := t.ensureBanSets(ctx, b, applied, ts); err != nil {
-			b.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	return b, nil
